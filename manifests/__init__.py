@@ -1,0 +1,1 @@
+"""Manifest schemas, validation and the pod compiler."""

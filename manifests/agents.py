@@ -1,0 +1,84 @@
+"""Create agent context directories: metadata.json with a token digest, optional memory.json.
+
+Used by `memplane agent add`, `memplane up` and the pod compiler, so every path that makes
+an agent writes the same files the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(agent_id: str) -> str:
+    return f"{agent_id}:{secrets.token_urlsafe(32)}"
+
+
+def write_json(path: Path, doc: dict[str, Any], mode: int = 0o644) -> None:
+    """Write atomically (temp file + rename) so a reloading proxy never reads half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def write_token(path: Path, token: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    os.replace(tmp, path)
+
+
+def read_token(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def memory_manifest(service: str, base_url: str, *, recall: bool = True, retain: bool = True,
+                    forget: bool = True, recall_timeout_ms: int = 300,
+                    write_timeout_ms: int = 2000, auth_token: str | None = None,
+                    paths: dict[str, str] | None = None) -> dict[str, Any]:
+    paths = paths or {}
+    doc: dict[str, Any] = {"version": 1, "service": service, "base_url": base_url.rstrip("/")}
+    if recall:
+        doc["recall"] = {"path": paths.get("recall", "/recall"), "timeout_ms": recall_timeout_ms}
+    if retain:
+        doc["retain"] = {"path": paths.get("retain", "/retain"), "timeout_ms": write_timeout_ms}
+    if forget:
+        doc["forget"] = {"path": paths.get("forget", "/forget"), "timeout_ms": write_timeout_ms}
+    if auth_token:
+        doc["auth"] = {"type": "bearer", "token": auth_token}
+    return doc
+
+
+def write_agent(context_root: Path, agent_id: str, *, pod: str = "",
+                memory: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                token: str | None = None) -> tuple[str, bool]:
+    """Write an agent's dir. Keeps an existing token; returns (token, created_new_token)."""
+    agent_dir = context_root / agent_id
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    token_file = agent_dir / "token"
+    existing = token or read_token(token_file)
+    created = existing is None
+    token = existing or new_token(agent_id)
+    write_token(token_file, token)
+    meta = {"agent_id": agent_id, "pod": pod, "token_sha256": token_digest(token)}
+    meta.update(extra or {})
+    write_json(agent_dir / "metadata.json", meta)
+    manifest_path = agent_dir / "memory.json"
+    if memory is not None:
+        write_json(manifest_path, memory, mode=0o600)
+    elif manifest_path.exists():
+        manifest_path.unlink()
+    return token, created

@@ -1,0 +1,80 @@
+"""Typed views of the compiled per-agent files (CONTRACT §2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_RECALL_TIMEOUT_MS = 300
+DEFAULT_WRITE_TIMEOUT_MS = 2000
+DEFAULT_BUDGET_TOKENS = 3000
+DEFAULT_MAX_BLOCKS = 8
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
+class MemoryManifest:
+    service: str
+    base_url: str
+    recall: Endpoint | None = None
+    retain: Endpoint | None = None
+    forget: Endpoint | None = None
+    auth_token: str | None = None
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    max_blocks: int = DEFAULT_MAX_BLOCKS
+    placement: str = "system"
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "MemoryManifest":
+        def endpoint(name: str, default_ms: int) -> Endpoint | None:
+            spec = doc.get(name)
+            if not spec:
+                return None
+            return Endpoint(spec["path"], int(spec.get("timeout_ms", default_ms)))
+
+        auth = doc.get("auth") or {}
+        return cls(
+            service=doc["service"],
+            base_url=doc["base_url"].rstrip("/"),
+            recall=endpoint("recall", DEFAULT_RECALL_TIMEOUT_MS),
+            retain=endpoint("retain", DEFAULT_WRITE_TIMEOUT_MS),
+            forget=endpoint("forget", DEFAULT_WRITE_TIMEOUT_MS),
+            auth_token=auth.get("token") if auth.get("type", "bearer") == "bearer" else None,
+            budget_tokens=int(doc.get("budget_tokens", DEFAULT_BUDGET_TOKENS)),
+            max_blocks=int(doc.get("max_blocks", DEFAULT_MAX_BLOCKS)),
+            placement=doc.get("placement", "system"),
+        )
+
+    def url(self, endpoint: Endpoint) -> str:
+        return self.base_url + endpoint.path
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+
+
+@dataclass(frozen=True)
+class AgentMetadata:
+    agent_id: str
+    token_sha256: str
+    pod: str = ""
+    service: str | None = None
+    type: str | None = None
+    timezone: str | None = None
+    allowed_models: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "AgentMetadata":
+        return cls(
+            agent_id=doc["agent_id"],
+            token_sha256=doc["token_sha256"],
+            pod=doc.get("pod", ""),
+            service=doc.get("service"),
+            type=doc.get("type"),
+            timezone=doc.get("timezone"),
+            allowed_models=tuple(doc.get("allowed_models") or ()),
+        )

@@ -1,0 +1,1 @@
+"""Memory services behind the memplane contract (CONTRACT §3–§9)."""

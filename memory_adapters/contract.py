@@ -1,0 +1,62 @@
+"""Typed request and response bodies of the memory-service contract (CONTRACT §5–§7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")  # readers ignore fields they do not know
+
+
+class RecallRequest(_Body):
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    pod: str = ""
+    messages: list[Any] = Field(default_factory=list)
+    system: Any = None
+    query: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    top_k: int | None = Field(default=None, ge=1, le=100)
+
+
+class MemoryBlock(BaseModel):
+    text: str
+    score: float | None = None
+    kind: str | None = None
+    source: str | None = None
+    ts: str | None = None
+    id: str | None = None
+
+
+class RetainRequest(_Body):
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    pod: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    entry: dict[str, Any]
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_has_id(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(entry.get("id"), str) or not entry["id"]:
+            raise ValueError("entry.id must be a non-empty string")
+        return entry
+
+
+class ForgetRequest(_Body):
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    pod: str = ""
+    entry_ids: list[str] = Field(min_length=1)
+    reason: str = ""
+
+
+def describe(recall: bool = True, retain: bool = True, forget: bool = True) -> dict[str, Any]:
+    """The service descriptor served at /.claw-describe.json (CONTRACT §3)."""
+    memory = {}
+    for name, on in (("retain", retain), ("recall", recall), ("forget", forget)):
+        if on:
+            memory[name] = {"path": f"/{name}"}
+    return {"version": 2, "memory": memory}

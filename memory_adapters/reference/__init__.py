@@ -1,0 +1,1 @@
+"""The file-backed reference adapter: deliberately small, boring and correct."""

@@ -1,0 +1,24 @@
+"""Build the reference adapter's aiohttp app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from proxy.redact import Redactor
+
+from ..contract import describe
+from ..server import build_adapter_app
+from .store import ReferenceStore
+
+
+REFERENCE_STORE = web.AppKey("reference_store", ReferenceStore)
+
+
+def build_reference_app(data_dir: Path, *, token: str | None = None,
+                        redactor: Redactor | None = None) -> web.Application:
+    store = ReferenceStore(Path(data_dir), redactor)
+    app = build_adapter_app(store, describe(), token=token)
+    app[REFERENCE_STORE] = store
+    return app

@@ -1,0 +1,165 @@
+"""JSONL files per agent under the data dir: entries.jsonl (one record per entry id) and
+tombstones.jsonl. Survives restarts; concurrent retains for one agent are serialized by a
+per-agent lock, and each record is one appended line, so the files never interleave.
+
+Recall returns up to 4 summaries: those sharing words with the latest user turn first, then
+the most recent ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.formats.base import query_from
+from proxy.ledger import now_rfc3339
+from proxy.redact import Redactor
+
+from ..contract import ForgetRequest, MemoryBlock, RecallRequest, RetainRequest
+from ..turn_text import assistant_text, session_of, user_text
+
+SUMMARY_CHARS = 280
+RECALL_LIMIT = 4
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an and are as at be but by can did do does for from had has have how i if in is it its "
+    "me my no not of on or our so that the their them then there these they this to was we were "
+    "what when where which who why will with you your yes ok okay".split()
+)
+
+
+def tokens(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP}
+
+
+def summarize(user: str, assistant: str) -> str:
+    user = " ".join(user.split())
+    assistant = " ".join(assistant.split())
+    text = f"User: {user}" if user else ""
+    if assistant:
+        text = f"{text} | Assistant: {assistant}" if text else f"Assistant: {assistant}"
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+@dataclass
+class _Agent:
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tombstones: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    words: dict[str, set[str]] = field(default_factory=dict)
+
+
+class ReferenceStore:
+    def __init__(self, data_dir: Path, redactor: Redactor | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.redactor = redactor or Redactor()
+        self._agents: dict[str, _Agent] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
+
+    async def _agent(self, agent_id: str) -> _Agent:
+        agent = self._agents.get(agent_id)
+        if agent is not None:
+            return agent
+        lock = self._loading.setdefault(agent_id, asyncio.Lock())
+        async with lock:
+            if agent_id not in self._agents:
+                self._agents[agent_id] = await asyncio.to_thread(self._load, agent_id)
+        return self._agents[agent_id]
+
+    def _load(self, agent_id: str) -> _Agent:
+        agent = _Agent()
+        base = self.data_dir / agent_id
+        for rec in _read_jsonl(base / "tombstones.jsonl"):
+            agent.tombstones.add(rec.get("entry_id"))
+        for rec in _read_jsonl(base / "entries.jsonl"):
+            if rec.get("id") and rec["id"] not in agent.tombstones:
+                agent.records.setdefault(rec["id"], rec)
+                agent.words[rec["id"]] = tokens(rec.get("summary", ""))
+        return agent
+
+    def _append(self, agent_id: str, name: str, rows: list[dict[str, Any]]) -> None:
+        path = self.data_dir / agent_id / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as fh:
+            fh.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    async def retain(self, req: RetainRequest) -> str:
+        agent = await self._agent(req.agent_id)
+        entry = req.entry
+        eid = entry["id"]
+        async with agent.lock:
+            if eid in agent.tombstones:
+                return "tombstoned"
+            if eid in agent.records:
+                return "duplicate"
+            summary, _ = self.redactor.text(summarize(user_text(entry), assistant_text(entry)))
+            if not summary:
+                return "empty"
+            record = {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
+                      "session_id": session_of(entry, req.metadata)}
+            await asyncio.to_thread(self._append, req.agent_id, "entries.jsonl", [record])
+            agent.records[eid] = record
+            agent.words[eid] = tokens(summary)
+            return "stored"
+
+    async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+        agent = await self._agent(req.agent_id)
+        query = tokens(req.query if req.query is not None else query_from(req.messages))
+        limit = min(req.top_k or RECALL_LIMIT, RECALL_LIMIT)
+        newest_first = sorted(agent.records.values(), key=lambda r: r["ts"], reverse=True)
+        scored = []
+        if query:
+            for rec in newest_first:
+                overlap = len(query & agent.words.get(rec["id"], set()))
+                if overlap:
+                    scored.append((overlap / len(query), rec))
+            scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: ties stay newest first
+        picked = [(round(score, 3), rec) for score, rec in scored[:limit]]
+        seen = {rec["id"] for _, rec in picked}
+        for rec in newest_first:
+            if len(picked) >= limit:
+                break
+            if rec["id"] not in seen:
+                picked.append((0.0, rec))
+        return [MemoryBlock(text=rec["summary"], score=score, kind="episode", source="reference",
+                            ts=rec["ts"], id=rec["id"]) for score, rec in picked]
+
+    async def forget(self, req: ForgetRequest) -> int:
+        agent = await self._agent(req.agent_id)
+        async with agent.lock:
+            ts = now_rfc3339()
+            rows = [{"entry_id": eid, "reason": req.reason, "ts": ts} for eid in req.entry_ids]
+            await asyncio.to_thread(self._append, req.agent_id, "tombstones.jsonl", rows)
+            removed = 0
+            for eid in req.entry_ids:
+                agent.tombstones.add(eid)
+                if agent.records.pop(eid, None) is not None:
+                    removed += 1
+                agent.words.pop(eid, None)
+            return removed
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "adapter": "reference", "data_dir": str(self.data_dir)}
+
+    def count(self, agent_id: str) -> int:
+        agent = self._agents.get(agent_id)
+        return len(agent.records) if agent else 0
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue  # a torn last line from a crash
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out

@@ -1,0 +1,112 @@
+"""The HTTP face every memplane adapter shares: contract endpoints, descriptor, health, auth.
+
+A backend implements recall/retain/forget on typed requests; this module does the wire work
+(bearer auth, JSON parsing, 400s that name the field) so backends stay about storage.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from .contract import ForgetRequest, MemoryBlock, RecallRequest, RetainRequest
+
+
+class MemoryBackend(Protocol):
+    async def recall(self, req: RecallRequest) -> list[MemoryBlock]: ...
+    async def retain(self, req: RetainRequest) -> str: ...
+    async def forget(self, req: ForgetRequest) -> int: ...
+    async def health(self) -> dict[str, Any]: ...
+
+
+OPEN_PATHS = frozenset({"/health", "/.claw-describe.json"})
+
+
+def json_error(status: int, message: str, field: str | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": {"message": message}}
+    if field:
+        body["error"]["field"] = field
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def bearer_auth(token: str | None, agent_tokens: dict[str, str] | None = None):
+    """Require the service token on everything but health and the descriptor.
+
+    With per-agent tokens, a caller authenticated as agent A may only name agent A.
+    """
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        if request.path in OPEN_PATHS or (not token and not agent_tokens):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        if token and given and hmac.compare_digest(given.encode(), token.encode()):
+            return await handler(request)
+        for agent_id, agent_token in (agent_tokens or {}).items():
+            if given and hmac.compare_digest(given.encode(), agent_token.encode()):
+                request["caller_agent"] = agent_id
+                return await handler(request)
+        return json_error(401, "missing or invalid bearer token")
+
+    return middleware
+
+
+async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    try:
+        doc = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise web.HTTPBadRequest(text=orjson.dumps({"error": {"message": "body is not valid JSON"}}).decode(),
+                                 content_type="application/json") from None
+    try:
+        parsed = model.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        message = {"error": {"message": f"{field}: {err['msg']}", "field": field}}
+        raise web.HTTPBadRequest(text=orjson.dumps(message).decode(), content_type="application/json") from None
+    caller = request.get("caller_agent")
+    if caller is not None and getattr(parsed, "agent_id", caller) != caller:
+        message = {"error": {"message": "agent_id does not match the token", "field": "agent_id"}}
+        raise web.HTTPForbidden(text=orjson.dumps(message).decode(), content_type="application/json")
+    return parsed
+
+
+def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
+                      agent_tokens: dict[str, str] | None = None) -> web.Application:
+    app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
+
+    async def recall(request: web.Request) -> web.Response:
+        req = await parse(request, RecallRequest)
+        blocks = await backend.recall(req)
+        return web.Response(body=orjson.dumps({"memories": [b.model_dump(exclude_none=True) for b in blocks]}),
+                            content_type="application/json")
+
+    async def retain(request: web.Request) -> web.Response:
+        req = await parse(request, RetainRequest)
+        outcome = await backend.retain(req)
+        return web.Response(status=202, body=orjson.dumps({"status": outcome, "id": req.entry["id"]}),
+                            content_type="application/json")
+
+    async def forget(request: web.Request) -> web.Response:
+        req = await parse(request, ForgetRequest)
+        await backend.forget(req)
+        return web.Response(status=204)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response(await backend.health())
+
+    async def describe(request: web.Request) -> web.Response:
+        return web.json_response(descriptor)
+
+    memory = descriptor.get("memory", {})
+    for name, handler in (("recall", recall), ("retain", retain), ("forget", forget)):
+        if name in memory:
+            app.router.add_post(memory[name]["path"], handler)
+    app.router.add_get("/health", health)
+    app.router.add_get("/.claw-describe.json", describe)
+    return app

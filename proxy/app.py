@@ -1,0 +1,122 @@
+"""The aiohttp application: routes, error middleware, and the lifecycle of shared clients."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+
+import aiohttp
+from aiohttp import web
+
+from .config import ProxySettings
+from .context_store import ContextStore
+from .errors import ProxyError, dialect_for_path, error_response
+from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
+from .ledger import Ledger
+from .rate_limit import RateLimiter
+from .redact import Redactor
+from .retain import RetainQueue
+from .state import ProxyState
+from .telemetry import Telemetry
+from .turn import authenticate, handle_turn, open_upstream
+from .upstream import returned_headers, upstream_headers, upstream_target
+
+STATE = web.AppKey("memplane_state", ProxyState)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler):
+    """Every failure leaves as a JSON error in the caller's provider dialect, never a traceback."""
+    dialect = dialect_for_path(request.path)
+    try:
+        return await handler(request)
+    except ProxyError as err:
+        return error_response(dialect, err)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(dialect, ProxyError(413, f"Request body too large ({exc.text}).",
+                                                  code="request_too_large"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(dialect, ProxyError(exc.status, exc.reason))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        state = request.app[STATE]
+        state.telemetry.log.error("unhandled_error", path=request.path, error=type(exc).__name__,
+                                  where=traceback.format_exc(limit=3).splitlines()[-1])
+        return error_response(dialect, ProxyError(500, "Internal proxy error.", code="internal_error"))
+
+
+def _turn_route(fmt):
+    async def route(request: web.Request) -> web.StreamResponse:
+        return await handle_turn(request, fmt, request.app[STATE])
+    return route
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other /v1/* call goes to the provider as-is, with the operator's key."""
+    state = request.app[STATE]
+    authenticate(request, state)
+    path = request.path
+    provider = "anthropic" if path.startswith("/v1/messages") else "openai"
+    rel = path if provider == "anthropic" else path[len("/v1"):]
+    body = await request.read()
+    headers = upstream_headers(state.settings, provider, request.headers)
+    if request.content_type and body:
+        headers["Content-Type"] = request.content_type
+    upstream = await open_upstream(state, request.method, upstream_target(state.settings, provider, rel),
+                                   data=body or None, headers=headers, params=request.query)
+    async with upstream:
+        resp = web.StreamResponse(status=upstream.status, headers=returned_headers(upstream.headers))
+        await resp.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await resp.write(chunk)
+        await resp.write_eof()
+    return resp
+
+
+def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> ProxyState:
+    telemetry = telemetry or Telemetry()
+    return ProxyState(
+        settings=settings,
+        telemetry=telemetry,
+        contexts=ContextStore(settings.context_root, telemetry),
+        ledger=Ledger(settings.history_root, fsync=settings.ledger_fsync),
+        redactor=Redactor.from_file(settings.redaction_rules),
+        rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
+        upstream_slots=asyncio.Semaphore(settings.max_concurrent_upstream),
+    )
+
+
+def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> web.Application:
+    state = build_state(settings, telemetry)
+    app = web.Application(middlewares=[errors_middleware], client_max_size=settings.max_body_bytes)
+    app[STATE] = state
+
+    async def start(app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        state.retain = RetainQueue(state.session, state.telemetry, state.redactor,
+                                   maxsize=settings.retain_queue_size, workers=settings.retain_workers)
+        state.retain.start()
+
+    async def stop(app: web.Application) -> None:
+        if state.retain is not None:
+            await state.retain.drain(min(5.0, settings.shutdown_grace_s))
+        if state.session is not None:
+            await state.session.close()
+        state.ledger.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/v1/chat/completions", _turn_route(OpenAIChat()))
+    app.router.add_post("/v1/messages", _turn_route(AnthropicMessages()))
+    app.router.add_post("/v1/responses", _turn_route(OpenAIResponses()))
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough)
+    return app

@@ -1,0 +1,137 @@
+"""The `memplane` command line: serve, adapters, agents, up, demo, compile, memory ops, audit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from manifests.agents import memory_manifest, write_agent
+
+from . import runner
+from .config import DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, ProxySettings
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="memplane")
+def main() -> None:
+    """memplane: durable memory for any LLM agent, by changing only its base URL."""
+
+
+def _check_contexts(settings: ProxySettings) -> None:
+    """Report every invalid manifest at start-up (the proxy still serves the rest)."""
+    from .context_store import ContextStore
+    from .telemetry import Telemetry
+
+    store = ContextStore(settings.context_root, Telemetry())
+    for agent_id in store.agent_ids():
+        store.get(agent_id)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
+@click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
+@click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
+              show_default=True, envvar="MEMPLANE_CONTEXT_ROOT", help="Compiled per-agent context dirs.")
+@click.option("--history-root", type=click.Path(path_type=Path), default=Path(".memplane/history"),
+              show_default=True, envvar="MEMPLANE_HISTORY_ROOT", help="Where per-agent ledgers are written.")
+@click.option("--openai-base-url", default=DEFAULT_OPENAI_BASE_URL, show_default=True,
+              envvar=["MEMPLANE_OPENAI_BASE_URL", "OPENAI_BASE_URL"], help="Provider base, including /v1.")
+@click.option("--anthropic-base-url", default=DEFAULT_ANTHROPIC_BASE_URL, show_default=True,
+              envvar=["MEMPLANE_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"], help="Provider root, without /v1.")
+@click.option("--max-body-bytes", default=10 * 1024 * 1024, show_default=True, type=int,
+              envvar="MEMPLANE_MAX_BODY_BYTES")
+@click.option("--upstream-connect-timeout", default=10.0, show_default=True, type=float,
+              envvar="MEMPLANE_UPSTREAM_CONNECT_TIMEOUT")
+@click.option("--upstream-read-timeout", default=600.0, show_default=True, type=float,
+              envvar="MEMPLANE_UPSTREAM_READ_TIMEOUT")
+@click.option("--max-concurrent-upstream", default=512, show_default=True, type=int,
+              envvar="MEMPLANE_MAX_CONCURRENT_UPSTREAM")
+@click.option("--rate-limit", default=0.0, show_default=True, type=float, envvar="MEMPLANE_RATE_LIMIT",
+              help="Requests per second per agent (0 = off).")
+@click.option("--rate-limit-burst", default=20, show_default=True, type=int, envvar="MEMPLANE_RATE_LIMIT_BURST")
+@click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
+              help="YAML file of extra redaction rules and allow-list patterns.")
+@click.option("--shutdown-grace", default=30.0, show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
+def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
+          anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
+          upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
+          rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float) -> None:
+    """Run the memory proxy."""
+    from .app import build_app
+    from .redact import RedactionConfigError, Redactor
+
+    settings = ProxySettings(
+        context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,
+        openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=anthropic_base_url,
+        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=max_body_bytes,
+        upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
+        max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
+        rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
+    )
+    try:
+        Redactor.from_file(redaction_rules)
+    except RedactionConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    _check_contexts(settings)
+    app = build_app(settings)
+    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, history {history_root})", err=True)
+    runner.run(runner.serve([runner.Site(app, host, port, "proxy")], grace_s=shutdown_grace))
+
+
+@main.group()
+def adapter() -> None:
+    """Run a memory adapter (a service behind the memplane contract)."""
+
+
+@adapter.command("reference")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST")
+@click.option("--port", default=8081, show_default=True, type=int, envvar="PORT")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("/data/reference-memory"),
+              show_default=True, envvar="MEMORY_REF_DIR")
+@click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token.")
+def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -> None:
+    """The file-backed reference adapter."""
+    from memory_adapters.reference.app import build_reference_app
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token), host, port)]))
+
+
+@main.group()
+def agent() -> None:
+    """Manage agents in a context root."""
+
+
+@agent.command("add")
+@click.argument("agent_id")
+@click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
+              show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
+@click.option("--memory-url", default=None, help="Base URL of the agent's memory service.")
+@click.option("--memory-service", default="memory", show_default=True, help="Service name in memory.json.")
+@click.option("--memory-token", default=None, help="Bearer token for the memory service.")
+@click.option("--pod", default="", help="Pod name recorded in metadata.json.")
+def agent_add(agent_id: str, context_root: Path, memory_url: str | None, memory_service: str,
+              memory_token: str | None, pod: str) -> None:
+    """Create (or update) an agent and print its token once."""
+    from manifests.validate import ManifestError, validate
+
+    try:
+        validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, "agent id")
+    except ManifestError as exc:
+        raise click.ClickException(f"invalid agent id {agent_id!r}: {exc}") from None
+    memory = memory_manifest(memory_service, memory_url, auth_token=memory_token) if memory_url else None
+    token, created = write_agent(context_root, agent_id, pod=pod, memory=memory)
+    if created:
+        click.echo(token)
+        click.echo(f"(token shown once; also stored in {context_root / agent_id / 'token'} with mode 0600)", err=True)
+    else:
+        click.echo(f"agent {agent_id} updated; its token is unchanged ({context_root / agent_id / 'token'})", err=True)
+
+
+from .cli_local import demo, up  # noqa: E402  (commands that wire several parts together)
+
+main.add_command(up)
+main.add_command(demo)

@@ -1,0 +1,122 @@
+"""`memplane up` (proxy + reference adapter on embedded defaults) and `memplane demo`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from manifests.agents import memory_manifest, write_agent
+
+from . import runner
+from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
+
+
+@click.command()
+@click.option("--home", type=click.Path(path_type=Path), default=Path(".memplane"), show_default=True,
+              envvar="MEMPLANE_HOME", help="Where contexts, ledgers and memories live.")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
+@click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
+@click.option("--adapter-port", default=8081, show_default=True, type=int, envvar="MEMPLANE_ADAPTER_PORT")
+@click.option("--agent", "agent_id", default="default", show_default=True, help="The agent created on first run.")
+def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> None:
+    """Run the proxy and the reference memory adapter together, no Redis or MongoDB needed."""
+    from memory_adapters.reference.app import build_reference_app
+
+    from .app import build_app
+
+    context_root, history_root, data_dir = home / "context", home / "history", home / "reference-memory"
+    for d in (context_root, history_root, data_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    token, created = write_agent(context_root, agent_id, pod="local",
+                                 memory=memory_manifest("reference", f"http://127.0.0.1:{adapter_port}"))
+    settings = ProxySettings(
+        context_root=context_root, history_root=history_root,
+        openai_base_url=os.environ.get("OPENAI_BASE_URL", DEFAULT_OPENAI_BASE_URL),
+        openai_api_key=os.environ.get("OPENAI_API_KEY"),
+        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"),
+    )
+
+    def ready(ports: list[int]) -> None:
+        click.echo(f"memplane is up: proxy http://{host}:{ports[0]}/v1 -> {settings.openai_base_url}; "
+                   f"reference memory http://127.0.0.1:{ports[1]} (data in {home})", err=True)
+        if created:
+            click.echo(f"agent '{agent_id}' token (shown once, kept in {context_root / agent_id / 'token'}):",
+                       err=True)
+            click.echo(token)
+        else:
+            click.echo(f"agent '{agent_id}': token in {context_root / agent_id / 'token'}", err=True)
+        click.echo(f"point your agent here:  OPENAI_BASE_URL=http://{host}:{ports[0]}/v1  "
+                   f"OPENAI_API_KEY=<the token>", err=True)
+
+    sites = [runner.Site(build_app(settings), host, port, "proxy"),
+             runner.Site(build_reference_app(data_dir), "127.0.0.1", adapter_port, "reference")]
+    runner.run(runner.serve(sites, on_ready=ready))
+
+
+@click.command()
+def demo() -> None:
+    """Show the whole memory loop offline: tell a fact, then ask for it in a new conversation."""
+    asyncio.run(_demo())
+
+
+async def _demo() -> None:
+    from openai import AsyncOpenAI
+
+    from memory_adapters.reference.app import build_reference_app
+
+    from .app import STATE, build_app
+    from .telemetry import Telemetry, make_logger
+    from .testing.fake_provider import FakeProvider
+
+    log = io.StringIO()
+    provider = FakeProvider()
+    with tempfile.TemporaryDirectory(prefix="memplane-demo-") as tmp:
+        root = Path(tmp)
+        prov_runner, prov_port = await runner.start_site(runner.Site(provider.app(), "127.0.0.1", 0))
+        ref_runner, ref_port = await runner.start_site(
+            runner.Site(build_reference_app(root / "memory"), "127.0.0.1", 0))
+        token, _ = write_agent(root / "context", "demo-agent", pod="demo",
+                               memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}"))
+        settings = ProxySettings(context_root=root / "context", history_root=root / "history",
+                                 openai_base_url=f"http://127.0.0.1:{prov_port}/v1", openai_api_key="sk-operator")
+        app = build_app(settings, Telemetry(make_logger(log)))
+        proxy_runner, proxy_port = await runner.start_site(runner.Site(app, "127.0.0.1", 0))
+        try:
+            client = AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key=token, max_retries=0)
+            fact = "Remember that my favourite colour is teal and my cat is called Miso."
+            click.secho("conversation 1", bold=True)
+            click.echo(f"  user:      {fact}")
+            r1 = await client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": fact}])
+            click.echo(f"  assistant: {r1.choices[0].message.content}")
+            state = app[STATE]
+            await state.settle()
+            question = "What is my cat called?"
+            click.secho("\nconversation 2 (a brand-new message list)", bold=True)
+            click.echo(f"  user:      {question}")
+            r2 = await client.chat.completions.create(
+                model="fake-model", messages=[{"role": "system", "content": "You are helpful."},
+                                              {"role": "user", "content": question}])
+            click.echo(f"  assistant: {r2.choices[0].message.content}")
+            block = provider.received[-1].memories_block
+            click.secho("\nthe <memories> block the provider received:", bold=True)
+            click.echo(block or "(none)")
+            click.secho("\nmemory_op log lines:", bold=True)
+            for line in log.getvalue().splitlines():
+                if '"memory_op"' in line:
+                    click.echo(line)
+            ok = block is not None and "Miso" in block
+            click.secho("\nmemory works: the fact from conversation 1 reached conversation 2." if ok
+                        else "\nthe fact did not reach conversation 2.", fg="green" if ok else "red")
+            if not ok:
+                raise SystemExit(1)
+            await client.close()
+        finally:
+            await proxy_runner.cleanup()
+            await ref_runner.cleanup()
+            await prov_runner.cleanup()

@@ -1,0 +1,36 @@
+"""Proxy settings: one typed object built by the CLI from flags and env, passed to the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+
+
+@dataclass
+class ProxySettings:
+    context_root: Path
+    history_root: Path
+    openai_base_url: str = DEFAULT_OPENAI_BASE_URL
+    openai_api_key: str | None = None
+    anthropic_base_url: str = DEFAULT_ANTHROPIC_BASE_URL
+    anthropic_api_key: str | None = None
+    max_body_bytes: int = 10 * 1024 * 1024
+    upstream_connect_timeout_s: float = 10.0
+    upstream_read_timeout_s: float = 600.0
+    max_concurrent_upstream: int = 512
+    rate_limit_per_agent: float = 0.0  # requests per second, 0 = off
+    rate_limit_burst: int = 20
+    retain_queue_size: int = 10_000
+    retain_workers: int = 4
+    redaction_rules: str | None = None
+    shutdown_grace_s: float = 30.0
+    ledger_fsync: bool = False
+
+    def __post_init__(self) -> None:
+        self.context_root = Path(self.context_root)
+        self.history_root = Path(self.history_root)
+        self.openai_base_url = self.openai_base_url.rstrip("/")
+        self.anthropic_base_url = self.anthropic_base_url.rstrip("/")

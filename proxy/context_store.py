@@ -1,0 +1,98 @@
+"""Per-agent context directories, read once and reloaded when their files change.
+
+A bad memory.json disables memory for that agent (and is logged once per change); it never
+takes the proxy or the agent's traffic down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from manifests.models import AgentMetadata, MemoryManifest
+from manifests.validate import ManifestError, load_json
+
+from .telemetry import Telemetry
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    metadata: AgentMetadata
+    memory: MemoryManifest | None
+    memory_error: str | None = None
+
+    @property
+    def agent_id(self) -> str:
+        return self.metadata.agent_id
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+class ContextStore:
+    def __init__(self, root: Path, telemetry: Telemetry) -> None:
+        self.root = Path(root)
+        self.telemetry = telemetry
+        self._cache: dict[str, tuple[tuple[int | None, int | None], AgentContext | None]] = {}
+
+    def get(self, agent_id: str) -> AgentContext | None:
+        """The agent's context, or None when it does not exist or its metadata is invalid."""
+        if not _AGENT_ID.match(agent_id):
+            return None
+        agent_dir = self.root / agent_id
+        stamp = (_mtime(agent_dir / "metadata.json"), _mtime(agent_dir / "memory.json"))
+        cached = self._cache.get(agent_id)
+        if cached and cached[0] == stamp:
+            return cached[1]
+        ctx = self._load(agent_dir, stamp)
+        self._cache[agent_id] = (stamp, ctx)
+        return ctx
+
+    def _load(self, agent_dir: Path, stamp: tuple[int | None, int | None]) -> AgentContext | None:
+        if stamp[0] is None:
+            return None
+        try:
+            meta = AgentMetadata.from_doc(load_json(agent_dir / "metadata.json", "metadata"))
+        except (ManifestError, OSError) as exc:
+            self.telemetry.warning("context_invalid", agent_dir=str(agent_dir), error=str(exc))
+            return None
+        if meta.agent_id != agent_dir.name:
+            self.telemetry.warning("context_invalid", agent_dir=str(agent_dir),
+                                   error="metadata.json agent_id does not match its directory")
+            return None
+        if stamp[1] is None:
+            return AgentContext(meta, None)
+        try:
+            memory = MemoryManifest.from_doc(load_json(agent_dir / "memory.json", "memory"))
+        except (ManifestError, OSError) as exc:
+            self.telemetry.warning("memory_manifest_invalid", claw_id=meta.agent_id, error=str(exc))
+            return AgentContext(meta, None, memory_error=str(exc))
+        return AgentContext(meta, memory)
+
+    def authenticate(self, token: str | None) -> AgentContext | None:
+        """Resolve `<agent-id>:<secret>` to its context, comparing digests in constant time."""
+        if not token or ":" not in token:
+            return None
+        agent_id = token.split(":", 1)[0]
+        ctx = self.get(agent_id)
+        if ctx is None:
+            # Burn the same work as a real comparison so timing does not reveal agent ids.
+            hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), "0" * 64)
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        return ctx if hmac.compare_digest(digest, ctx.metadata.token_sha256) else None
+
+    def agent_ids(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "metadata.json").exists())

@@ -1,0 +1,74 @@
+"""Error bodies in each provider's own shape, so SDKs raise their normal exception types."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import orjson
+from aiohttp import web
+
+
+class Dialect(str, Enum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "api_error",
+    504: "api_error",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "api_error",
+}
+
+
+class ProxyError(Exception):
+    """Raised anywhere in request handling; rendered in the caller's dialect."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(dialect: Dialect, status: int, message: str, *, code: str | None = None,
+               param: str | None = None) -> bytes:
+    if dialect is Dialect.ANTHROPIC:
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    kind = _OPENAI_TYPES.get(status, "api_error")
+    return orjson.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    )
+
+
+def error_response(dialect: Dialect, err: ProxyError) -> web.Response:
+    return web.Response(
+        status=err.status,
+        body=error_body(dialect, err.status, err.message, code=err.code, param=err.param),
+        content_type="application/json",
+        headers=err.headers,
+    )
+
+
+def dialect_for_path(path: str) -> Dialect:
+    return Dialect.ANTHROPIC if path.startswith("/v1/messages") else Dialect.OPENAI

@@ -1,0 +1,114 @@
+"""Anthropic Messages: `POST /v1/messages`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import Dialect
+from ..recall_policy import Memory
+from .base import StreamState, append_text, latest_user_index, query_from, require
+
+
+class AnthropicMessages:
+    name = "anthropic"
+    provider = "anthropic"
+    dialect = Dialect.ANTHROPIC
+    upstream_path = "/v1/messages"
+
+    def validate(self, body: dict[str, Any]) -> None:
+        require("messages" in body, self.dialect, "messages: Field required", "messages")
+        require(isinstance(body["messages"], list) and len(body["messages"]) > 0, self.dialect,
+                "messages: must be a non-empty list", "messages")
+        require(all(isinstance(m, dict) for m in body["messages"]), self.dialect,
+                "messages: each item must be an object", "messages")
+        system = body.get("system")
+        require(system is None or isinstance(system, (str, list)), self.dialect,
+                "system: must be a string or a list of content blocks", "system")
+
+    def recall_messages(self, body: dict[str, Any]) -> list[Any]:
+        return body["messages"]
+
+    def recall_system(self, body: dict[str, Any]) -> Any:
+        return body.get("system")
+
+    def query(self, body: dict[str, Any]) -> str:
+        return query_from(body["messages"])
+
+    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+               placement: str) -> dict[str, Any]:
+        if placement in ("latest", "search_results"):
+            messages = list(body["messages"])
+            i = latest_user_index(messages)
+            if i is not None:
+                content = messages[i].get("content")
+                parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+                if placement == "search_results":
+                    lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
+                else:
+                    lead = [{"type": "text", "text": block}]
+                messages[i] = {**messages[i], "content": lead + parts}
+                return {**body, "messages": messages}
+        return {**body, "system": append_text(body.get("system"), block)}
+
+    def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        return body, False  # Anthropic streams carry usage already
+
+    def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
+        try:
+            ev = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return True
+        if not isinstance(ev, dict):
+            return True
+        kind = ev.get("type")
+        if kind == "message_start":
+            msg = ev.get("message") or {}
+            state.model = msg.get("model")
+            usage = msg.get("usage") or {}
+            state.usage = {"prompt_tokens": usage.get("input_tokens"),
+                           "completion_tokens": usage.get("output_tokens")}
+        elif kind == "content_block_delta":
+            delta = ev.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                state.text_parts.append(delta.get("text", ""))
+            elif delta.get("type") == "citations_delta":
+                state.extra.setdefault("citations", []).append(delta.get("citation"))
+        elif kind == "message_delta":
+            usage = ev.get("usage") or {}
+            state.usage = {**(state.usage or {}),
+                           "completion_tokens": usage.get("output_tokens",
+                                                          (state.usage or {}).get("completion_tokens"))}
+            if usage.get("input_tokens") is not None:
+                state.usage["prompt_tokens"] = usage["input_tokens"]
+        return True
+
+    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        texts = []
+        for block in response.get("content") or ():
+            if isinstance(block, dict) and block.get("type") == "text":
+                texts.append(block.get("text", ""))
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            usage = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+        return "".join(texts), usage
+
+    @staticmethod
+    def citations(response: dict[str, Any]) -> list[Any]:
+        found = []
+        for block in response.get("content") or ():
+            if isinstance(block, dict):
+                found.extend(block.get("citations") or ())
+        return found
+
+
+def _search_result(m: Memory, service: str, n: int) -> dict[str, Any]:
+    ref = m.id or f"memory-{n + 1}"
+    return {
+        "type": "search_result",
+        "source": f"memplane://{service}/{ref}",
+        "title": m.title or " · ".join(x for x in (m.kind, m.ts) if x) or "memory",
+        "content": [{"type": "text", "text": m.text}],
+        "citations": {"enabled": True},
+    }

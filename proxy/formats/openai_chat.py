@@ -1,0 +1,97 @@
+"""OpenAI Chat Completions: `POST /v1/chat/completions`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import Dialect
+from ..recall_policy import Memory
+from .base import StreamState, append_text, latest_user_index, query_from, require, text_of
+
+
+class OpenAIChat:
+    name = "openai"
+    provider = "openai"
+    dialect = Dialect.OPENAI
+    upstream_path = "/chat/completions"
+
+    def validate(self, body: dict[str, Any]) -> None:
+        require("messages" in body, self.dialect, "Missing required parameter: 'messages'.", "messages")
+        require(isinstance(body["messages"], list) and len(body["messages"]) > 0, self.dialect,
+                "'messages' must be a non-empty array.", "messages")
+        require(all(isinstance(m, dict) for m in body["messages"]), self.dialect,
+                "Each item of 'messages' must be an object.", "messages")
+
+    def recall_messages(self, body: dict[str, Any]) -> list[Any]:
+        return body["messages"]
+
+    def recall_system(self, body: dict[str, Any]) -> Any:
+        return None
+
+    def query(self, body: dict[str, Any]) -> str:
+        return query_from(body["messages"])
+
+    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+               placement: str) -> dict[str, Any]:
+        messages = list(body["messages"])
+        if placement == "latest":
+            i = latest_user_index(messages)
+            at = i if i is not None else len(messages)
+            messages.insert(at, {"role": "system", "content": block})
+        else:
+            for i, m in enumerate(messages):
+                if m.get("role") in ("system", "developer"):
+                    messages[i] = {**m, "content": append_text(m.get("content"), block)}
+                    break
+            else:
+                messages.insert(0, {"role": "system", "content": block})
+        return {**body, "messages": messages}
+
+    def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Ask for usage on streams; the extra usage chunk is hidden from an agent that did not."""
+        if not body.get("stream"):
+            return body, False
+        opts = body.get("stream_options")
+        if isinstance(opts, dict) and opts.get("include_usage"):
+            return body, False
+        return {**body, "stream_options": {**(opts or {}), "include_usage": True}}, True
+
+    def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
+        if not data or data == "[DONE]":
+            return True
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return True
+        if not isinstance(chunk, dict):
+            return True
+        state.model = chunk.get("model", state.model)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) == 0:
+                delta = choice.get("delta") or {}
+                if isinstance(delta.get("content"), str):
+                    state.text_parts.append(delta["content"])
+                for call in delta.get("tool_calls") or ():
+                    fn = call.get("function") or {}
+                    calls = state.extra.setdefault("tool_calls", {})
+                    slot = calls.setdefault(str(call.get("index", 0)), {"name": "", "arguments": ""})
+                    slot["name"] += fn.get("name") or ""
+                    slot["arguments"] += fn.get("arguments") or ""
+        if chunk.get("usage"):
+            state.usage = _usage(chunk["usage"])
+            if hidden_usage and not chunk.get("choices"):
+                return False
+        return True
+
+    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        choices = response.get("choices") or [{}]
+        message = (choices[0] or {}).get("message") or {}
+        return text_of(message.get("content")), _usage(response.get("usage"))
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    return {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}

@@ -1,0 +1,85 @@
+"""OpenAI Responses API: `POST /v1/responses`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import Dialect
+from ..recall_policy import Memory
+from .base import StreamState, append_text, latest_user_index, query_from, require
+
+
+def _as_messages(inp: Any) -> list[Any]:
+    if isinstance(inp, str):
+        return [{"role": "user", "content": inp}]
+    return [item for item in inp if isinstance(item, dict)]
+
+
+class OpenAIResponses:
+    name = "responses"
+    provider = "openai"
+    dialect = Dialect.OPENAI
+    upstream_path = "/responses"
+
+    def validate(self, body: dict[str, Any]) -> None:
+        require("input" in body, self.dialect, "Missing required parameter: 'input'.", "input")
+        require(isinstance(body["input"], (str, list)), self.dialect,
+                "'input' must be a string or an array of input items.", "input")
+        instructions = body.get("instructions")
+        require(instructions is None or isinstance(instructions, str), self.dialect,
+                "'instructions' must be a string.", "instructions")
+
+    def recall_messages(self, body: dict[str, Any]) -> list[Any]:
+        return _as_messages(body["input"])
+
+    def recall_system(self, body: dict[str, Any]) -> Any:
+        return body.get("instructions")
+
+    def query(self, body: dict[str, Any]) -> str:
+        return query_from(_as_messages(body["input"]))
+
+    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+               placement: str) -> dict[str, Any]:
+        if placement == "latest":
+            items = _as_messages(body["input"]) if isinstance(body["input"], str) else list(body["input"])
+            i = latest_user_index(items)
+            items.insert(i if i is not None else len(items), {"role": "developer", "content": block})
+            return {**body, "input": items}
+        return {**body, "instructions": append_text(body.get("instructions"), block)}
+
+    def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        return body, False  # response.completed carries usage
+
+    def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
+        try:
+            ev = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return True
+        if not isinstance(ev, dict):
+            return True
+        kind = ev.get("type") or event
+        if kind == "response.output_text.delta":
+            state.text_parts.append(ev.get("delta", ""))
+        elif kind in ("response.completed", "response.incomplete"):
+            response = ev.get("response") or {}
+            state.model = response.get("model", state.model)
+            state.usage = _usage(response.get("usage"))
+            state.extra["response_id"] = response.get("id")
+        return True
+
+    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        texts = []
+        for item in response.get("output") or ():
+            if isinstance(item, dict) and item.get("type") == "message":
+                for part in item.get("content") or ():
+                    if isinstance(part, dict) and part.get("type") == "output_text":
+                        texts.append(part.get("text", ""))
+        return "".join(texts), _usage(response.get("usage"))
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    return {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}

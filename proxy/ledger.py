@@ -1,0 +1,231 @@
+"""The durable per-agent session ledger, `<history-root>/<agent-id>/history.jsonl` (CONTRACT §6).
+
+Entry ids are `hist1_` + SHA-256 of the entry serialized without `id` (orjson: compact,
+insertion order, UTF-8), so anyone can re-derive them: `orjson.loads(line)`, drop `id`,
+`orjson.dumps(...)`, hash. Writes go through one thread per ledger so the event loop never
+blocks on disk and lines from concurrent turns never interleave. A torn last line (a crash
+mid-write) is skipped with a warning on read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+LEDGER_FILE = "history.jsonl"
+INDEX_FILE = "history.idx"
+TOMBSTONE_FILE = "tombstones.jsonl"
+INDEX_EVERY = 512
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def entry_id(entry: dict[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "id"}
+    return "hist1_" + hashlib.sha256(orjson.dumps(body)).hexdigest()
+
+
+def build_entry(*, claw_id: str, path: str, requested_model: str | None, provider: str,
+                effective_model: str | None, status_code: int, stream: bool,
+                request_original: Any, request_effective: Any, response: dict[str, Any],
+                usage: dict[str, Any] | None, ts: str | None = None,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ledger entry with its keys in contract order and its id filled in."""
+    entry: dict[str, Any] = {
+        "version": 1,
+        "ts": ts or now_rfc3339(),
+        "claw_id": claw_id,
+        "path": path,
+        "requested_model": requested_model,
+        "effective_provider": provider,
+        "effective_model": effective_model,
+        "status_code": status_code,
+        "stream": stream,
+        "request_original": request_original,
+        "request_effective": request_effective,
+        "response": response,
+        "usage": usage,
+    }
+    if extra:
+        entry.update(extra)
+    return {"version": 1, "id": entry_id(entry), **{k: v for k, v in entry.items() if k != "version"}}
+
+
+@dataclass
+class LineRef:
+    offset: int
+    end: int
+    entry: dict[str, Any]
+
+
+def _parse_lines(data: bytes, base_offset: int, *, final: bool) -> tuple[list[LineRef], int, int]:
+    """Parse complete lines; returns (entries, bytes consumed, torn lines skipped)."""
+    out: list[LineRef] = []
+    torn = 0
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            if final and data[pos:].strip():
+                torn += 1  # no newline at EOF: the writer died mid-line
+                pos = len(data)
+            break
+        line = data[pos:nl]
+        if line.strip():
+            try:
+                out.append(LineRef(base_offset + pos, base_offset + nl + 1, orjson.loads(line)))
+            except orjson.JSONDecodeError:
+                torn += 1
+        pos = nl + 1
+    return out, pos, torn
+
+
+class Ledger:
+    def __init__(self, root: Path, *, fsync: bool = False) -> None:
+        self.root = Path(root)
+        self.fsync = fsync
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
+        self._files: dict[str, Any] = {}
+
+    def path(self, agent_id: str) -> Path:
+        return self.root / agent_id / LEDGER_FILE
+
+    def _append_sync(self, agent_id: str, line: bytes) -> None:
+        fh = self._files.get(agent_id)
+        if fh is None:
+            p = self.path(agent_id)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(p, "ab", buffering=0)
+            # A torn line left by a crash must not glue itself to the next entry.
+            if fh.tell() > 0:
+                with open(p, "rb") as rf:
+                    rf.seek(-1, os.SEEK_END)
+                    if rf.read(1) != b"\n":
+                        fh.write(b"\n")
+            self._files[agent_id] = fh
+        fh.write(line)
+        if self.fsync:
+            os.fsync(fh.fileno())
+
+    async def append(self, agent_id: str, entry: dict[str, Any]) -> None:
+        line = orjson.dumps(entry) + b"\n"
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
+
+    def append_blocking(self, agent_id: str, entry: dict[str, Any]) -> None:
+        self._executor.submit(self._append_sync, agent_id, orjson.dumps(entry) + b"\n").result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+    def agents(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / LEDGER_FILE).exists())
+
+    def read(self, agent_id: str, *, start_offset: int = 0, on_torn=None) -> Iterator[LineRef]:
+        """Every valid entry from `start_offset` on, in file order."""
+        p = self.path(agent_id)
+        if not p.exists():
+            return
+        chunk = 1 << 20
+        with open(p, "rb") as fh:
+            fh.seek(start_offset)
+            offset = start_offset
+            buf = b""
+            while True:
+                data = fh.read(chunk)
+                final = not data
+                buf += data
+                refs, used, torn = _parse_lines(buf, offset, final=final)
+                if torn and on_torn:
+                    on_torn(torn)
+                yield from refs
+                offset += used
+                buf = buf[used:]
+                if final:
+                    return
+
+    # -- the --after index: every INDEX_EVERY-th line's (ts, offset), extended incrementally --
+
+    def index_path(self, agent_id: str) -> Path:
+        return self.root / agent_id / INDEX_FILE
+
+    def update_index(self, agent_id: str) -> list[tuple[str, int]]:
+        """Bring the sparse ts→offset index up to date, reading only what is new."""
+        ip = self.index_path(agent_id)
+        points: list[tuple[str, int]] = []
+        scanned_to = 0
+        count = 0
+        if ip.exists():
+            for raw in ip.read_bytes().splitlines():
+                try:
+                    rec = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if "scanned_to" in rec:
+                    scanned_to, count = rec["scanned_to"], rec["count"]
+                else:
+                    points.append((rec["ts"], rec["offset"]))
+        size = self.path(agent_id).stat().st_size if self.path(agent_id).exists() else 0
+        if size < scanned_to:  # ledger replaced: rebuild
+            points, scanned_to, count = [], 0, 0
+        if size == scanned_to and ip.exists():
+            return points
+        for ref in self.read(agent_id, start_offset=scanned_to):
+            if count % INDEX_EVERY == 0:
+                points.append((ref.entry.get("ts", ""), ref.offset))
+            count += 1
+            scanned_to = ref.end
+        tmp = ip.with_suffix(".idx.tmp")
+        with open(tmp, "wb") as fh:
+            for ts, off in points:
+                fh.write(orjson.dumps({"ts": ts, "offset": off}) + b"\n")
+            fh.write(orjson.dumps({"scanned_to": scanned_to, "count": count}) + b"\n")
+        os.replace(tmp, ip)
+        return points
+
+    def seek_offset(self, agent_id: str, after: str) -> int:
+        """A byte offset at or before the first entry whose ts is after `after`."""
+        points = self.update_index(agent_id)
+        if not points:
+            return 0
+        keys = [ts for ts, _ in points]
+        i = bisect.bisect_left(keys, after) - 1
+        return points[i][1] if i >= 0 else 0
+
+
+def read_tombstones(root: Path, agent_id: str) -> set[str]:
+    p = Path(root) / agent_id / TOMBSTONE_FILE
+    if not p.exists():
+        return set()
+    ids = set()
+    for raw in p.read_bytes().splitlines():
+        try:
+            ids.add(orjson.loads(raw)["entry_id"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def append_tombstones(root: Path, agent_id: str, entry_ids: list[str], reason: str) -> None:
+    p = Path(root) / agent_id / TOMBSTONE_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    ts = now_rfc3339()
+    with open(p, "ab") as fh:
+        for eid in entry_ids:
+            fh.write(orjson.dumps({"entry_id": eid, "reason": reason, "ts": ts}) + b"\n")

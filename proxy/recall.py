@@ -1,0 +1,74 @@
+"""Pre-turn recall: ask the agent's memory service for memories within a hard timeout.
+
+Anything but a timely, small, valid 2xx JSON answer means "no memories": the agent's request
+goes on unchanged and the reason is returned for telemetry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from manifests.models import MemoryManifest
+
+MAX_RECALL_BYTES = 16 * 1024
+
+
+@dataclass
+class RecallOutcome:
+    status: str  # succeeded | failed | timed_out
+    memories: list[dict[str, Any]] = field(default_factory=list)
+    status_code: int | None = None
+    error: str | None = None
+    latency_ms: float = 0.0
+    bytes_: int = 0
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(8192):
+        data += chunk
+        if len(data) > limit:
+            return None
+    return bytes(data)
+
+
+async def call_recall(session: aiohttp.ClientSession, manifest: MemoryManifest,
+                      payload: dict[str, Any]) -> RecallOutcome:
+    assert manifest.recall is not None
+    timeout_s = manifest.recall.timeout_ms / 1000
+    started = time.perf_counter()
+
+    async def run() -> RecallOutcome:
+        async with session.post(manifest.url(manifest.recall), data=orjson.dumps(payload),
+                                headers={**manifest.headers(), "Content-Type": "application/json"},
+                                timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            body = await _read_limited(resp, MAX_RECALL_BYTES)
+            if not 200 <= resp.status < 300:
+                return RecallOutcome("failed", status_code=resp.status, error=f"status {resp.status}")
+            if body is None:
+                return RecallOutcome("failed", status_code=resp.status,
+                                     error=f"response over {MAX_RECALL_BYTES} bytes")
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return RecallOutcome("failed", status_code=resp.status, error="invalid JSON")
+            memories = doc.get("memories") if isinstance(doc, dict) else None
+            if not isinstance(memories, list):
+                return RecallOutcome("failed", status_code=resp.status, error="no memories list")
+            return RecallOutcome("succeeded", [m for m in memories if isinstance(m, dict)],
+                                 status_code=resp.status, bytes_=len(body))
+
+    try:
+        outcome = await asyncio.wait_for(run(), timeout_s)
+    except asyncio.TimeoutError:
+        outcome = RecallOutcome("timed_out", error=f"no answer within {manifest.recall.timeout_ms} ms")
+    except (aiohttp.ClientError, OSError) as exc:
+        outcome = RecallOutcome("failed", error=type(exc).__name__)
+    outcome.latency_ms = (time.perf_counter() - started) * 1000
+    return outcome

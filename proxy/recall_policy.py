@@ -1,0 +1,72 @@
+"""What the proxy lets through from a recall answer before anything reaches a prompt (CONTRACT §5)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .redact import Redactor
+
+BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters per token: the usual English estimate, cheap and stable."""
+    return (len(text) + 3) // 4
+
+
+@dataclass(frozen=True)
+class Memory:
+    text: str
+    kind: str | None = None
+    source: str | None = None
+    ts: str | None = None
+    score: float | None = None
+    id: str | None = None
+    title: str | None = None
+
+
+@dataclass
+class PolicyResult:
+    memories: list[Memory]
+    removed: int = 0  # blocks dropped (transcripts, blanks, over limits)
+    redactions: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def memory_removed(self) -> int:
+        return self.removed + sum(self.redactions.values())
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: int,
+                 budget_tokens: int) -> PolicyResult:
+    """Drop transcripts and blanks, redact secrets, keep the service's order within limits."""
+    result = PolicyResult([])
+    used = 0
+    for item in raw:
+        kind, source = _str_or_none(item.get("kind")), _str_or_none(item.get("source"))
+        text = item.get("text")
+        if kind in BLOCKED_KINDS or source in BLOCKED_KINDS or not isinstance(text, str) \
+                or not text.strip():
+            result.removed += 1
+            continue
+        if len(result.memories) >= max_blocks:
+            result.removed += 1
+            continue
+        text, _ = redactor.text(text.strip(), result.redactions)
+        cost = estimate_tokens(text)
+        if used + cost > budget_tokens:
+            result.removed += 1
+            continue
+        used += cost
+        score = item.get("score")
+        result.memories.append(Memory(
+            text=text, kind=kind, source=source, ts=_str_or_none(item.get("ts")),
+            score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+            id=_str_or_none(item.get("id")), title=_str_or_none(item.get("title")),
+        ))
+    return result

@@ -1,0 +1,71 @@
+"""Run one or more aiohttp apps in one event loop until SIGTERM/SIGINT, then shut down gracefully.
+
+Graceful means: stop accepting, let in-flight requests and streams finish within the grace
+period, then run each app's cleanup (retain drain, ledger close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Site:
+    app: web.Application
+    host: str
+    port: int
+    name: str = ""
+
+
+async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s)
+    await runner.setup()
+    tcp = web.TCPSite(runner, site.host, site.port, reuse_address=True)
+    await tcp.start()
+    port = runner.addresses[0][1] if runner.addresses else site.port
+    return runner, port
+
+
+async def serve(sites: list[Site], *, grace_s: float = 30.0,
+                on_ready: Callable[[list[int]], Awaitable[None] | None] | None = None) -> None:
+    runners = []
+    try:
+        ports = []
+        for site in sites:
+            runner, port = await start_site(site, grace_s)
+            runners.append(runner)
+            ports.append(port)
+        if on_ready is not None:
+            maybe = on_ready(ports)
+            if asyncio.iscoroutine(maybe):
+                await maybe
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
+def run(main: Awaitable[None]) -> None:
+    """asyncio.run with uvloop when it is installed (it is faster for a proxy)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)

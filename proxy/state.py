@@ -1,0 +1,42 @@
+"""Everything a request handler needs, built once per app and passed in explicitly."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+
+from .config import ProxySettings
+from .context_store import ContextStore
+from .ledger import Ledger
+from .rate_limit import RateLimiter
+from .redact import Redactor
+from .retain import RetainQueue
+from .telemetry import Telemetry
+
+
+@dataclass
+class ProxyState:
+    settings: ProxySettings
+    telemetry: Telemetry
+    contexts: ContextStore
+    ledger: Ledger
+    redactor: Redactor
+    rate_limiter: RateLimiter
+    upstream_slots: asyncio.Semaphore
+    session: aiohttp.ClientSession | None = None
+    retain: RetainQueue | None = None
+    active_turns: int = 0
+
+    async def settle(self, timeout: float = 10.0) -> None:
+        """Wait until no turn is in flight and every queued retain was delivered (tests, demo)."""
+        async def wait() -> None:
+            while True:
+                while self.active_turns:
+                    await asyncio.sleep(0.005)
+                if self.retain is not None:
+                    await self.retain.queue.join()
+                if not self.active_turns:
+                    return
+        await asyncio.wait_for(wait(), timeout)

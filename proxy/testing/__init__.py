@@ -1,0 +1,1 @@
+"""Local stand-ins used by the tests, the demo and the benchmarks."""

@@ -1,0 +1,249 @@
+"""One agent turn through the proxy: authenticate, recall, forward, answer, record, retain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from .context_store import AgentContext
+from .errors import ProxyError
+from .formats import AnthropicMessages, StreamState, WireFormat
+from .inject import render_block
+from .ledger import build_entry
+from .rate_limit import retry_after_header
+from .recall import call_recall
+from .recall_policy import apply_policy
+from .retain import RetainJob
+from .sse import SSESplitter, parse_event
+from .state import ProxyState
+from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
+
+
+def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
+    ctx = state.contexts.authenticate(agent_token(request.headers))
+    if ctx is None:
+        raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key.",
+                         code="invalid_api_key")
+    wait = state.rate_limiter.acquire(ctx.agent_id)
+    if wait > 0:
+        raise ProxyError(429, "Rate limit exceeded for this agent; retry later.", code="rate_limit_exceeded",
+                         headers={"Retry-After": retry_after_header(wait)})
+    return ctx
+
+
+async def read_json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        raise ProxyError(400, "The request body is empty; expected a JSON object.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ProxyError(400, f"The request body is not valid JSON: {exc.msg}.") from None
+    if not isinstance(body, dict):
+        raise ProxyError(400, "The request body must be a JSON object.")
+    return body
+
+
+def session_id_of(request: web.Request, body: dict[str, Any]) -> str | None:
+    sid = request.headers.get("X-Session-Id")
+    if not sid and isinstance(body.get("metadata"), dict):
+        value = body["metadata"].get("session_id")
+        sid = value if isinstance(value, str) else None
+    return sid
+
+
+def _metadata(ctx: AgentContext, fmt: WireFormat, body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
+    meta = ctx.metadata
+    out = {"service": meta.service, "type": meta.type, "path": fmt.name,
+           "requested_model": body.get("model"), "session_id": session_id, "timezone": meta.timezone}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
+                            session_id: str | None) -> dict[str, Any]:
+    manifest = ctx.memory
+    assert manifest is not None and manifest.recall is not None and state.session is not None
+    payload: dict[str, Any] = {
+        "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
+        "messages": fmt.recall_messages(body), "query": fmt.query(body),
+        "metadata": _metadata(ctx, fmt, body, session_id),
+    }
+    system = fmt.recall_system(body)
+    if system is not None:
+        payload["system"] = system
+    outcome = await call_recall(state.session, manifest, payload)
+    if outcome.status != "succeeded":
+        state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
+                                  status=outcome.status, status_code=outcome.status_code,
+                                  latency_ms=outcome.latency_ms, error=outcome.error)
+        return body
+    policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
+                          budget_tokens=manifest.budget_tokens)
+    injected = 0
+    if policy.memories:
+        placement = manifest.placement
+        if placement == "search_results" and not isinstance(fmt, AnthropicMessages):
+            placement = "system"
+        block = render_block(manifest.service, policy.memories)
+        body = fmt.inject(body, block, policy.memories, manifest.service, placement)
+        injected = len(block.encode())
+    extra = {"redactions": dict(policy.redactions)} if policy.redactions else {}
+    state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
+                              status="succeeded", status_code=outcome.status_code,
+                              latency_ms=outcome.latency_ms, blocks=len(policy.memories),
+                              bytes_=injected, removed=policy.memory_removed, **extra)
+    return body
+
+
+def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:
+    s = state.settings
+    return aiohttp.ClientTimeout(total=None, sock_connect=s.upstream_connect_timeout_s,
+                                 sock_read=s.upstream_read_timeout_s)
+
+
+async def open_upstream(state: ProxyState, method: str, url: str, *, data: bytes | None,
+                        headers: dict[str, str], params: Any = None) -> aiohttp.ClientResponse:
+    assert state.session is not None
+    try:
+        return await state.session.request(method, url, data=data, headers=headers, params=params,
+                                           timeout=_upstream_timeout(state), allow_redirects=False)
+    except asyncio.TimeoutError:
+        raise ProxyError(504, "The upstream provider did not answer in time.", code="upstream_timeout") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ProxyError(502, f"The upstream provider is unreachable ({type(exc).__name__}).",
+                         code="upstream_unreachable") from None
+
+
+async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
+    state.active_turns += 1
+    try:
+        return await _turn(request, fmt, state)
+    finally:
+        state.active_turns -= 1
+
+
+async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
+    started = time.perf_counter()
+    ctx = authenticate(request, state)
+    body = await read_json_body(request)
+    fmt.validate(body)
+    session_id = session_id_of(request, body)
+    effective = body
+    if ctx.memory is not None and ctx.memory.recall is not None:
+        effective = await recall_and_inject(state, ctx, fmt, body, session_id)
+    effective, hidden_usage = fmt.prepare_upstream(effective)
+    stream = bool(body.get("stream"))
+    url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
+    headers = upstream_headers(state.settings, fmt.provider, request.headers)
+
+    async with state.upstream_slots:
+        upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers)
+        async with upstream:
+            is_sse = upstream.content_type == "text/event-stream"
+            if 200 <= upstream.status < 300 and is_sse:
+                resp, record = await _relay_stream(request, upstream, fmt, hidden_usage)
+            else:
+                resp, record = await _relay_whole(request, upstream, fmt)
+
+    if record is not None:
+        await record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+                          record, session_id)
+    state.telemetry.request(claw_id=ctx.agent_id, path=request.path, status_code=upstream.status,
+                            stream=stream, latency_ms=round((time.perf_counter() - started) * 1000, 3))
+    return resp
+
+
+async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse,
+                       fmt: WireFormat) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+    try:
+        data = await upstream.read()
+    except asyncio.TimeoutError:
+        raise ProxyError(504, "The upstream provider did not finish its answer in time.",
+                         code="upstream_timeout") from None
+    except aiohttp.ClientError as exc:
+        raise ProxyError(502, f"The upstream provider broke off its answer ({type(exc).__name__}).",
+                         code="upstream_unreachable") from None
+    resp = web.Response(status=upstream.status, body=data, headers=returned_headers(upstream.headers))
+    await resp.prepare(request)
+    await resp.write_eof()
+    if not 200 <= upstream.status < 300:
+        return resp, None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return resp, {"response": {"format": "text", "text": data.decode("utf-8", "replace")},
+                      "usage": None, "model": None}
+    text, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
+    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage,
+                              "model": doc.get("model") if isinstance(doc, dict) else None}
+    if isinstance(fmt, AnthropicMessages) and isinstance(doc, dict):
+        cites = fmt.citations(doc)
+        if cites:
+            record["citations"] = cites
+    return resp, record
+
+
+async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
+                        hidden_usage: bool) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+    """Forward SSE events as they arrive; assemble the answer for the ledger on the side."""
+    resp = web.StreamResponse(status=upstream.status, headers=returned_headers(upstream.headers))
+    resp.headers["Cache-Control"] = "no-cache"
+    await resp.prepare(request)
+    splitter = SSESplitter()
+    st = StreamState()
+    incomplete = None
+    try:
+        async for chunk in upstream.content.iter_any():
+            for raw in splitter.feed(chunk):
+                name, data = parse_event(raw)
+                if fmt.feed_event(st, name, data, hidden_usage):
+                    await resp.write(raw)
+        tail = splitter.flush()
+        if tail:
+            await resp.write(tail)
+        await resp.write_eof()
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        incomplete = "client_disconnected"  # leaving the loop closes the upstream call
+    except (asyncio.TimeoutError, aiohttp.ClientError):
+        incomplete = "upstream_broke_off"
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            pass
+    response: dict[str, Any] = {"format": "sse", "text": st.text}
+    if st.extra.get("tool_calls"):
+        response["tool_calls"] = list(st.extra["tool_calls"].values())
+    if incomplete:
+        response["incomplete"] = incomplete
+    record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model}
+    if st.extra.get("citations"):
+        record["citations"] = st.extra["citations"]
+    return resp, record
+
+
+async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, path: str,
+                      original: dict[str, Any], effective: dict[str, Any], status: int, stream: bool,
+                      record: dict[str, Any], session_id: str | None) -> None:
+    """Ledger first (the durable record), then hand the entry to the retain queue."""
+    extra: dict[str, Any] = {}
+    if session_id:
+        extra["session_id"] = session_id
+    if record.get("citations"):
+        extra["citations"] = record["citations"]
+    entry = build_entry(
+        claw_id=ctx.agent_id, path=path, requested_model=original.get("model"),
+        provider=fmt.provider, effective_model=record.get("model") or effective.get("model"),
+        status_code=status, stream=stream, request_original=original, request_effective=effective,
+        response=record["response"], usage=record.get("usage"), extra=extra,
+    )
+    await state.ledger.append(ctx.agent_id, entry)
+    manifest = ctx.memory
+    if manifest is not None and manifest.retain is not None and state.retain is not None:
+        meta = _metadata(ctx, fmt, original, session_id)
+        state.retain.submit(RetainJob(ctx.agent_id, ctx.metadata.pod, manifest, entry, meta))
+

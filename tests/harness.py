@@ -1,0 +1,65 @@
+"""A real loopback stack for tests: fake provider, memory services and the proxy, all over TCP."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from manifests.agents import memory_manifest, write_agent
+from proxy.ledger import Ledger
+from proxy.state import ProxyState
+from proxy.testing.fake_provider import FakeProvider
+
+
+@dataclass
+class Stack:
+    provider: FakeProvider
+    provider_url: str
+    proxy_url: str
+    state: ProxyState
+    log: io.StringIO
+    context_root: Path
+    history_root: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def add_agent(self, agent_id: str, memory_url: str | None = None, *, service: str = "mem-svc",
+                  pod: str = "test-pod", **overrides: Any) -> str:
+        memory = None
+        if memory_url:
+            memory = memory_manifest(service, memory_url)
+            memory.update(overrides)
+            memory = {k: v for k, v in memory.items() if v is not None}
+        token, _ = write_agent(self.context_root, agent_id, pod=pod, memory=memory)
+        self.tokens[agent_id] = token
+        return token
+
+    def events(self, op: str | None = None, **match: Any) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.getvalue().splitlines():
+            ev = orjson.loads(line)
+            if ev.get("type") != "memory_op" or (op and ev.get("memory_op") != op):
+                continue
+            if all(ev.get(k) == v for k, v in match.items()):
+                out.append(ev)
+        return out
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        return [orjson.loads(line) for line in self.log.getvalue().splitlines()]
+
+    def ledger(self, agent_id: str) -> list[dict[str, Any]]:
+        return [ref.entry for ref in Ledger(self.history_root).read(agent_id)]
+
+    def openai(self, agent_id: str, **kw: Any):
+        from openai import AsyncOpenAI
+        return AsyncOpenAI(base_url=f"{self.proxy_url}/v1", api_key=self.tokens[agent_id], max_retries=0, **kw)
+
+    def anthropic(self, agent_id: str, **kw: Any):
+        from anthropic import AsyncAnthropic
+        return AsyncAnthropic(base_url=self.proxy_url, api_key=self.tokens[agent_id], max_retries=0, **kw)
+
+    async def settle(self) -> None:
+        await self.state.settle()

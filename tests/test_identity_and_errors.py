@@ -1,0 +1,90 @@
+"""Nobody gets in without their own token, and every bad request gets a clean provider-shaped error."""
+
+from __future__ import annotations
+
+import aiohttp
+import openai
+import pytest
+
+from proxy.runner import free_port
+
+
+@pytest.mark.parametrize("token", ["analyst:wrong-secret", "ghost:whatever", "no-colon-token"])
+async def test_bad_tokens_get_401_and_nothing_is_forwarded(stack, token):
+    stack.add_agent("analyst")
+    from openai import AsyncOpenAI
+    client = AsyncOpenAI(base_url=f"{stack.proxy_url}/v1", api_key=token, max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as exc:
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert exc.value.status_code == 401
+    assert exc.value.body["type"] == "authentication_error"
+    assert stack.provider.received == []
+
+
+async def test_missing_token_gets_401(stack):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{stack.proxy_url}/v1/chat/completions", json={"messages": []}) as r:
+            assert r.status == 401
+            body = await r.json()
+    assert body["error"]["type"] == "authentication_error"
+    assert stack.provider.received == []
+
+
+async def test_token_is_never_logged_or_forwarded(stack, reference):
+    ref_url, _ = reference
+    token = stack.add_agent("quiet", ref_url)
+    await stack.openai("quiet").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    await stack.settle()
+    secret = token.split(":", 1)[1]
+    assert secret not in stack.log.getvalue()
+    assert secret not in str(stack.provider.received[-1].headers)
+    assert secret not in (stack.history_root / "quiet" / "history.jsonl").read_text()
+
+
+async def _post(stack, agent, raw: bytes, path="/v1/chat/completions"):
+    headers = {"Authorization": f"Bearer {stack.tokens[agent]}", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as s, s.post(f"{stack.proxy_url}{path}", data=raw, headers=headers) as r:
+        return r.status, await r.json()
+
+
+async def test_malformed_json_missing_messages_and_oversized_bodies(make_stack):
+    stack = await make_stack(max_body_bytes=4096)
+    stack.add_agent("sloppy")
+    status, body = await _post(stack, "sloppy", b"{not json")
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    status, body = await _post(stack, "sloppy", b'{"model": "m"}')
+    assert status == 400 and body["error"]["param"] == "messages"
+    status, body = await _post(stack, "sloppy", b'["a list"]')
+    assert status == 400
+    status, body = await _post(stack, "sloppy", b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * 5000 + b'"}]}')
+    assert status == 413 and body["error"]["type"] == "invalid_request_error"
+    assert stack.provider.received == []
+    assert stack.ledger("sloppy") == []
+
+
+async def test_upstream_unreachable_is_502(make_stack, tmp_path):
+    stack = await make_stack()
+    stack.state.settings.openai_base_url = f"http://127.0.0.1:{free_port()}/v1"
+    stack.add_agent("lonely")
+    with pytest.raises(openai.APIStatusError) as exc:
+        await stack.openai("lonely").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert exc.value.status_code == 502
+    assert "unreachable" in exc.value.message
+
+
+async def test_upstream_timeout_is_504(make_stack):
+    stack = await make_stack(upstream_read_timeout_s=0.3)
+    stack.provider.delay_s = 3
+    stack.add_agent("hurried")
+    with pytest.raises(openai.APIStatusError) as exc:
+        await stack.openai("hurried").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert exc.value.status_code == 504
+
+
+async def test_upstream_errors_pass_through_and_are_not_ledgered(stack):
+    stack.add_agent("unlucky")
+    stack.provider.fail_with = [429]
+    with pytest.raises(openai.RateLimitError):
+        await stack.openai("unlucky").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    await stack.settle()
+    assert stack.ledger("unlucky") == []
