@@ -36,6 +36,9 @@ class Received:
 
 def default_reply(body: dict[str, Any]) -> str:
     block = MEMORIES_RE.search(orjson.dumps(body).decode().replace("\\n", "\n").replace('\\"', '"'))
+    results = re.search(r'"type":"search_result".*?"text":"(.*?)"', orjson.dumps(body).decode())
+    if results:
+        return f"From memory: {results.group(1)}"
     if block:
         first = re.search(r"<memory\b[^>]*>(.*?)</memory>", block.group(0), re.S)
         if first:
@@ -205,7 +208,11 @@ class FakeProvider:
         text = "" if tool_use else self.reply(body)
         inp, out = self._usage(body, text)
         usage = {"input_tokens": inp, "output_tokens": out}
-        content: list[dict[str, Any]] = [tool_use] if tool_use else [{"type": "text", "text": text}]
+        citation = _first_citation(last_content)
+        text_block: dict[str, Any] = {"type": "text", "text": text}
+        if citation:
+            text_block["citations"] = [citation]
+        content: list[dict[str, Any]] = [tool_use] if tool_use else [text_block]
         stop = "tool_use" if tool_use else "end_turn"
         if not body.get("stream"):
             return web.json_response({"id": mid, "type": "message", "role": "assistant", "model": model,
@@ -225,6 +232,9 @@ class FakeProvider:
         else:
             events.append(ev("content_block_start", index=0, content_block={"type": "text", "text": ""}))
             events.append(ev("ping"))
+            if citation:
+                events.append(ev("content_block_delta", index=0,
+                                 delta={"type": "citations_delta", "citation": citation}))
             events += [ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p})
                        for p in self._pieces(text)]
         events += [ev("content_block_stop", index=0),
@@ -236,3 +246,16 @@ class FakeProvider:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": "fake-model", "object": "model", "created": 0, "owned_by": "memplane"}]})
+
+
+def _first_citation(content: Any) -> dict[str, Any] | None:
+    """Cite the first search_result block of the latest user turn, as Claude does."""
+    if not isinstance(content, list):
+        return None
+    for i, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "search_result":
+            text = "".join(p.get("text", "") for p in block.get("content") or [])
+            return {"type": "search_result_location", "source": block.get("source"),
+                    "title": block.get("title"), "cited_text": text[:200], "search_result_index": i,
+                    "start_block_index": 0, "end_block_index": 1}
+    return None
