@@ -135,3 +135,9 @@ from .cli_local import demo, up  # noqa: E402  (commands that wire several parts
 
 main.add_command(up)
 main.add_command(demo)
+
+from .cli_ops import audit_cmd, compile_cmd, memory_group  # noqa: E402
+
+main.add_command(compile_cmd)
+main.add_command(memory_group)
+main.add_command(audit_cmd)

@@ -1,0 +1,248 @@
+"""Compile a claw-style pod file (docker-compose + `x-claw` blocks) into per-agent context dirs.
+
+Everything is resolved and validated in memory first; only a fully valid pod is written, into a
+staging directory that then replaces the output, so an error never leaves partial output.
+Tokens already issued are kept, so recompiling never locks running agents out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .agents import memory_manifest, read_token, write_agent
+from .validate import ManifestError, validate
+
+DEFAULT_PORT = 8080
+DESCRIBE_FILE = ".claw-describe.json"
+DESCRIBE_LABEL = "claw.describe"
+
+
+class CompileError(ValueError):
+    """A pod that cannot be compiled; the message names the file, agent/service and field."""
+
+
+@dataclass
+class CompiledAgent:
+    agent_id: str
+    service: str
+    metadata_extra: dict[str, Any]
+    memory: dict[str, Any] | None
+    token: str | None = None
+    new_token: bool = False
+
+
+@dataclass
+class CompileResult:
+    pod: str
+    agents: list[CompiledAgent] = field(default_factory=list)
+
+
+def _fail(source: Path, where: str, message: str) -> CompileError:
+    return CompileError(f"{source}: {where}: {message}")
+
+
+def _labels(service: dict[str, Any]) -> dict[str, str]:
+    labels = service.get("labels") or {}
+    if isinstance(labels, list):
+        return dict(str(item).split("=", 1) for item in labels if "=" in str(item))
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _build_context(service: dict[str, Any], pod_dir: Path) -> Path | None:
+    build = service.get("build")
+    context = build if isinstance(build, str) else (build or {}).get("context") if isinstance(build, dict) else None
+    return (pod_dir / context).resolve() if context else None
+
+
+def _port(service: dict[str, Any]) -> int:
+    for key in ("expose", "ports"):
+        for item in service.get(key) or ():
+            spec = item.get("target") if isinstance(item, dict) else str(item)
+            text = str(spec).split("/")[0].rsplit(":", 1)[-1]
+            if text.split("-")[0].isdigit():
+                return int(text.split("-")[0])
+    return DEFAULT_PORT
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(str(item).split("=", 1) for item in env if "=" in str(item))
+    return {str(k): "" if v is None else str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path,
+                    overrides: dict[str, str], source: Path) -> tuple[dict[str, Any], str]:
+    """Find and validate a memory service's descriptor; returns (descriptor, where it came from)."""
+    candidates: list[str] = []
+    if name in overrides:
+        candidates.append(overrides[name])
+    else:
+        label = _labels(service).get(DESCRIBE_LABEL)
+        context = _build_context(service, pod_dir)
+        if label:
+            candidates += [str(context / label.lstrip("/"))] if context else []
+            candidates.append(str(pod_dir / label.lstrip("/")))
+        if context:
+            candidates.append(str(context / DESCRIBE_FILE))
+    for where in candidates:
+        if where.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(where, timeout=5) as resp:  # noqa: S310 (operator-given URL)
+                    text = resp.read().decode()
+            except OSError as exc:
+                raise _fail(source, f"service '{name}'", f"cannot fetch descriptor {where}: {exc}") from None
+        else:
+            path = Path(where)
+            if not path.is_file():
+                continue
+            text = path.read_text()
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _fail(source, f"service '{name}'", f"descriptor {where} is not valid JSON: {exc.msg}") from None
+        try:
+            validate("describe", doc, where)
+        except ManifestError as exc:
+            raise _fail(source, f"service '{name}'", f"invalid descriptor: {exc}") from None
+        return doc, where
+    tried = ", ".join(candidates) or f"no '{DESCRIBE_LABEL}' label, no build context"
+    raise _fail(source, f"service '{name}'",
+                f"no memory descriptor found (tried: {tried}); pass --describe {name}=PATH")
+
+
+def _timeout(value: Any, source: Path, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 600_000:
+        raise _fail(source, where, f"timeout-ms must be an integer from 1 to 600000, got {value!r}")
+    return value
+
+
+def plan(pod_file: Path, *, pod_dir: Path | None = None,
+         describe: dict[str, str] | None = None) -> CompileResult:
+    """Resolve and validate the whole pod without writing anything."""
+    pod_file = Path(pod_file)
+    pod_dir = Path(pod_dir) if pod_dir else pod_file.parent
+    try:
+        doc = yaml.safe_load(pod_file.read_text())
+    except OSError as exc:
+        raise CompileError(f"{pod_file}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise CompileError(f"{pod_file}: invalid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise _fail(pod_file, "<root>", "a pod file must be a YAML mapping (a docker-compose file)")
+    pod_claw = doc.get("x-claw") or {}
+    if not isinstance(pod_claw, dict):
+        raise _fail(pod_file, "x-claw", "must be a mapping")
+    services = doc.get("services")
+    if not isinstance(services, dict) or not services:
+        raise _fail(pod_file, "services", "must be a non-empty mapping of compose services")
+    pod = str(pod_claw.get("pod") or pod_dir.resolve().name)
+    defaults = pod_claw.get("memory-defaults")
+    if defaults is not None and not isinstance(defaults, dict):
+        raise _fail(pod_file, "x-claw.memory-defaults", "must be a mapping")
+
+    result = CompileResult(pod)
+    seen: dict[str, str] = {}
+    descriptors: dict[str, tuple[dict[str, Any], str]] = {}
+    for name, service in services.items():
+        service = service or {}
+        claw = service.get("x-claw")
+        if claw is None:
+            continue
+        where = f"services.{name}.x-claw"
+        if not isinstance(claw, dict):
+            raise _fail(pod_file, where, "must be a mapping")
+        agent_id = str(claw.get("agent-id") or name)
+        try:
+            validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, str(pod_file))
+        except ManifestError:
+            raise _fail(pod_file, f"{where}.agent-id", f"agent '{agent_id}': invalid agent id") from None
+        if agent_id in seen:
+            raise _fail(pod_file, where, f"duplicate agent id '{agent_id}' (also used by service '{seen[agent_id]}')")
+        seen[agent_id] = name
+
+        mem_spec = claw.get("memory", defaults)
+        if mem_spec is False or mem_spec is None or mem_spec == "none":
+            memory = None
+        else:
+            if not isinstance(mem_spec, dict):
+                raise _fail(pod_file, f"{where}.memory", f"agent '{agent_id}': memory must be a mapping")
+            merged = {**(defaults or {}), **mem_spec}
+            memory = _memory_for(agent_id, merged, services, pod_dir, describe or {}, pod_file,
+                                 f"{where}.memory", descriptors)
+        extra = {"service": name}
+        for key in ("type", "timezone"):
+            if claw.get(key):
+                extra[key] = str(claw[key])
+        models = claw.get("models") or claw.get("allowed-models")
+        if models:
+            extra["allowed_models"] = [str(m) for m in models]
+        result.agents.append(CompiledAgent(agent_id, name, extra, memory))
+    return result
+
+
+def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], pod_dir: Path,
+                describe: dict[str, str], source: Path, where: str,
+                descriptors: dict[str, tuple[dict[str, Any], str]]) -> dict[str, Any]:
+    svc_name = spec.get("service")
+    if not svc_name:
+        raise _fail(source, f"{where}.service", f"agent '{agent_id}': no memory service named")
+    svc = services.get(svc_name)
+    if not isinstance(svc, dict):
+        raise _fail(source, f"{where}.service",
+                    f"agent '{agent_id}': memory service '{svc_name}' is not a service in this pod")
+    if svc_name not in descriptors:
+        descriptors[svc_name] = load_descriptor(svc_name, svc, pod_dir, describe, source)
+    desc, desc_where = descriptors[svc_name]
+    caps = {k: v for k, v in (desc.get("memory") or {}).items() if k in ("recall", "retain", "forget")}
+    if not caps:
+        raise _fail(source, f"{where}.service",
+                    f"agent '{agent_id}': service '{svc_name}' declares no memory capability ({desc_where})")
+    timeout = _timeout(spec.get("timeout-ms", 300), source, f"{where}.timeout-ms")
+    token = spec.get("auth-token") or _env(svc).get("MEMPLANE_ADAPTER_TOKEN") or None
+    doc = memory_manifest(
+        svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
+        forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, 2000),
+        auth_token=token, paths={k: v["path"] for k, v in caps.items()},
+    )
+    for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks")):
+        if key in spec:
+            doc[out] = spec[key]
+    try:
+        validate("memory", doc, f"{source} ({where})")
+    except ManifestError as exc:
+        raise _fail(source, where, f"agent '{agent_id}': {exc}") from None
+    return doc
+
+
+def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
+                describe: dict[str, str] | None = None) -> CompileResult:
+    """Plan, then write every agent dir into a staging dir that replaces `out` in one step."""
+    result = plan(pod_file, pod_dir=pod_dir, describe=describe)
+    out = Path(out)
+    staging = out.with_name(f".{out.name}.staging")
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        for agent in result.agents:
+            existing = read_token(out / agent.agent_id / "token")
+            agent.token, created = write_agent(staging, agent.agent_id, pod=result.pod, memory=agent.memory,
+                                               extra=agent.metadata_extra, token=existing)
+            agent.new_token = created
+        if out.exists():
+            os.replace(out, old)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return result

@@ -1,0 +1,157 @@
+"""Operator commands: `memplane compile`, `memplane memory forget|backfill`, `memplane audit`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+CONTEXT_ROOT = click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
+                            show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
+HISTORY_ROOT = click.option("--history-root", type=click.Path(path_type=Path), default=Path(".memplane/history"),
+                            show_default=True, envvar="MEMPLANE_HISTORY_ROOT")
+
+
+@click.command("compile")
+@click.argument("pod_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Context root to write.")
+@click.option("--pod-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory build contexts are relative to (default: the pod file's).")
+@click.option("--describe", "describes", multiple=True, metavar="SERVICE=PATH",
+              help="Descriptor for a memory service: a file path or an http(s) URL. Repeatable.")
+@click.option("--print-env", is_flag=True, help="Print the OPENAI_BASE_URL/OPENAI_API_KEY lines per agent.")
+@click.option("--proxy-url", default="http://memplane:8080", show_default=True,
+              help="The proxy URL agents reach (for --print-env).")
+def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tuple[str, ...], print_env: bool,
+                proxy_url: str) -> None:
+    """Compile a pod file into per-agent memory.json + metadata.json (+ token, mode 0600)."""
+    from manifests.compiler import CompileError, compile_pod
+
+    overrides = {}
+    for item in describes:
+        if "=" not in item:
+            raise click.BadParameter(f"expected SERVICE=PATH, got {item!r}", param_hint="--describe")
+        name, path = item.split("=", 1)
+        overrides[name] = path
+    try:
+        result = compile_pod(pod_file, out, pod_dir=pod_dir, describe=overrides)
+    except CompileError as exc:
+        raise click.ClickException(str(exc)) from None
+    for agent in result.agents:
+        memory = agent.memory
+        what = f"memory via {memory['service']} ({memory['base_url']})" if memory else "no memory"
+        token_note = "new token" if agent.new_token else "token kept"
+        click.echo(f"{agent.agent_id}: {what}; {token_note}; {out / agent.agent_id}", err=True)
+    if print_env:
+        for agent in result.agents:
+            click.echo(f"# {agent.agent_id}")
+            click.echo(f"OPENAI_BASE_URL={proxy_url.rstrip('/')}/v1")
+            click.echo(f"OPENAI_API_KEY={agent.token}")
+            click.echo(f"ANTHROPIC_BASE_URL={proxy_url.rstrip('/')}")
+            click.echo(f"ANTHROPIC_API_KEY={agent.token}")
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """Operate on agents' memories: forget entries, backfill a service from the ledger."""
+
+
+@memory_group.command("forget")
+@click.argument("service")
+@click.option("--entry-id", "entry_ids", multiple=True, required=True, help="Ledger id (hist1_…). Repeatable.")
+@click.option("--reason", required=True)
+@click.option("--agent", "agents", multiple=True, help="Restrict to these agents. Repeatable.")
+@CONTEXT_ROOT
+@HISTORY_ROOT
+def forget_cmd(service: str, entry_ids: tuple[str, ...], reason: str, agents: tuple[str, ...],
+               context_root: Path, history_root: Path) -> None:
+    """Tombstone entries locally and ask the service to forget them."""
+    from .context_store import ContextStore
+    from .memory_ops import OperatorError, forget
+    from .telemetry import Telemetry
+
+    telemetry = Telemetry()
+    try:
+        outcomes = asyncio.run(forget(ContextStore(context_root, telemetry), history_root, service,
+                                      list(entry_ids), reason, agents=agents, telemetry=telemetry))
+    except OperatorError as exc:
+        raise click.ClickException(str(exc)) from None
+    for o in outcomes:
+        click.echo(f"{o.agent_id}: {o.tombstoned} tombstone(s) recorded; remote forget: {o.remote}", err=True)
+
+
+@memory_group.command("backfill")
+@click.argument("service")
+@click.option("--after", default=None, metavar="RFC3339", help="Only entries after this time.")
+@click.option("--limit", default=0, show_default=True, type=click.IntRange(min=0), help="Per agent; 0 = all.")
+@click.option("--agent", "agents", multiple=True, help="Restrict to these agents. Repeatable.")
+@click.option("--url", default=None, help="Override the retain endpoint URL.")
+@click.option("--auth-token", default=None, help="Override the bearer token used for retain.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 256))
+@CONTEXT_ROOT
+@HISTORY_ROOT
+def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str, ...], url: str | None,
+                 auth_token: str | None, concurrency: int, context_root: Path, history_root: Path) -> None:
+    """Replay the ledger into a service's retain endpoint (skips tombstoned ids)."""
+    from datetime import datetime
+
+    from tqdm import tqdm
+
+    from .context_store import ContextStore
+    from .memory_ops import OperatorError, backfill
+    from .telemetry import Telemetry
+
+    if after:
+        try:
+            datetime.fromisoformat(after.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(f"not an RFC3339 timestamp: {after!r}", param_hint="--after") from None
+    bar = tqdm(total=0, unit="entry", disable=not sys.stderr.isatty(), file=sys.stderr)
+
+    def grow(n: int) -> None:
+        bar.total = (bar.total or 0) + n
+        bar.refresh()
+
+    telemetry = Telemetry()
+    try:
+        stats = asyncio.run(backfill(ContextStore(context_root, telemetry), history_root, service, after=after,
+                                     limit=limit, agents=agents, url=url, auth_token=auth_token,
+                                     concurrency=concurrency, telemetry=telemetry, progress=bar.update,
+                                     total_hint=grow))
+    except OperatorError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        bar.close()
+    for agent_id, c in stats.per_agent.items():
+        click.echo(f"{agent_id}: sent {c['sent']}, skipped-tombstoned {c['skipped_tombstoned']}, failed {c['failed']}",
+                   err=True)
+    click.echo(f"backfill {service}: sent {stats.sent}, skipped-tombstoned {stats.skipped_tombstoned}, "
+               f"failed {stats.failed}", err=True)
+    if stats.failed:
+        sys.exit(1)
+
+
+@click.command("audit")
+@click.argument("log_file", default="-")
+@click.option("--agent", default=None)
+@click.option("--since", default=None, metavar="RFC3339")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def audit_cmd(log_file: str, agent: str | None, since: str | None, as_json: bool) -> None:
+    """Summarize memory_op and request logs per agent and service."""
+    from .audit import render_table, summarize
+
+    if log_file == "-":
+        summary = summarize(sys.stdin.buffer, agent=agent, since=since)
+    else:
+        try:
+            with open(log_file, "rb") as fh:
+                summary = summarize(fh, agent=agent, since=since)
+        except OSError as exc:
+            raise click.ClickException(f"{log_file}: {exc.strerror}") from None
+    if as_json:
+        click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render_table(summary))

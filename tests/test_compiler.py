@@ -1,0 +1,140 @@
+"""An operator compiles a pod file into agent context dirs, and gets exact errors when it is wrong."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from manifests.compiler import CompileError, compile_pod
+from manifests.validate import load_json
+from proxy.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+DESCRIBE = {"version": 2, "memory": {"retain": {"path": "/retain"}, "recall": {"path": "/recall"},
+                                     "forget": {"path": "/forget"}}}
+
+
+def pod(tmp_path: Path, text: str, describe: dict | None = DESCRIBE) -> Path:
+    (tmp_path / "mem").mkdir(exist_ok=True)
+    if describe is not None:
+        (tmp_path / "mem" / ".claw-describe.json").write_text(json.dumps(describe))
+    path = tmp_path / "pod.yml"
+    path.write_text(text)
+    return path
+
+
+BASE = """
+x-claw:
+  pod: desk
+  memory-defaults: {service: mem-svc, timeout-ms: 2000}
+services:
+  analyst:
+    image: a
+    x-claw: {agent: ./a.md, memory: {service: mem-svc, timeout-ms: 5000}}
+  researcher:
+    image: r
+    x-claw: {agent: ./r.md}
+  mem-svc:
+    image: m
+    build: ./mem
+    expose: ["9090"]
+"""
+
+
+def test_example_pods_compile(tmp_path):
+    for pod_file in (REPO / "examples/pod/claw-pod.yml", REPO / "compose/docker-compose.yml"):
+        result = compile_pod(pod_file, tmp_path / pod_file.stem)
+        assert {a.agent_id for a in result.agents} >= {"analyst", "researcher"}
+        for agent in result.agents:
+            load_json(tmp_path / pod_file.stem / agent.agent_id / "metadata.json", "metadata")
+
+
+def test_defaults_overrides_ports_and_files(tmp_path):
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, BASE), out)
+    analyst = json.loads((out / "analyst" / "memory.json").read_text())
+    researcher = json.loads((out / "researcher" / "memory.json").read_text())
+    assert analyst["base_url"] == "http://mem-svc:9090" and analyst["recall"]["timeout_ms"] == 5000
+    assert researcher["recall"]["timeout_ms"] == 2000  # from memory-defaults
+    meta = json.loads((out / "analyst" / "metadata.json").read_text())
+    token = (out / "analyst" / "token").read_text().strip()
+    import hashlib
+    assert meta["pod"] == "desk" and meta["token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    assert stat.S_IMODE((out / "analyst" / "token").stat().st_mode) == 0o600
+    assert not (out / "mem-svc").exists()  # the memory service is not an agent
+
+
+def test_tokens_survive_recompiles(tmp_path):
+    out = tmp_path / "out"
+    path = pod(tmp_path, BASE)
+    first = {a.agent_id: a.token for a in compile_pod(path, out).agents}
+    second = compile_pod(path, out)
+    assert {a.agent_id: a.token for a in second.agents} == first
+    assert not any(a.new_token for a in second.agents)
+
+
+def test_read_only_and_ingest_only_services(tmp_path):
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, BASE, {"version": 2, "memory": {"recall": {"path": "/q"}}}), out)
+    doc = json.loads((out / "analyst" / "memory.json").read_text())
+    assert doc["recall"]["path"] == "/q" and "retain" not in doc and "forget" not in doc
+    compile_pod(pod(tmp_path, BASE, {"version": 2, "memory": {"retain": {"path": "/ingest"}}}), out)
+    doc = json.loads((out / "analyst" / "memory.json").read_text())
+    assert doc["retain"]["path"] == "/ingest" and "recall" not in doc
+
+
+def test_describe_override_and_label(tmp_path):
+    (tmp_path / "d.json").write_text(json.dumps({"version": 2, "memory": {"recall": {"path": "/r2"}}}))
+    text = BASE.replace("build: ./mem", "labels: {claw.describe: d.json}")
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, text, describe=None), out)
+    assert json.loads((out / "analyst" / "memory.json").read_text())["recall"]["path"] == "/r2"
+    compile_pod(pod(tmp_path, BASE), out, describe={"mem-svc": str(tmp_path / "d.json")})
+    assert json.loads((out / "analyst" / "memory.json").read_text())["recall"]["path"] == "/r2"
+
+
+@pytest.mark.parametrize("text,describe,expect", [
+    (BASE.replace("memory: {service: mem-svc, timeout-ms: 5000}", "memory: {service: nope}"), DESCRIBE,
+     ["analyst", "nope", "services.analyst.x-claw.memory.service"]),
+    (BASE, {"version": 2, "memory": {}}, ["analyst", "mem-svc", "no memory capability"]),
+    (BASE, {"version": 2}, ["mem-svc", "no memory capability"]),
+    (BASE.replace("timeout-ms: 5000", "timeout-ms: -1"), DESCRIBE, ["services.analyst.x-claw.memory.timeout-ms"]),
+    (BASE.replace("timeout-ms: 5000", "timeout-ms: fast"), DESCRIBE, ["timeout-ms", "'fast'"]),
+    (BASE.replace("x-claw: {agent: ./r.md}", "x-claw: {agent: ./r.md, agent-id: analyst}"), DESCRIBE,
+     ["duplicate agent id 'analyst'"]),
+    ("- just\n- a list\n", DESCRIBE, ["pod.yml", "must be a YAML mapping"]),
+    (BASE, None, ["mem-svc", "no memory descriptor found"]),
+])
+def test_errors_name_the_file_the_agent_or_service_and_the_field(tmp_path, text, describe, expect):
+    out = tmp_path / "out"
+    with pytest.raises(CompileError) as exc:
+        compile_pod(pod(tmp_path, text, describe), out)
+    for fragment in expect:
+        assert fragment in str(exc.value)
+    assert str(tmp_path / "pod.yml") in str(exc.value)
+    assert not out.exists()  # no partial output
+
+
+def test_failed_recompile_leaves_previous_output_untouched(tmp_path):
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, BASE), out)
+    before = (out / "analyst" / "memory.json").read_text()
+    with pytest.raises(CompileError):
+        compile_pod(pod(tmp_path, BASE.replace("timeout-ms: 5000", "timeout-ms: 0")), out)
+    assert (out / "analyst" / "memory.json").read_text() == before
+
+
+def test_cli_compile_print_env_and_errors(tmp_path):
+    path = pod(tmp_path, BASE)
+    runner = CliRunner()
+    result = runner.invoke(main, ["compile", str(path), "--out", str(tmp_path / "out"), "--print-env"])
+    assert result.exit_code == 0, result.output
+    token = (tmp_path / "out" / "analyst" / "token").read_text().strip()
+    assert f"OPENAI_API_KEY={token}" in result.stdout and "OPENAI_BASE_URL=http://memplane:8080/v1" in result.stdout
+    bad = pod(tmp_path, BASE.replace("{service: mem-svc, timeout-ms: 5000}", "{service: ghost}"))
+    result = runner.invoke(main, ["compile", str(bad), "--out", str(tmp_path / "out2")])
+    assert result.exit_code != 0 and "ghost" in result.output and "Traceback" not in result.output

@@ -1,0 +1,121 @@
+"""An operator forgets entries, backfills a new service from the ledger, and audits memory ops."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from click.testing import CliRunner
+
+from proxy.audit import summarize
+from proxy.cli import main
+from proxy.context_store import ContextStore
+from proxy.memory_ops import backfill, forget
+from proxy.runner import free_port
+from proxy.telemetry import Telemetry
+
+
+async def _turns(stack, agent, texts):
+    client = stack.openai(agent)
+    for text in texts:
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    await stack.settle()
+    return stack.ledger(agent)
+
+
+async def test_forget_then_backfill_does_not_resurrect(stack, reference, aiohttp_server, tmp_path):
+    ref_url, store = reference
+    stack.add_agent("ops", ref_url)
+    entries = await _turns(stack, "ops", ["My PIN hint is birds", "I like chess", "I live in Oslo"])
+    assert store.count("ops") == 3
+    contexts = ContextStore(stack.context_root, Telemetry())
+    forgotten = entries[0]["id"]
+    [outcome] = await forget(contexts, stack.history_root, "mem-svc", [forgotten], "user asked")
+    assert outcome.remote == "ok" and store.count("ops") == 2
+    assert forgotten in (stack.history_root / "ops" / "tombstones.jsonl").read_text()
+
+    # a brand-new reference service, filled from the ledger
+    from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
+    fresh_app = build_reference_app(tmp_path / "fresh")
+    fresh = await aiohttp_server(fresh_app)
+    url = f"http://{fresh.host}:{fresh.port}/retain"
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url)
+    assert (stats.sent, stats.skipped_tombstoned, stats.failed) == (2, 1, 0)
+    fresh_store = fresh_app[REFERENCE_STORE]
+    assert fresh_store.count("ops") == 2
+    again = await backfill(contexts, stack.history_root, "mem-svc", url=url)
+    assert again.sent == 2 and fresh_store.count("ops") == 2  # nothing new created
+    recalled = await fresh_store.recall(__import__("memory_adapters.contract", fromlist=["RecallRequest"]).RecallRequest(
+        agent_id="ops", query="PIN hint birds"))
+    assert all(m.id != forgotten for m in recalled)
+
+
+async def test_backfill_after_and_limit(stack, reference, aiohttp_server, tmp_path):
+    ref_url, _ = reference
+    stack.add_agent("hist", ref_url)
+    entries = await _turns(stack, "hist", [f"fact {i}" for i in range(6)])
+    from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
+    app = build_reference_app(tmp_path / "fresh")
+    server = await aiohttp_server(app)
+    url = f"http://{server.host}:{server.port}/retain"
+    contexts = ContextStore(stack.context_root, Telemetry())
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, after=entries[2]["ts"])
+    assert stats.sent == 3
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, limit=2, agents=("hist",))
+    assert stats.sent == 2
+    assert app[REFERENCE_STORE].count("hist") == 5  # 3 after the cut + entries 0 and 1
+
+
+async def test_forget_with_service_down_still_tombstones(stack):
+    stack.add_agent("offline", f"http://127.0.0.1:{free_port()}")
+    contexts = ContextStore(stack.context_root, Telemetry())
+    [outcome] = await forget(contexts, stack.history_root, "mem-svc", ["hist1_abc"], "gdpr")
+    assert outcome.remote.startswith("failed")
+    assert "hist1_abc" in (stack.history_root / "offline" / "tombstones.jsonl").read_text()
+
+
+def test_cli_forget_and_backfill_report_to_the_operator(tmp_path):
+    from manifests.agents import memory_manifest, write_agent
+    ctx, hist = tmp_path / "ctx", tmp_path / "hist"
+    write_agent(ctx, "solo", memory=memory_manifest("mem-svc", f"http://127.0.0.1:{free_port()}"))
+    runner = CliRunner()
+    result = runner.invoke(main, ["memory", "forget", "mem-svc", "--entry-id", "hist1_x", "--reason", "r",
+                                  "--context-root", str(ctx), "--history-root", str(hist)])
+    assert result.exit_code == 0 and "remote forget: failed" in result.stderr
+    result = runner.invoke(main, ["memory", "backfill", "mem-svc", "--after", "yesterday",
+                                  "--context-root", str(ctx), "--history-root", str(hist)])
+    assert result.exit_code == 2 and "RFC3339" in result.output
+    result = runner.invoke(main, ["memory", "backfill", "nobody", "--context-root", str(ctx), "--history-root", str(hist)])
+    assert result.exit_code == 1 and "no agent subscribes" in result.output
+
+
+def test_audit_summarizes_a_recorded_log(tmp_path):
+    events = [
+        {"type": "memory_op", "claw_id": "a", "memory_service": "s", "memory_op": "recall", "memory_status": "succeeded",
+         "latency_ms": ms, "memory_blocks": 2, "memory_bytes": 100, "memory_removed": 1, "ts": "2026-11-20T10:00:00Z"}
+        for ms in (1.0, 2.0, 3.0, 4.0, 50.0)]
+    events.append({"type": "memory_op", "claw_id": "a", "memory_service": "s", "memory_op": "recall",
+                   "memory_status": "timed_out", "latency_ms": 300.0, "ts": "2026-11-20T10:00:01Z"})
+    events.append({"type": "memory_op", "claw_id": "b", "memory_service": "s", "memory_op": "retain",
+                   "memory_status": "failed", "latency_ms": 7.0, "ts": "2026-11-20T10:00:02Z"})
+    events.append({"type": "request", "claw_id": "a", "status_code": 200, "latency_ms": 12.0, "ts": "2026-11-20T10:00:03Z"})
+    log = tmp_path / "proxy.log"
+    log.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\nnot json\n")
+
+    summary = summarize(log.read_bytes().splitlines())
+    recall = next(r for r in summary["memory"] if r["agent"] == "a")
+    assert recall["ops"] == 6 and recall["succeeded"] == 5 and recall["timed_out"] == 1
+    assert recall["latency_p50_ms"] == 3.0 and recall["latency_p95_ms"] == 300.0 and recall["latency_max_ms"] == 300.0
+    assert recall["blocks"] == 10 and recall["bytes"] == 500 and recall["removed"] == 5
+    assert summary["unparsed_lines"] == 1
+
+    runner = CliRunner()
+    table = runner.invoke(main, ["audit", str(log)])
+    assert table.exit_code == 0 and "TIMED_OUT" in table.output and "retain" in table.output
+    as_json = runner.invoke(main, ["audit", str(log), "--json", "--agent", "b"])
+    doc = orjson.loads(as_json.output)
+    assert [r["op"] for r in doc["memory"]] == ["retain"] and doc["memory"][0]["failed"] == 1
+    piped = runner.invoke(main, ["audit", "-", "--json", "--since", "2026-11-20T10:00:01Z"], input=log.read_text())
+    since = orjson.loads(piped.output)
+    recall_since = next(r for r in since["memory"] if r["agent"] == "a")
+    assert recall_since["ops"] == 1 and recall_since["timed_out"] == 1
