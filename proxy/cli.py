@@ -100,6 +100,69 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
     runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token), host, port)]))
 
 
+@adapter.group("tiered", invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST")
+@click.option("--port", default=8082, show_default=True, type=int, envvar="PORT")
+@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="MEMPLANE_REDIS_URL")
+@click.option("--mongo-url", default="mongodb://127.0.0.1:27017/memplane", show_default=True,
+              envvar="MEMPLANE_MONGO_URL")
+@click.pass_context
+def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str) -> None:
+    """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
+    from memory_adapters.tiered.config import TieredSettings
+
+    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url)
+    ctx.obj = settings
+    if ctx.invoked_subcommand is not None:
+        return
+    from memory_adapters.tiered.app import build_tiered_app
+
+    click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
+    runner.run(runner.serve([runner.Site(build_tiered_app(settings), host, port)]))
+
+
+@adapter_tiered.command("consolidate")
+@click.option("--agent", "agents", multiple=True, help="Only these agents (default: all). Repeatable.")
+@click.option("--threshold", type=float, default=None, help="Prune below this composite importance.")
+@click.option("--redis-url", default=None, envvar="MEMPLANE_REDIS_URL")
+@click.option("--mongo-url", default=None, envvar="MEMPLANE_MONGO_URL")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def tiered_consolidate(settings, agents: tuple[str, ...], threshold: float | None, redis_url: str | None,
+                       mongo_url: str | None, as_json: bool) -> None:
+    """Merge near-duplicate memories and prune faded ones; report what changed."""
+    import asyncio
+
+    import orjson
+
+    from memory_adapters.tiered.app import build_service
+    from memory_adapters.tiered.consolidate import consolidate
+    from memory_adapters.tiered.ltm import LTMUnavailable
+
+    settings.redis_url = redis_url or settings.redis_url
+    settings.mongo_url = mongo_url or settings.mongo_url
+
+    async def go():
+        service = build_service(settings)
+        try:
+            return await consolidate(service, list(agents) or None, threshold=threshold)
+        finally:
+            await service.close()
+
+    try:
+        report = asyncio.run(go())
+    except LTMUnavailable as exc:
+        raise click.ClickException(f"MongoDB unavailable: {exc}") from None
+    if as_json:
+        click.echo(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        return
+    for m in report.merged:
+        click.echo(f"merged  {m['agent_id']}: kept {m['kept']} ({m['value'][:60]!r}) <- {', '.join(m['merged'])}")
+    for p in report.pruned:
+        click.echo(f"pruned  {p['agent_id']}: {p['id']} (importance {p['composite_importance']}) {p['value']!r}")
+    click.echo(f"consolidation: {len(report.merged)} merge(s), {len(report.pruned)} pruned")
+
+
 @main.group()
 def agent() -> None:
     """Manage agents in a context root."""

@@ -54,3 +54,115 @@ def make_stack(aiohttp_server, provider_server, tmp_path):
 @pytest.fixture
 async def stack(make_stack) -> Stack:
     return await make_stack()
+
+
+# -- real Redis and a real Mongo-wire server for the tiered adapter --
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REDIS_TEST_DB = 13
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_base_url():
+    """MEMPLANE_TEST_REDIS_URL (default 127.0.0.1:6379); a private redis-server if none answers."""
+    import redis as redis_sync
+    url = os.environ.get("MEMPLANE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis_sync.Redis.from_url(url, socket_connect_timeout=1).ping()
+        yield url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+        return
+    except Exception:
+        pass
+    binary = shutil.which("redis-server")
+    if not binary:
+        pytest.skip("no Redis answers and redis-server is not installed (.ci/run installs it)")
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if _port_open("127.0.0.1", port):
+            break
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(5)
+
+
+@pytest.fixture
+def redis_url(redis_base_url):
+    """A separate db number, emptied before each test."""
+    import redis as redis_sync
+    url = f"{redis_base_url}/{REDIS_TEST_DB}"
+    redis_sync.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture(scope="session")
+def mongo_base_url(tmp_path_factory):
+    """MEMPLANE_TEST_MONGO_URL when set; else nx-27017 (a Mongo-wire server) on a free loopback port."""
+    if os.environ.get("MEMPLANE_TEST_MONGO_URL"):
+        yield os.environ["MEMPLANE_TEST_MONGO_URL"].rstrip("/").rsplit("/", 1)[0] \
+            if os.environ["MEMPLANE_TEST_MONGO_URL"].count("/") > 2 else os.environ["MEMPLANE_TEST_MONGO_URL"]
+        return
+    binary = Path(sys.executable).parent / "nx-27017"
+    if not binary.exists():
+        pytest.skip("nx-27017 is not installed (pip install -e '.[test]')")
+    port = _free_port()
+    work = tmp_path_factory.mktemp("nx")
+    proc = subprocess.Popen([str(binary), "--data-dir", "memory", "--host", "127.0.0.1", "--port", str(port),
+                             "--log-file", str(work / "nx.log"), "--pid-file", str(work / "nx.pid")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+    for _ in range(200):
+        if _port_open("127.0.0.1", port):
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("nx-27017 did not start")
+    yield f"mongodb://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def mongo_url(mongo_base_url):
+    """A fresh database per test."""
+    return f"{mongo_base_url}/memplane_test_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def tiered_settings(redis_url, mongo_url):
+    from memory_adapters.tiered.config import TieredSettings
+    return TieredSettings(redis_url=redis_url, mongo_url=mongo_url, key_prefix=f"t{uuid.uuid4().hex[:6]}")
+
+
+@pytest.fixture
+async def tiered(aiohttp_server, tiered_settings):
+    """A live tiered adapter; returns (base_url, service)."""
+    from memory_adapters.tiered.app import TIERED_SERVICE, build_tiered_app
+    app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())))
+    server = await aiohttp_server(app)
+    return url_of(server), app[TIERED_SERVICE]

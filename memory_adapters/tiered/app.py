@@ -1,0 +1,65 @@
+"""Build the tiered adapter's aiohttp app: contract endpoints, REST API, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from proxy.redact import Redactor
+from proxy.telemetry import Telemetry
+
+from ..contract import describe
+from ..server import build_adapter_app
+from .api import add_api_routes, ltm_unavailable_middleware
+from .config import TieredSettings
+from .consolidate import consolidate
+from .ltm import MongoLTM
+from .service import TieredMemory
+from .stm import RedisSTM
+
+TIERED_SERVICE = web.AppKey("tiered_service", TieredMemory)
+
+
+def build_service(settings: TieredSettings, telemetry: Telemetry | None = None) -> TieredMemory:
+    telemetry = telemetry or Telemetry()
+
+    def on_redis(ok: bool, error: str) -> None:
+        if ok:
+            telemetry.info("stm_available", detail="Redis is back; short-term memory in use again")
+        else:
+            telemetry.warning("stm_unavailable", error=error,
+                              detail="Redis unreachable; serving from MongoDB until it returns")
+
+    stm = RedisSTM(settings.redis_url, max_entries=settings.stm_max_entries, prefix=settings.key_prefix,
+                   on_state=on_redis)
+    return TieredMemory(settings, MongoLTM(settings.mongo_url), stm, telemetry=telemetry, redactor=Redactor())
+
+
+def build_tiered_app(settings: TieredSettings, telemetry: Telemetry | None = None,
+                     service: TieredMemory | None = None) -> web.Application:
+    service = service or build_service(settings, telemetry)
+    app = build_adapter_app(service, describe(), token=settings.adapter_token)
+    app.middlewares.append(ltm_unavailable_middleware)
+    add_api_routes(app, service)
+    app[TIERED_SERVICE] = service
+
+    async def start(app: web.Application) -> None:
+        await service.start()
+        if settings.consolidate_every_s > 0:
+            async def periodic() -> None:
+                while True:
+                    await asyncio.sleep(settings.consolidate_every_s)
+                    try:
+                        report = await consolidate(service)
+                        service.telemetry.info("consolidation", merged=len(report.merged), pruned=len(report.pruned))
+                    except Exception as exc:  # keep the loop alive
+                        service.telemetry.warning("consolidation_failed", error=type(exc).__name__)
+            service._spawn(periodic())
+
+    async def stop(app: web.Application) -> None:
+        await service.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app

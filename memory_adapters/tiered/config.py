@@ -1,0 +1,49 @@
+"""Tiered adapter settings, read from the environment with documented defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass
+class TieredSettings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    mongo_url: str = "mongodb://127.0.0.1:27017/memplane"
+    stm_max_entries: int = 20          # STM_MAX_ENTRIES: newest memories per agent kept in Redis
+    ltm_max_entries: int = 200         # LTM_MAX_ENTRIES: memories per agent in MongoDB, 0 = unlimited
+    recall_top_k: int = 10             # RECALL_TOP_K
+    recall_budget_tokens: int = 3000   # RECALL_BUDGET_TOKENS
+    consolidation_threshold: float = 0.1  # CONSOLIDATION_THRESHOLD: prune below this composite importance
+    consolidate_every_s: float = 0.0   # CONSOLIDATE_EVERY_S: periodic consolidation, 0 = off
+    adapter_token: str | None = None   # MEMPLANE_ADAPTER_TOKEN: bearer token required on every call
+    key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
+    embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
+
+    @classmethod
+    def from_env(cls, **overrides) -> "TieredSettings":
+        s = cls(
+            redis_url=os.environ.get("MEMPLANE_REDIS_URL", cls.redis_url),
+            mongo_url=os.environ.get("MEMPLANE_MONGO_URL", cls.mongo_url),
+            stm_max_entries=_int("STM_MAX_ENTRIES", cls.stm_max_entries),
+            ltm_max_entries=_int("LTM_MAX_ENTRIES", cls.ltm_max_entries),
+            recall_top_k=_int("RECALL_TOP_K", cls.recall_top_k),
+            recall_budget_tokens=_int("RECALL_BUDGET_TOKENS", cls.recall_budget_tokens),
+            consolidation_threshold=_float("CONSOLIDATION_THRESHOLD", cls.consolidation_threshold),
+            consolidate_every_s=_float("CONSOLIDATE_EVERY_S", cls.consolidate_every_s),
+            adapter_token=os.environ.get("MEMPLANE_ADAPTER_TOKEN") or None,
+            key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
+            embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
+        )
+        for k, v in overrides.items():
+            if v is not None:
+                setattr(s, k, v)
+        return s

@@ -1,0 +1,98 @@
+"""An incremental BM25 index over one agent's memories.
+
+Incremental matters: memories arrive one retain at a time, and rebuilding a whole index on
+every write (what batch BM25 libraries do) would put that cost on the next recall. Search
+cost is the length of the query terms' posting lists, not the number of memories.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does doing for from had has have having he her "
+    "here hers him his how i i'm if in into is it it's its just me my myself no nor not now of off on "
+    "once only or our ours out over own same she should so some such than that that's the their theirs "
+    "them then there these they this those through to too under until up very was we were what when "
+    "where which while who whom why will with would you your yours yourself also about again any "
+    "because before after being both down during each few further more most other ok okay yes yeah "
+    "let tell know think really thing things got get like just well oh hi hello thanks thank please "
+    "remember".split()
+)
+
+
+def stem(word: str) -> str:
+    """A light suffix strip so 'moved'/'moves'/'moving' and 'sisters'/'sister' meet."""
+    for suffix in ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            if suffix in ("ies", "ied"):
+                return base + "y"
+            if suffix in ("ing", "ed") and len(base) > 3 and base[-1] == base[-2]:
+                return base[:-1]  # running -> run, planned -> plan
+            return base
+    return word
+
+
+def terms(text: str) -> list[str]:
+    return [stem(w.replace("'", "")) for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1]
+
+
+class LexicalIndex:
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self.docs: dict[str, tuple[Counter[str], int]] = {}
+        self.postings: dict[str, dict[str, int]] = {}
+        self.total_len = 0
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def add(self, doc_id: str, text: str) -> None:
+        self.remove(doc_id)
+        tf = Counter(terms(text))
+        length = sum(tf.values())
+        self.docs[doc_id] = (tf, length)
+        self.total_len += length
+        for term, n in tf.items():
+            self.postings.setdefault(term, {})[doc_id] = n
+
+    def remove(self, doc_id: str) -> None:
+        old = self.docs.pop(doc_id, None)
+        if old is None:
+            return
+        tf, length = old
+        self.total_len -= length
+        for term in tf:
+            plist = self.postings.get(term)
+            if plist is not None:
+                plist.pop(doc_id, None)
+                if not plist:
+                    del self.postings[term]
+
+    def search(self, query: str | list[str], k: int = 50,
+               allow: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
+        q = terms(query) if isinstance(query, str) else query
+        if not q or not self.docs:
+            return []
+        n = len(self.docs)
+        avg = self.total_len / n if n else 1.0
+        scores: dict[str, float] = {}
+        for term in set(q):
+            plist = self.postings.get(term)
+            if not plist:
+                continue
+            idf = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5))
+            for doc_id, f in plist.items():
+                length = self.docs[doc_id][1]
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * f * (self.k1 + 1) / (
+                    f + self.k1 * (1 - self.b + self.b * length / avg))
+        ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+        if allow is not None:
+            ranked = [(d, s) for d, s in ranked if allow(d)]
+        return ranked[:k]

@@ -1,0 +1,209 @@
+"""Long-term memory in MongoDB (PyMongo's async API). The source of truth for every memory."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, TEXT, AsyncMongoClient, UpdateOne
+from pymongo.errors import PyMongoError
+
+from .model import GLOBAL_AGENT, Memory
+
+
+class LTMUnavailable(Exception):
+    """MongoDB could not be reached; callers answer 503."""
+
+
+def _unset_none(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+class MongoLTM:
+    def __init__(self, url: str, *, timeout_ms: int = 3000) -> None:
+        self.client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms,
+                                                         connectTimeoutMS=timeout_ms, tz_aware=True)
+        db = self.client.get_default_database(default="memplane")
+        self.memories = db["memories"]
+        self.retained = db["retained_entries"]
+        self.tombstones = db["tombstones"]
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def ensure_indexes(self) -> None:
+        try:
+            await self.memories.create_index([("agent_id", ASCENDING), ("scope", ASCENDING),
+                                              ("session_id", ASCENDING), ("key", ASCENDING)],
+                                             unique=True, name="agent_scope_session_key")
+            await self.memories.create_index([("value", TEXT), ("key", TEXT)], name="text_search")
+            await self.memories.create_index("expires_on", expireAfterSeconds=0, name="ttl")
+            await self.memories.create_index([("agent_id", ASCENDING), ("updated_at", DESCENDING)],
+                                             name="agent_recent")
+            await self.memories.create_index([("agent_id", ASCENDING), ("source_entry_ids", ASCENDING)],
+                                             name="agent_sources")
+            await self.retained.create_index([("agent_id", ASCENDING), ("entry_id", ASCENDING)], unique=True,
+                                             name="agent_entry")
+            await self.tombstones.create_index([("agent_id", ASCENDING), ("entry_id", ASCENDING)], unique=True,
+                                               name="agent_entry")
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def ping(self) -> bool:
+        try:
+            await self.client.admin.command("ping")
+            return True
+        except PyMongoError:
+            return False
+
+    # -- writes --
+
+    async def upsert(self, m: Memory) -> tuple[Memory, bool]:
+        """Insert, or update the memory with the same (agent_id, scope, session_id, key).
+
+        Returns the stored memory and whether it was newly created.
+        """
+        doc = m.to_doc()
+        ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
+        on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
+        update_fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
+                         and k not in ("last_accessed_at",)}
+        sources = update_fields.pop("source_entry_ids", [])
+        try:
+            res = await self.memories.update_one(
+                ident, {"$set": update_fields, "$setOnInsert": on_insert,
+                        "$addToSet": {"source_entry_ids": {"$each": sources}}}, upsert=True)
+            stored = await self.memories.find_one(ident)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return Memory.from_doc(stored), res.upserted_id is not None
+
+    async def replace(self, m: Memory) -> None:
+        try:
+            await self.memories.replace_one({"_id": m.id}, m.to_doc(), upsert=True)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def delete(self, ids: list[str]) -> int:
+        if not ids:
+            return 0
+        try:
+            res = await self.memories.delete_many({"_id": {"$in": ids}})
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return res.deleted_count
+
+    async def enforce_cap(self, agent_id: str, cap: int) -> list[str]:
+        """Remove the oldest of the agent's memories beyond `cap`; returns the removed ids."""
+        if cap <= 0 or agent_id == GLOBAL_AGENT:
+            return []
+        try:
+            total = await self.memories.count_documents({"agent_id": agent_id})
+            if total <= cap:
+                return []
+            cursor = self.memories.find({"agent_id": agent_id}, {"_id": 1}).sort(
+                [("updated_at", ASCENDING), ("_id", ASCENDING)]).limit(total - cap)
+            ids = [d["_id"] async for d in cursor]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        await self.delete(ids)
+        return ids
+
+    async def bump_access(self, ids: list[str], now: float) -> None:
+        if not ids:
+            return
+        try:
+            await self.memories.bulk_write([UpdateOne({"_id": i}, {"$inc": {"access_count": 1},
+                                                                   "$set": {"last_accessed_at": now}}) for i in ids],
+                                           ordered=False)
+        except PyMongoError:
+            pass  # access counts are a ranking hint; losing one bump is harmless
+
+    # -- reads --
+
+    async def get(self, memory_id: str) -> Memory | None:
+        try:
+            doc = await self.memories.find_one({"_id": memory_id})
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return Memory.from_doc(doc) if doc else None
+
+    async def all_for(self, agent_id: str) -> list[Memory]:
+        try:
+            return [Memory.from_doc(d) async for d in self.memories.find({"agent_id": agent_id})]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def newest(self, agent_id: str, limit: int, now: float | None = None) -> list[Memory]:
+        now = now or time.time()
+        query = {"agent_id": agent_id, "live_until": {"$gt": now}}
+        try:
+            cursor = self.memories.find(query).sort([("updated_at", DESCENDING)]).limit(limit)
+            return [Memory.from_doc(d) async for d in cursor]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def page(self, query: dict[str, Any], limit: int, after: tuple[float, str] | None) -> list[Memory]:
+        """Keyset pagination on (updated_at, _id), newest first."""
+        q = dict(query)
+        slack = 64  # rows sharing the cursor's updated_at, skipped below
+        if after is not None:
+            q["updated_at"] = {"$lte": after[0]}
+        try:
+            cursor = self.memories.find(q).sort([("updated_at", DESCENDING), ("_id", DESCENDING)]).limit(limit + slack)
+            rows = [Memory.from_doc(d) async for d in cursor]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        if after is not None:
+            rows = [m for m in rows if (m.updated_at, m.id) < after]
+        return rows[:limit]
+
+    async def by_source(self, agent_id: str, entry_ids: list[str]) -> list[str]:
+        try:
+            cursor = self.memories.find({"agent_id": agent_id, "source_entry_ids": {"$in": entry_ids}}, {"_id": 1})
+            return [d["_id"] async for d in cursor]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def agents(self) -> list[str]:
+        try:
+            return [a for a in await self.memories.distinct("agent_id") if a != GLOBAL_AGENT]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    # -- idempotency and tombstones --
+
+    async def seen_entry(self, agent_id: str, entry_id: str) -> str | None:
+        """'tombstoned', 'duplicate' or None for an entry id never retained."""
+        try:
+            if await self.tombstones.find_one({"agent_id": agent_id, "entry_id": entry_id}):
+                return "tombstoned"
+            if await self.retained.find_one({"agent_id": agent_id, "entry_id": entry_id}):
+                return "duplicate"
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return None
+
+    async def mark_retained(self, agent_id: str, entry_id: str) -> None:
+        try:
+            await self.retained.update_one({"agent_id": agent_id, "entry_id": entry_id},
+                                           {"$setOnInsert": {"ts": time.time()}}, upsert=True)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def tombstone(self, agent_id: str, entry_ids: list[str], reason: str) -> None:
+        try:
+            for eid in entry_ids:
+                await self.tombstones.update_one({"agent_id": agent_id, "entry_id": eid},
+                                                 {"$setOnInsert": {"reason": reason, "ts": time.time()}}, upsert=True)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def tombstoned(self, agent_id: str) -> set[str]:
+        try:
+            return {d["entry_id"] async for d in self.tombstones.find({"agent_id": agent_id}, {"entry_id": 1})}
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+
+__all__ = ["LTMUnavailable", "MongoLTM", "_unset_none"]

@@ -1,0 +1,115 @@
+"""Short-term memory in Redis: per agent, the newest N memories for fast injection.
+
+A sorted set scored by update time holds the ids; a hash holds the JSON records. Every
+operation degrades to "unavailable" instead of raising, so a Redis outage only costs speed:
+the caller falls back to MongoDB and the adapter logs the state change once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from .model import Memory
+
+
+class RedisSTM:
+    def __init__(self, url: str, *, max_entries: int, prefix: str = "memplane",
+                 on_state: Callable[[bool, str], None] | None = None) -> None:
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5,
+                                           retry_on_timeout=False)
+        self.max_entries = max_entries
+        self.prefix = prefix
+        self.available = True
+        self._on_state = on_state
+
+    def _mark(self, ok: bool, error: str = "") -> None:
+        if ok != self.available:
+            self.available = ok
+            if self._on_state:
+                self._on_state(ok, error)
+
+    def _keys(self, agent_id: str) -> tuple[str, str]:
+        return f"{self.prefix}:stm:{agent_id}:ids", f"{self.prefix}:stm:{agent_id}:docs"
+
+    def version_key(self, agent_id: str) -> str:
+        return f"{self.prefix}:ver:{agent_id}"
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def put(self, memories: list[Memory]) -> bool:
+        """Write memories and trim each agent's set to the newest `max_entries`."""
+        if not memories:
+            return True
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                agents = set()
+                for m in memories:
+                    ids, docs = self._keys(m.agent_id)
+                    pipe.zadd(ids, {m.id: m.updated_at})
+                    pipe.hset(docs, m.id, orjson.dumps(m.to_doc(), default=str))
+                    agents.add(m.agent_id)
+                await pipe.execute()
+            for agent_id in agents:
+                await self._trim(agent_id)
+            self._mark(True)
+            return True
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+            return False
+
+    async def _trim(self, agent_id: str) -> None:
+        ids, docs = self._keys(agent_id)
+        overflow = await self.client.zrange(ids, 0, -(self.max_entries + 1))
+        if overflow:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.zrem(ids, *overflow)
+                pipe.hdel(docs, *overflow)
+                await pipe.execute()
+
+    async def remove(self, agent_id: str, memory_ids: list[str]) -> None:
+        if not memory_ids:
+            return
+        ids, docs = self._keys(agent_id)
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.zrem(ids, *memory_ids)
+                pipe.hdel(docs, *memory_ids)
+                await pipe.execute()
+            self._mark(True)
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+
+    async def newest(self, agent_id: str) -> list[Memory] | None:
+        """The agent's cached memories, newest first; None when Redis is unreachable."""
+        ids, docs = self._keys(agent_id)
+        try:
+            members = await self.client.zrevrange(ids, 0, self.max_entries - 1)
+            raw = await self.client.hmget(docs, members) if members else []
+            self._mark(True)
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+            return None
+        return [Memory.from_doc(orjson.loads(r)) for r in raw if r]
+
+    async def bump_version(self, agent_id: str) -> int | None:
+        try:
+            v = await self.client.incr(self.version_key(agent_id))
+            self._mark(True)
+            return int(v)
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+            return None
+
+    async def version(self, agent_id: str) -> int | None:
+        try:
+            v = await self.client.get(self.version_key(agent_id))
+            self._mark(True)
+            return int(v) if v else 0
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+            return None
