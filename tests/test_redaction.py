@@ -1,0 +1,102 @@
+"""Secret-shaped values never reach a prompt or a memory backend; look-alikes stay untouched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiohttp import web
+
+from proxy.redact import RedactionConfigError, Redactor
+from tests.conftest import url_of
+from tests.redaction_corpus import corpus, evaluate
+
+
+def test_every_listed_kind_is_found_and_no_lookalike_is_changed():
+    report = evaluate(Redactor())
+    lines = [f"{kind:24s} {row['ok']:>3.0f}/{row['samples']:<3.0f} "
+             f"{'recall' if kind != 'lookalike' else 'kept'} {row['rate']:.0%}" for kind, row in sorted(report.items())]
+    print("\n" + "\n".join(lines))
+    missed = {k: r for k, r in report.items() if r["rate"] < 1.0}
+    assert not missed, f"missed or changed: {missed}"
+    assert set(report) == {  # every kind the contract and the issue list is in the corpus
+        "openai", "anthropic", "aws_access_key_id", "aws_secret_access_key", "github", "gitlab", "slack",
+        "slack_webhook", "stripe", "google_api_key", "private_key", "jwt", "bearer", "basic_auth", "url_password",
+        "twilio", "sendgrid", "npm", "pypi", "huggingface", "azure_storage", "credential_assignment", "lookalike"}
+
+
+def test_redaction_keeps_surrounding_text_and_json_structure():
+    r = Redactor()
+    key = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+    text, counts = r.text(f"before {key} after")
+    assert text == "before [redacted:openai] after" and counts == {"openai": 1}
+    doc, counts = r.json({"messages": [{"role": "user", "content": f"use {key}"}],
+                          "headers": {"authorization": "Token abc123def456ghi789", "x-count": 3},
+                          "password": "correct-horse-battery", "max_tokens": 100, "api_key": "<YOUR_KEY>"})
+    assert doc["messages"][0]["content"] == "use [redacted:openai]"
+    assert doc["headers"] == {"authorization": "[redacted:secret_field]", "x-count": 3}
+    assert doc["password"] == "[redacted:secret_field]" and doc["max_tokens"] == 100
+    assert doc["api_key"] == "<YOUR_KEY>"  # a placeholder is not a secret
+    assert counts == {"openai": 1, "secret_field": 2}
+
+
+def test_counts_never_carry_the_secret():
+    r = Redactor()
+    for sample in corpus():
+        if sample.kind == "lookalike":
+            continue
+        _, counts = r.text(sample.text)
+        assert all(sample.secret[:8] not in k for k in counts)
+
+
+def test_operator_rules_and_allow_list(tmp_path):
+    rules = tmp_path / "rules.yml"
+    rules.write_text("rules:\n  - kind: internal_ticket_key\n    pattern: 'TKT-[0-9]{8}'\n    keywords: ['TKT-']\n"
+                     "allow:\n  - 'sk-test-allowed[0-9]+'\n")
+    r = Redactor.from_file(rules)
+    assert r.text("ticket TKT-12345678 opened")[0] == "ticket [redacted:internal_ticket_key] opened"
+    kept = "sk-test-allowed1234567890123456789"
+    assert r.text(f"fixture key {kept}")[0] == f"fixture key {kept}"
+    bad = tmp_path / "bad.yml"
+    bad.write_text("rules:\n  - kind: Bad Kind\n    pattern: 'x'\n")
+    with pytest.raises(RedactionConfigError, match="rules.0.kind"):
+        Redactor.from_file(bad)
+    bad.write_text("rules:\n  - kind: ok\n    pattern: '(unclosed'\n")
+    with pytest.raises(RedactionConfigError, match="rules.0.pattern"):
+        Redactor.from_file(bad)
+
+
+async def test_retain_is_scrubbed_and_nothing_secret_reaches_logs(stack, aiohttp_server):
+    received = []
+    aws = "AKIA" + "Q7ZP4M2K9XW3VN5T"
+    gh = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+
+    async def retain(request):
+        received.append(await request.json())
+        return web.json_response({"status": "stored"}, status=202)
+
+    async def recall(request):
+        return web.json_response({"memories": [{"text": f"deploy with {gh}", "kind": "fact"}]})
+
+    app = web.Application()
+    app.router.add_post("/retain", retain)
+    app.router.add_post("/recall", recall)
+    server = await aiohttp_server(app)
+    stack.add_agent("leaky", url_of(server))
+    await stack.openai("leaky").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"my aws key is {aws} and password=Sup3rS3cretPw!"}])
+    await stack.settle()
+    [body] = received
+    sent = json.dumps(body)
+    assert aws not in sent and "Sup3rS3cretPw!" not in sent and gh not in sent
+    assert body["entry"]["request_original"]["messages"][0]["content"] == \
+        "my aws key is [redacted:aws_access_key_id] and password=[redacted:credential_assignment]"
+    assert body["metadata"]["policy_removed"] >= 3
+    assert body["metadata"]["redactions"]["aws_access_key_id"] == 2  # original and effective request
+    assert body["entry"]["id"] == stack.ledger("leaky")[0]["id"]  # same id live retain and backfill use
+    logs = stack.log.getvalue()
+    for secret in (aws, gh, "Sup3rS3cretPw!"):
+        assert secret[:10] not in logs
+    # the operator's provider key never shows up in the ledger or the logs either
+    assert "sk-operator-openai-key" not in logs
+    assert "sk-operator-openai-key" not in (stack.history_root / "leaky" / "history.jsonl").read_text()
