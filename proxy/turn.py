@@ -195,14 +195,18 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(request)
     splitter = SSESplitter()
-    st = StreamState()
+    received: list[bytes] = []
     incomplete = None
     try:
         async for chunk in upstream.content.iter_any():
+            received.append(chunk)
+            if not hidden_usage:
+                await resp.write(chunk)  # bytes go out as they arrive; parsing waits until the end
+                continue
             for raw in splitter.feed(chunk):
-                name, data = parse_event(raw)
-                if fmt.feed_event(st, name, data, hidden_usage):
-                    await resp.write(raw)
+                if b'"usage"' in raw and not fmt.feed_event(StreamState(), *parse_event(raw), True):
+                    continue  # the usage chunk memplane asked for on the agent's behalf
+                await resp.write(raw)
         tail = splitter.flush()
         if tail:
             await resp.write(tail)
@@ -215,6 +219,9 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass
+    st = StreamState()
+    for raw in SSESplitter().feed(b"".join(received) + b"\n\n"):
+        fmt.feed_event(st, *parse_event(raw), hidden_usage)
     response: dict[str, Any] = {"format": "sse", "text": st.text}
     if st.extra.get("tool_calls"):
         response["tool_calls"] = list(st.extra["tool_calls"].values())

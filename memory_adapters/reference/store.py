@@ -48,10 +48,36 @@ def summarize(user: str, assistant: str) -> str:
 
 @dataclass
 class _Agent:
+    """One agent's records, with a newest-first order and a word → ids index, so recall
+    touches only the records that share a word with the query."""
+
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     tombstones: set[str] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     words: dict[str, set[str]] = field(default_factory=dict)
+    postings: dict[str, set[str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # ids by ts, oldest first
+
+    def add(self, rec: dict[str, Any]) -> None:
+        eid = rec["id"]
+        self.records[eid] = rec
+        words = tokens(rec.get("summary", ""))
+        self.words[eid] = words
+        for w in words:
+            self.postings.setdefault(w, set()).add(eid)
+        if not self.order or self.records[self.order[-1]]["ts"] <= rec["ts"]:
+            self.order.append(eid)
+        else:
+            self.order.append(eid)
+            self.order.sort(key=lambda i: self.records[i]["ts"])
+
+    def drop(self, eid: str) -> bool:
+        rec = self.records.pop(eid, None)
+        for w in self.words.pop(eid, ()):
+            self.postings.get(w, set()).discard(eid)
+        if rec is not None:
+            self.order.remove(eid)
+        return rec is not None
 
 
 class ReferenceStore:
@@ -76,10 +102,11 @@ class ReferenceStore:
         base = self.data_dir / agent_id
         for rec in _read_jsonl(base / "tombstones.jsonl"):
             agent.tombstones.add(rec.get("entry_id"))
-        for rec in _read_jsonl(base / "entries.jsonl"):
-            if rec.get("id") and rec["id"] not in agent.tombstones:
-                agent.records.setdefault(rec["id"], rec)
-                agent.words[rec["id"]] = tokens(rec.get("summary", ""))
+        rows = [r for r in _read_jsonl(base / "entries.jsonl") if r.get("id") and r["id"] not in agent.tombstones]
+        rows.sort(key=lambda r: r.get("ts", ""))
+        for rec in rows:
+            if rec["id"] not in agent.records:
+                agent.add(rec)
         return agent
 
     def _append(self, agent_id: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -103,29 +130,26 @@ class ReferenceStore:
             record = {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
                       "session_id": session_of(entry, req.metadata)}
             await asyncio.to_thread(self._append, req.agent_id, "entries.jsonl", [record])
-            agent.records[eid] = record
-            agent.words[eid] = tokens(summary)
+            agent.add(record)
             return "stored"
 
     async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
         agent = await self._agent(req.agent_id)
         query = tokens(req.query if req.query is not None else query_from(req.messages))
         limit = min(req.top_k or RECALL_LIMIT, RECALL_LIMIT)
-        newest_first = sorted(agent.records.values(), key=lambda r: r["ts"], reverse=True)
-        scored = []
-        if query:
-            for rec in newest_first:
-                overlap = len(query & agent.words.get(rec["id"], set()))
-                if overlap:
-                    scored.append((overlap / len(query), rec))
-            scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: ties stay newest first
-        picked = [(round(score, 3), rec) for score, rec in scored[:limit]]
-        seen = {rec["id"] for _, rec in picked}
-        for rec in newest_first:
+        overlap: dict[str, int] = {}
+        for w in query:
+            for eid in agent.postings.get(w, ()):
+                overlap[eid] = overlap.get(eid, 0) + 1
+        # most shared words first; ties go to the newest
+        best = sorted(overlap.items(), key=lambda kv: (kv[1], agent.records[kv[0]]["ts"]), reverse=True)[:limit]
+        picked = [(round(n / len(query), 3), agent.records[eid]) for eid, n in best]
+        seen = {eid for eid, _ in best}
+        for eid in reversed(agent.order):
             if len(picked) >= limit:
                 break
-            if rec["id"] not in seen:
-                picked.append((0.0, rec))
+            if eid not in seen:
+                picked.append((0.0, agent.records[eid]))
         return [MemoryBlock(text=rec["summary"], score=score, kind="episode", source="reference",
                             ts=rec["ts"], id=rec["id"]) for score, rec in picked]
 
@@ -138,9 +162,7 @@ class ReferenceStore:
             removed = 0
             for eid in req.entry_ids:
                 agent.tombstones.add(eid)
-                if agent.records.pop(eid, None) is not None:
-                    removed += 1
-                agent.words.pop(eid, None)
+                removed += agent.drop(eid)
             return removed
 
     async def health(self) -> dict[str, Any]:

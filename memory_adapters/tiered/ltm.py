@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, TEXT, AsyncMongoClient, UpdateOne
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 from .model import GLOBAL_AGENT, Memory
 
@@ -31,23 +31,37 @@ class MongoLTM:
     async def close(self) -> None:
         await self.client.close()
 
-    async def ensure_indexes(self) -> None:
+    async def ensure_indexes(self) -> list[str]:
+        """Create the indexes that do not exist yet (matched by key spec); returns the ones that failed.
+
+        No correctness rests on an index: writes are upserts by the unique key and expiry is
+        filtered in every query, so a failed build is reported, not fatal.
+        """
+        wanted = [
+            (self.memories, [("agent_id", ASCENDING), ("scope", ASCENDING), ("session_id", ASCENDING),
+                             ("key", ASCENDING)], {"unique": True, "name": "agent_scope_session_key"}),
+            (self.memories, [("value", TEXT), ("key", TEXT)], {"name": "text_search"}),
+            (self.memories, [("expires_on", ASCENDING)], {"expireAfterSeconds": 0, "name": "ttl"}),
+            (self.memories, [("agent_id", ASCENDING), ("updated_at", DESCENDING)], {"name": "agent_recent"}),
+            (self.memories, [("agent_id", ASCENDING), ("source_entry_ids", ASCENDING)], {"name": "agent_sources"}),
+            (self.retained, [("agent_id", ASCENDING), ("entry_id", ASCENDING)], {"unique": True, "name": "agent_entry"}),
+            (self.tombstones, [("agent_id", ASCENDING), ("entry_id", ASCENDING)], {"unique": True, "name": "agent_entry"}),
+        ]
+        failed = []
         try:
-            await self.memories.create_index([("agent_id", ASCENDING), ("scope", ASCENDING),
-                                              ("session_id", ASCENDING), ("key", ASCENDING)],
-                                             unique=True, name="agent_scope_session_key")
-            await self.memories.create_index([("value", TEXT), ("key", TEXT)], name="text_search")
-            await self.memories.create_index("expires_on", expireAfterSeconds=0, name="ttl")
-            await self.memories.create_index([("agent_id", ASCENDING), ("updated_at", DESCENDING)],
-                                             name="agent_recent")
-            await self.memories.create_index([("agent_id", ASCENDING), ("source_entry_ids", ASCENDING)],
-                                             name="agent_sources")
-            await self.retained.create_index([("agent_id", ASCENDING), ("entry_id", ASCENDING)], unique=True,
-                                             name="agent_entry")
-            await self.tombstones.create_index([("agent_id", ASCENDING), ("entry_id", ASCENDING)], unique=True,
-                                               name="agent_entry")
+            existing: dict[str, list[list]] = {}
+            for collection, keys, options in wanted:
+                if collection.name not in existing:
+                    existing[collection.name] = [list(ix["key"].items()) async for ix in await collection.list_indexes()]
+                if [list(k) for k in keys] in [[list(k) for k in ix] for ix in existing[collection.name]]:
+                    continue
+                try:
+                    await collection.create_index(keys, **options)
+                except OperationFailure as exc:
+                    failed.append(f"{collection.name}.{options['name']}: {exc}")
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
+        return failed
 
     async def ping(self) -> bool:
         try:

@@ -72,7 +72,8 @@ class TieredMemory:
     # -- lifecycle --
 
     async def start(self, *, warm: bool = True) -> None:
-        await self.ltm.ensure_indexes()
+        for failure in await self.ltm.ensure_indexes():
+            self.telemetry.warning("ltm_index_not_created", detail=failure)
         if warm:
             await self.warm_up()
 

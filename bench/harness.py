@@ -1,0 +1,113 @@
+"""Start benchmark server processes, seed memories, and write results."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+RESULTS = Path(__file__).parent / "results"
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def role(name: str, *args: str) -> Iterator[int]:
+    """Run `python -m bench.servers NAME ...` and yield its port once it says READY."""
+    errors = open(RESULTS.parent / f".{name}.stderr", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "bench.servers", name, *args], stdout=subprocess.PIPE,
+                            stderr=errors, text=True, cwd=Path(__file__).parent.parent)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            errors.seek(0)
+            raise RuntimeError(f"{name} did not start: {errors.read()[-2000:]}")
+        yield int(line.split()[1])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        errors.close()
+        Path(errors.name).unlink(missing_ok=True)
+
+
+def load(url: str, token: str, concurrency: int, requests: int, seconds: float, stream: bool) -> dict:
+    cmd = [sys.executable, "-m", "bench.load", "--url", url, "--token", token, "--concurrency", str(concurrency),
+           "--requests", str(requests), "--seconds", str(seconds)] + (["--stream"] if stream else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=seconds + 120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def redis_url() -> str | None:
+    import redis
+    url = os.environ.get("MEMPLANE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+    try:
+        redis.Redis.from_url(base + "/14", socket_connect_timeout=1).ping()
+        return base + "/14"
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def mongo(tmp: Path) -> Iterator[str | None]:
+    """MEMPLANE_TEST_MONGO_URL, or nx-27017 on a free port; None if neither is available."""
+    if os.environ.get("MEMPLANE_TEST_MONGO_URL"):
+        yield os.environ["MEMPLANE_TEST_MONGO_URL"]
+        return
+    binary = Path(sys.executable).parent / "nx-27017"
+    if not binary.exists():
+        yield None
+        return
+    port = free_port()
+    proc = subprocess.Popen([str(binary), "--data-dir", str(tmp / "nx"), "--port", str(port),
+                             "--log-file", str(tmp / "nx.log"), "--pid-file", str(tmp / "nx.pid")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    try:
+        yield f"mongodb://127.0.0.1:{port}/memplane_bench"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def write_results(name: str, doc: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_bytes(orjson.dumps({"name": name, "at": stamp, "quick": QUICK, **doc}, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def table(heads: list[str], rows: list[list]) -> str:
+    cells = [[fmt(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths))]
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    return "\n".join(lines)

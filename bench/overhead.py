@@ -1,0 +1,109 @@
+"""Proxy overhead: the same fake provider reached directly, through a minimal aiohttp
+pass-through, and through memplane (memory off, reference adapter, tiered adapter), at
+concurrency 1 and 32, non-streaming and streaming. Peers are rows too when they install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import tempfile
+from pathlib import Path
+
+from manifests.agents import memory_manifest, write_agent
+
+from .harness import QUICK, load, mongo, redis_url, role, table, write_results
+from .seed import seed_reference, seed_tiered
+
+MEMORIES = 1000
+
+
+def _peers() -> list[tuple[str, str]]:
+    skipped = []
+    if importlib.util.find_spec("litellm") is None:
+        skipped.append(("litellm-proxy", "skipped: litellm is not installed here (pip install 'litellm[proxy]')"))
+    else:
+        skipped.append(("litellm-proxy", "skipped: litellm's proxy needs its config and DB bootstrap; not wired yet"))
+    if importlib.util.find_spec("engram_proxy") is None and importlib.util.find_spec("engram") is None:
+        skipped.append(("engram-proxy", "skipped: engram-proxy is not installed here (pip install engram-proxy)"))
+    else:
+        skipped.append(("engram-proxy", "skipped: engram-proxy's sidecar entry point is not wired into this bench yet"))
+    return skipped
+
+
+def main() -> dict:
+    requests = 300 if QUICK else 2000
+    seconds = 8 if QUICK else 25
+    tmp = Path(tempfile.mkdtemp(prefix="memplane-bench-"))
+    rows: dict[str, dict] = {}
+    notes: list[str] = []
+    with role("provider") as prov_port:
+        upstream = f"http://127.0.0.1:{prov_port}/v1"
+        targets: list[tuple[str, str, str]] = [("direct", f"{upstream}/chat/completions", "bench")]
+        with role("passthrough", "--upstream", upstream) as pt_port, \
+                role("reference", "--data-dir", str(tmp / "ref")) as ref_port, \
+                mongo(tmp) as mongo_url:
+            ctx, hist = tmp / "ctx", tmp / "hist"
+            tok_off, _ = write_agent(ctx, "off")
+            tok_ref, _ = write_agent(ctx, "ref", memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}"))
+            seed_reference(tmp / "ref", "ref", MEMORIES)
+            targets.append(("passthrough", f"http://127.0.0.1:{pt_port}/v1/chat/completions", "bench"))
+            rurl = redis_url()
+            tiered_ctx = None
+            if rurl and mongo_url:
+                asyncio.run(seed_tiered(mongo_url, {"tier": MEMORIES}))
+                tiered_ctx = role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url)
+                tier_port = tiered_ctx.__enter__()
+                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}"))
+            else:
+                notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
+            try:
+                with role("memplane", "--upstream", upstream, "--context-root", str(ctx),
+                          "--history-root", str(hist)) as mp_port:
+                    mp = f"http://127.0.0.1:{mp_port}/v1/chat/completions"
+                    targets += [("memplane-off", mp, tok_off), ("memplane+reference", mp, tok_ref)]
+                    if tiered_ctx:
+                        targets.append(("memplane+tiered", mp, tok_tier))
+                    for name, url, token in targets:
+                        for stream in (False, True):
+                            for conc in (1, 32):
+                                key = f"{name}|{'stream' if stream else 'json'}|c{conc}"
+                                n = requests if conc == 32 else requests // 4
+                                rows[key] = load(url, token, conc, n, seconds, stream)
+            finally:
+                if tiered_ctx:
+                    tiered_ctx.__exit__(None, None, None)
+    out_rows = []
+    for key, r in rows.items():
+        name, mode, conc = key.split("|")
+        direct = rows[f"direct|{mode}|{conc}"]
+        floor = rows[f"passthrough|{mode}|{conc}"]
+        out_rows.append([name, mode, conc, r["rps"], r["p50_ms"], r["p99_ms"], r["ttfb_p50_ms"], r["ttfb_p99_ms"],
+                         r["p50_ms"] - direct["p50_ms"], r["rps"] / direct["rps"], r["rps"] / floor["rps"],
+                         r["errors"]])
+    print(table(["target", "mode", "conc", "req/s", "p50_ms", "p99_ms", "ttfb50", "ttfb99", "+p50_vs_direct",
+                 "rps/direct", "rps/passthru", "errors"], out_rows))
+    for name, reason in _peers():
+        print(f"{name}: {reason}")
+    for n in notes:
+        print(n)
+    ref32 = rows.get("memplane+reference|json|c32")
+    summary = {}
+    if ref32:
+        c1 = rows["memplane+reference|json|c1"]
+        summary = {
+            "added_p50_c1_ms": round(c1["p50_ms"] - rows["direct|json|c1"]["p50_ms"], 3),
+            "added_p99_c32_ms": round(ref32["p99_ms"] - rows["direct|json|c32"]["p99_ms"], 3),
+            "rps_vs_passthrough_c32": round(ref32["rps"] / rows["passthrough|json|c32"]["rps"], 3),
+            "ttfb_added_p50_ms": round(rows["memplane+reference|stream|c1"]["ttfb_p50_ms"]
+                                       - rows["direct|stream|c1"]["ttfb_p50_ms"], 3),
+        }
+    path = write_results("overhead", {"rows": rows, "summary": summary, "peers": dict(_peers()), "notes": notes})
+    print(f"overhead: memplane+reference adds p50 {summary.get('added_p50_c1_ms')} ms at c=1, p99 "
+          f"{summary.get('added_p99_c32_ms')} ms at c=32, throughput {summary.get('rps_vs_passthrough_c32')}x "
+          f"the pass-through at c=32, stream TTFB +{summary.get('ttfb_added_p50_ms')} ms ({path.name})")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Seed memories for benchmarks: reference JSONL files and tiered Mongo documents, written directly."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import orjson
+
+WORDS = ("project budget launch deadline customer invoice meeting travel flight hotel dentist sister brother "
+         "garden recipe pasta coffee tea running marathon guitar piano python rust database server cluster "
+         "report quarterly revenue churn onboarding design review holiday birthday gift train ticket museum "
+         "novel podcast jacket bicycle apartment lease insurance doctor vaccine puppy kitten violin chess").split()
+
+
+def sentence(rng: random.Random, n: int = 12) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    d = data_dir / agent_id
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "entries.jsonl", "wb") as fh:
+        for i in range(count):
+            rec = {"id": f"hist1_{agent_id}_{i:08d}", "ts": f"2026-11-{1 + i % 28:02d}T10:00:00.000Z",
+                   "summary": f"User: {sentence(rng)} | Assistant: Noted.", "session_id": None}
+            fh.write(orjson.dumps(rec) + b"\n")
+
+
+async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], seed: int = 1) -> None:
+    from memory_adapters.tiered.ltm import MongoLTM
+    from memory_adapters.tiered.model import Memory
+
+    ltm = MongoLTM(mongo_url)
+    await ltm.ensure_indexes()
+    rng = random.Random(seed)
+    now = time.time()
+    for agent_id, count in agent_counts.items():
+        batch = []
+        for i in range(count):
+            m = Memory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng), type="episode",
+                       created_at=now - rng.random() * 90 * 86400, updated_at=now - i)
+            batch.append(m.to_doc())
+            if len(batch) >= 5000:
+                await ltm.memories.insert_many(batch, ordered=False)
+                batch = []
+        if batch:
+            await ltm.memories.insert_many(batch, ordered=False)
+    await ltm.close()

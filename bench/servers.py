@@ -1,0 +1,105 @@
+"""Server roles for the benchmarks, each started as its own process:
+
+    python -m bench.servers provider|passthrough|memplane|reference|tiered --port N [...]
+
+Prints `READY <port>` on stdout once it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import sys
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+REPLY = ("The quarterly numbers look steady: revenue grew four percent, churn fell slightly, and the new "
+         "onboarding flow cut time to first value by a third. ") * 6  # ~200 tokens
+
+
+def provider_app() -> web.Application:
+    from proxy.testing.fake_provider import FakeProvider
+    return FakeProvider(reply=lambda body: REPLY, chunks=50, record=False).app()
+
+
+def passthrough_app(upstream: str) -> web.Application:
+    """The floor a Python proxy can reach: one shared session, bytes forwarded as they come."""
+    app = web.Application()
+    key = web.AppKey("session", aiohttp.ClientSession)
+
+    async def start(app):
+        app[key] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def stop(app):
+        await app[key].close()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        async with app[key].post(upstream + request.path[len("/v1"):], data=body,
+                                 headers={"Content-Type": "application/json"}) as up:
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": up.headers.get("Content-Type", "")})
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post("/v1/{tail:.*}", forward)
+    return app
+
+
+def memplane_app(upstream: str, context_root: Path, history_root: Path) -> web.Application:
+    from proxy.app import build_app
+    from proxy.config import ProxySettings
+    from proxy.telemetry import Telemetry, make_logger
+    settings = ProxySettings(context_root=context_root, history_root=history_root, openai_base_url=upstream,
+                             openai_api_key="sk-bench")
+    return build_app(settings, Telemetry(make_logger(io.StringIO())) if not sys.stderr.isatty() else None)
+
+
+async def serve(app: web.Application, port: int) -> None:
+    from proxy.runner import Site, serve as serve_sites
+
+    def ready(ports):
+        print(f"READY {ports[0]}", flush=True)
+
+    await serve_sites([Site(app, "127.0.0.1", port)], grace_s=2, on_ready=ready)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["provider", "passthrough", "memplane", "reference", "tiered"])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--upstream", default="")
+    p.add_argument("--context-root", type=Path)
+    p.add_argument("--history-root", type=Path)
+    p.add_argument("--data-dir", type=Path)
+    p.add_argument("--redis-url", default="")
+    p.add_argument("--mongo-url", default="")
+    a = p.parse_args()
+    if a.role == "provider":
+        app = provider_app()
+    elif a.role == "passthrough":
+        app = passthrough_app(a.upstream)
+    elif a.role == "memplane":
+        app = memplane_app(a.upstream, a.context_root, a.history_root)
+    elif a.role == "reference":
+        from memory_adapters.reference.app import build_reference_app
+        app = build_reference_app(a.data_dir)
+    else:
+        from memory_adapters.tiered.app import build_tiered_app
+        from memory_adapters.tiered.config import TieredSettings
+        from proxy.telemetry import Telemetry, make_logger
+        app = build_tiered_app(TieredSettings.from_env(redis_url=a.redis_url, mongo_url=a.mongo_url),
+                               Telemetry(make_logger(io.StringIO())))
+    from proxy.runner import run
+    run(serve(app, a.port))
+
+
+if __name__ == "__main__":
+    main()
