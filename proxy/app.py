@@ -15,7 +15,7 @@ from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
 from .ledger import Ledger
 from .rate_limit import RateLimiter
 from .redact import Redactor
-from .retain import RetainQueue
+from .delivery import RetainDelivery
 from .state import ProxyState
 from .telemetry import Telemetry
 from .turn import authenticate, handle_turn, open_upstream
@@ -101,13 +101,13 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     async def start(app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
-        state.retain = RetainQueue(state.session, state.telemetry, state.redactor,
-                                   maxsize=settings.retain_queue_size, workers=settings.retain_workers)
-        state.retain.start()
+        state.retain = RetainDelivery(state.session, state.telemetry, state.redactor, state.ledger, state.contexts,
+                                      max_buffered=settings.retain_queue_size)
+        await state.retain.start()
 
     async def stop(app: web.Application) -> None:
         if state.retain is not None:
-            await state.retain.drain(min(5.0, settings.shutdown_grace_s))
+            await state.retain.close(min(5.0, settings.shutdown_grace_s))
         if state.session is not None:
             await state.session.close()
         state.ledger.close()

@@ -24,7 +24,6 @@ class ProxySettings:
     rate_limit_per_agent: float = 0.0  # requests per second, 0 = off
     rate_limit_burst: int = 20
     retain_queue_size: int = 10_000
-    retain_workers: int = 4
     redaction_rules: str | None = None
     shutdown_grace_s: float = 30.0
     ledger_fsync: bool = False

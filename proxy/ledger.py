@@ -98,11 +98,12 @@ class Ledger:
         self.fsync = fsync
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._files: dict[str, Any] = {}
+        self.ends: dict[str, int] = {}  # bytes written per agent, as known to the event loop
 
     def path(self, agent_id: str) -> Path:
         return self.root / agent_id / LEDGER_FILE
 
-    def _append_sync(self, agent_id: str, line: bytes) -> None:
+    def _append_sync(self, agent_id: str, line: bytes) -> tuple[int, int]:
         fh = self._files.get(agent_id)
         if fh is None:
             p = self.path(agent_id)
@@ -115,20 +116,45 @@ class Ledger:
                     if rf.read(1) != b"\n":
                         fh.write(b"\n")
             self._files[agent_id] = fh
+        start = fh.tell()
         fh.write(line)
         if self.fsync:
             os.fsync(fh.fileno())
+        return start, start + len(line)
 
-    async def append(self, agent_id: str, entry: dict[str, Any]) -> None:
+    async def append(self, agent_id: str, entry: dict[str, Any]) -> tuple[int, int]:
+        """Append one entry; returns its (start, end) byte offsets in the agent's ledger."""
         line = orjson.dumps(entry) + b"\n"
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
+        span = await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
+        self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
+        return span
 
-    def append_blocking(self, agent_id: str, entry: dict[str, Any]) -> None:
-        self._executor.submit(self._append_sync, agent_id, orjson.dumps(entry) + b"\n").result()
+    def append_blocking(self, agent_id: str, entry: dict[str, Any]) -> tuple[int, int]:
+        span = self._executor.submit(self._append_sync, agent_id, orjson.dumps(entry) + b"\n").result()
+        self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
+        return span
+
+    def size(self, agent_id: str) -> int:
+        known = self.ends.get(agent_id)
+        if known is not None:
+            return known
+        try:
+            return self.path(agent_id).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    async def run(self, fn, *args):
+        """Run blocking file work on the ledger's own thread (serialized with appends)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def close(self) -> None:
+        """Flush every ledger to disk and stop the writer thread."""
         self._executor.shutdown(wait=True)
         for fh in self._files.values():
+            try:
+                os.fsync(fh.fileno())
+            except OSError:
+                pass
             fh.close()
         self._files.clear()
 

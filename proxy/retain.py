@@ -1,8 +1,6 @@
-"""Post-turn retain: deliver ledger entries to the memory service off the hot path.
+"""One retain call to a memory service, and the scrubbing every retained entry goes through.
 
-A bounded in-process queue with a few workers and retries with exponential backoff. A full
-queue or a dead service drops nothing for good: the ledger line is already written, so
-`memplane memory backfill` can replay it (and services dedupe by entry id).
+Delivery order, retries and restarts live in `delivery.py`; backfill reuses these too.
 """
 
 from __future__ import annotations
@@ -15,12 +13,10 @@ from typing import Any
 
 import aiohttp
 import orjson
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from manifests.models import MemoryManifest
 
 from .redact import Redactor
-from .telemetry import Telemetry
 
 
 class RetryableRetainError(Exception):
@@ -79,79 +75,3 @@ async def post_retain(session: aiohttp.ClientSession, job: RetainJob, *, url: st
             return resp.status
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise RetryableRetainError(type(exc).__name__) from None
-
-
-class RetainQueue:
-    def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor, *,
-                 maxsize: int = 10_000, workers: int = 4, attempts: int = 4,
-                 backoff_s: float = 0.2, max_backoff_s: float = 5.0) -> None:
-        self.session = session
-        self.telemetry = telemetry
-        self.redactor = redactor
-        self.queue: asyncio.Queue[RetainJob] = asyncio.Queue(maxsize=maxsize)
-        self.workers = workers
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
-
-    def submit(self, job: RetainJob) -> bool:
-        """Enqueue without waiting; a full queue is logged as `skipped` (backfill can replay)."""
-        try:
-            self.queue.put_nowait(job)
-            return True
-        except asyncio.QueueFull:
-            self.telemetry.memory_op(claw_id=job.agent_id, service=job.manifest.service, op="retain",
-                                     status="skipped", error="retain queue full; replay with backfill",
-                                     entry_id=job.entry.get("id"))
-            return False
-
-    async def _worker(self) -> None:
-        while True:
-            job = await self.queue.get()
-            try:
-                await self.deliver(job)
-            except Exception as exc:  # a worker must never die
-                self.telemetry.warning("retain_worker_error", error=type(exc).__name__)
-            finally:
-                self.queue.task_done()
-
-    async def deliver(self, job: RetainJob) -> bool:
-        job = scrub_job(self.redactor, job)
-        started = time.perf_counter()
-        status_code: int | None = None
-        error = None
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.attempts),
-                wait=wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
-                retry=retry_if_exception_type(RetryableRetainError),
-                reraise=True,
-            ):
-                with attempt:
-                    status_code = await post_retain(self.session, job)
-        except RetryableRetainError as exc:
-            error = str(exc)
-        ok = error is None and status_code is not None and 200 <= status_code < 300
-        self.telemetry.memory_op(
-            claw_id=job.agent_id, service=job.manifest.service, op=job.op,
-            status="succeeded" if ok else "failed", status_code=status_code,
-            latency_ms=(time.perf_counter() - started) * 1000,
-            removed=job.metadata.get("policy_removed", 0),
-            error=error or (None if ok else f"status {status_code}"),
-            entry_id=job.entry.get("id"),
-        )
-        return ok
-
-    async def drain(self, timeout: float) -> None:
-        """Wait up to `timeout` for queued retains, then stop the workers."""
-        try:
-            await asyncio.wait_for(self.queue.join(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -12,7 +12,7 @@ from .context_store import ContextStore
 from .ledger import Ledger
 from .rate_limit import RateLimiter
 from .redact import Redactor
-from .retain import RetainQueue
+from .delivery import RetainDelivery
 from .telemetry import Telemetry
 
 
@@ -26,17 +26,12 @@ class ProxyState:
     rate_limiter: RateLimiter
     upstream_slots: asyncio.Semaphore
     session: aiohttp.ClientSession | None = None
-    retain: RetainQueue | None = None
+    retain: RetainDelivery | None = None
     active_turns: int = 0
 
     async def settle(self, timeout: float = 10.0) -> None:
         """Wait until no turn is in flight and every queued retain was delivered (tests, demo)."""
         async def wait() -> None:
-            while True:
-                while self.active_turns:
-                    await asyncio.sleep(0.005)
-                if self.retain is not None:
-                    await self.retain.queue.join()
-                if not self.active_turns:
-                    return
+            while self.active_turns or (self.retain is not None and not self.retain.idle()):
+                await asyncio.sleep(0.005)
         await asyncio.wait_for(wait(), timeout)

@@ -18,7 +18,6 @@ from .ledger import build_entry
 from .rate_limit import retry_after_header
 from .recall import call_recall
 from .recall_policy import apply_policy
-from .retain import RetainJob
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
@@ -141,25 +140,27 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
     headers = upstream_headers(state.settings, fmt.provider, request.headers)
 
+    async def finish(record: dict[str, Any]) -> None:
+        await record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+                          record, session_id)
+
     async with state.upstream_slots:
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp, record = await _relay_stream(request, upstream, fmt, hidden_usage)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish)
             else:
-                resp, record = await _relay_whole(request, upstream, fmt)
+                resp = await _relay_whole(request, upstream, fmt, finish)
 
-    if record is not None:
-        await record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
-                          record, session_id)
     state.telemetry.request(claw_id=ctx.agent_id, path=request.path, status_code=upstream.status,
                             stream=stream, latency_ms=round((time.perf_counter() - started) * 1000, 3))
     return resp
 
 
-async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse,
-                       fmt: WireFormat) -> tuple[web.StreamResponse, dict[str, Any] | None]:
+async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
+                       finish) -> web.StreamResponse:
+    """Read the whole answer, ledger it (2xx only), then send it: every answer seen is durable."""
     try:
         data = await upstream.read()
     except asyncio.TimeoutError:
@@ -169,28 +170,33 @@ async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse,
         raise ProxyError(502, f"The upstream provider broke off its answer ({type(exc).__name__}).",
                          code="upstream_unreachable") from None
     resp = web.Response(status=upstream.status, body=data, headers=returned_headers(upstream.headers))
-    await resp.prepare(request)
-    await resp.write_eof()
-    if not 200 <= upstream.status < 300:
-        return resp, None
+    if 200 <= upstream.status < 300:
+        await finish(_whole_record(fmt, data))
+    return resp
+
+
+def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return resp, {"response": {"format": "text", "text": data.decode("utf-8", "replace")},
-                      "usage": None, "model": None}
-    text, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
+        return {"response": {"format": "text", "text": data.decode("utf-8", "replace")}, "usage": None, "model": None}
+    _, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage,
                               "model": doc.get("model") if isinstance(doc, dict) else None}
     if isinstance(fmt, AnthropicMessages) and isinstance(doc, dict):
         cites = fmt.citations(doc)
         if cites:
             record["citations"] = cites
-    return resp, record
+    return record
 
 
 async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
-                        hidden_usage: bool) -> tuple[web.StreamResponse, dict[str, Any] | None]:
-    """Forward SSE events as they arrive; assemble the answer for the ledger on the side."""
+                        hidden_usage: bool, finish) -> web.StreamResponse:
+    """Forward SSE events as they arrive; ledger the assembled answer before closing the stream.
+
+    A client that disconnects mid-stream ends the upstream call (leaving the loop closes it),
+    and what was received is still ledgered, marked incomplete.
+    """
     resp = web.StreamResponse(status=upstream.status, headers=returned_headers(upstream.headers))
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(request)
@@ -210,15 +216,21 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
         tail = splitter.flush()
         if tail:
             await resp.write(tail)
-        await resp.write_eof()
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        incomplete = "client_disconnected"  # leaving the loop closes the upstream call
+        incomplete = "client_disconnected"
     except (asyncio.TimeoutError, aiohttp.ClientError):
         incomplete = "upstream_broke_off"
+    await finish(_stream_record(fmt, received, hidden_usage, incomplete))
+    if incomplete != "client_disconnected":
         try:
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass
+    return resp
+
+
+def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
+                   incomplete: str | None) -> dict[str, Any]:
     st = StreamState()
     for raw in SSESplitter().feed(b"".join(received) + b"\n\n"):
         fmt.feed_event(st, *parse_event(raw), hidden_usage)
@@ -230,7 +242,7 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model}
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
-    return resp, record
+    return record
 
 
 async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, path: str,
@@ -248,9 +260,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
         status_code=status, stream=stream, request_original=original, request_effective=effective,
         response=record["response"], usage=record.get("usage"), extra=extra,
     )
-    await state.ledger.append(ctx.agent_id, entry)
-    manifest = ctx.memory
-    if manifest is not None and manifest.retain is not None and state.retain is not None:
-        meta = _metadata(ctx, fmt, original, session_id)
-        state.retain.submit(RetainJob(ctx.agent_id, ctx.metadata.pod, manifest, entry, meta))
+    start, end = await state.ledger.append(ctx.agent_id, entry)
+    if state.retain is not None:
+        state.retain.submit(ctx.agent_id, start, end, entry)
 

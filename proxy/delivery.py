@@ -1,0 +1,235 @@
+"""At-least-once retain delivery, driven by the durable ledger.
+
+Each agent has a lane with a byte cursor, persisted beside its ledger as `retain.cursor`:
+everything before it was acknowledged by the memory service. New turns reach the lane in
+memory (the fast path); when that buffer would overflow, when the service is down, or after a
+restart, the lane re-reads the ledger from its cursor instead. Memory stays bounded, responses
+never wait on it, and a restart resumes where delivery stopped. Services dedupe by entry id,
+so at-least-once is exactly-once in effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .context_store import ContextStore
+from .ledger import Ledger
+from .redact import Redactor
+from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
+from .telemetry import Telemetry
+
+CURSOR_FILE = "retain.cursor"
+
+
+@dataclass
+class Lane:
+    agent_id: str
+    cursor: int = 0
+    pending: deque = field(default_factory=deque)  # (start, end, entry) in ledger order
+    from_file: bool = False  # read the ledger from the cursor instead of the buffer
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    state: str = "idle"  # idle | busy | backoff
+    failures: int = 0
+    task: asyncio.Task | None = None
+
+
+class RetainDelivery:
+    def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor, ledger: Ledger,
+                 contexts: ContextStore, *, max_buffered: int = 10_000, batch: int = 16,
+                 backoff_s: float = 0.2, max_backoff_s: float = 30.0) -> None:
+        self.session = session
+        self.telemetry = telemetry
+        self.redactor = redactor
+        self.ledger = ledger
+        self.contexts = contexts
+        self.max_buffered = max_buffered
+        self.batch = batch
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.lanes: dict[str, Lane] = {}
+        self._buffered = 0
+        self._closing = False
+
+    # -- lifecycle --
+
+    def _cursor_path(self, agent_id: str):
+        return self.ledger.root / agent_id / CURSOR_FILE
+
+    def _read_cursor(self, agent_id: str) -> int:
+        try:
+            return int(orjson.loads(self._cursor_path(agent_id).read_bytes())["offset"])
+        except (FileNotFoundError, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
+            return 0
+
+    def _write_cursor(self, agent_id: str, offset: int) -> None:
+        path = self._cursor_path(agent_id)
+        tmp = path.with_name(CURSOR_FILE + ".tmp")
+        tmp.write_bytes(orjson.dumps({"offset": offset, "ts": time.time()}))
+        os.replace(tmp, path)
+
+    async def start(self) -> None:
+        """Resume every agent whose ledger holds entries not yet acknowledged."""
+        for agent_id in self.ledger.agents():
+            lane = self._lane(agent_id)
+            if lane.cursor < self.ledger.size(agent_id):
+                lane.from_file = True
+                lane.wake.set()
+
+    def _lane(self, agent_id: str) -> Lane:
+        lane = self.lanes.get(agent_id)
+        if lane is None:
+            lane = Lane(agent_id, cursor=self._read_cursor(agent_id))
+            self.lanes[agent_id] = lane
+            lane.task = asyncio.create_task(self._run(lane))
+        return lane
+
+    def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
+        """Hand over a freshly ledgered entry; never blocks, never raises."""
+        lane = self._lane(agent_id)
+        if lane.from_file or self._buffered >= self.max_buffered:
+            lane.from_file = True  # the ledger has it; the lane will read it from there
+            self._drop_buffer(lane)
+        else:
+            lane.pending.append((start, end, entry))
+            self._buffered += 1
+        lane.wake.set()
+
+    def _drop_buffer(self, lane: Lane) -> None:
+        self._buffered -= len(lane.pending)
+        lane.pending.clear()
+
+    async def close(self, grace_s: float) -> None:
+        """Finish what is in flight within `grace_s`; the rest stays for the next start."""
+        self._closing = True
+        deadline = time.monotonic() + grace_s
+        while any(lane.state == "busy" for lane in self.lanes.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for lane in self.lanes.values():
+            if lane.task:
+                lane.task.cancel()
+        await asyncio.gather(*(lane.task for lane in self.lanes.values() if lane.task), return_exceptions=True)
+        for lane in self.lanes.values():
+            self._write_cursor_safe(lane)
+
+    def _write_cursor_safe(self, lane: Lane) -> None:
+        try:
+            self._write_cursor(lane.agent_id, lane.cursor)
+        except OSError:
+            pass
+
+    def idle(self) -> bool:
+        """Nothing is being delivered right now (lanes backing off count as idle)."""
+        return all(lane.state != "busy" and (lane.state == "backoff" or
+                                             (not lane.pending and not lane.wake.is_set()))
+                   for lane in self.lanes.values())
+
+    # -- the lane loop --
+
+    async def _next_batch(self, lane: Lane) -> list[tuple[int, int, dict[str, Any]]]:
+        while lane.pending and lane.pending[0][0] < lane.cursor:
+            lane.pending.popleft()  # already delivered (read from the file earlier)
+            self._buffered -= 1
+        if not lane.from_file and lane.pending and lane.pending[0][0] > lane.cursor:
+            lane.from_file = True  # a gap: something was not buffered; the ledger has it
+        if lane.from_file:
+            self._drop_buffer(lane)
+            torn: list[int] = []
+
+            def read() -> list[tuple[int, int, dict[str, Any]]]:
+                out = []
+                for ref in self.ledger.read(lane.agent_id, start_offset=lane.cursor, on_torn=torn.append):
+                    out.append((ref.offset, ref.end, ref.entry))
+                    if len(out) >= self.batch:
+                        break
+                return out
+
+            items = await self.ledger.run(read)
+            if torn:
+                self.telemetry.warning("ledger_torn_line", claw_id=lane.agent_id,
+                                       detail="skipped an incomplete ledger line (a crash mid-write)")
+            if not items and lane.cursor >= self.ledger.size(lane.agent_id):
+                lane.from_file = False
+            return items
+        items = []
+        while lane.pending and len(items) < self.batch:
+            items.append(lane.pending.popleft())
+            self._buffered -= 1
+        return items
+
+    async def _run(self, lane: Lane) -> None:
+        while True:
+            await lane.wake.wait()
+            lane.wake.clear()
+            while not self._closing:
+                lane.state = "busy"
+                batch = await self._next_batch(lane)
+                if not batch:
+                    break
+                await self._deliver_batch(lane, batch)
+            lane.state = "idle"
+
+    async def _deliver_batch(self, lane: Lane, batch: list[tuple[int, int, dict[str, Any]]]) -> None:
+        ctx = self.contexts.get(lane.agent_id)
+        manifest = ctx.memory if ctx is not None else None
+        todo = list(batch)
+        while todo and not self._closing:
+            if manifest is None or manifest.retain is None:
+                todo = []  # this agent has no retain endpoint: nothing to deliver
+                break
+            results = await asyncio.gather(*(self._deliver_one(lane, ctx, manifest, e) for _, _, e in todo))
+            todo = [item for item, ok in zip(todo, results) if not ok]
+            if todo:
+                lane.failures += 1
+                lane.state = "backoff"
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** min(lane.failures - 1, 10))
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    raise
+                lane.state = "busy"
+                ctx = self.contexts.get(lane.agent_id)
+                manifest = ctx.memory if ctx is not None else None
+            else:
+                lane.failures = 0
+        if not todo:
+            lane.cursor = max(lane.cursor, batch[-1][1])
+            await self.ledger.run(self._write_cursor_safe, lane)
+
+    async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
+        """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""
+        meta = {k: v for k, v in {"service": ctx.metadata.service, "type": ctx.metadata.type,
+                                  "session_id": entry.get("session_id"), "timezone": ctx.metadata.timezone,
+                                  "requested_model": entry.get("requested_model"),
+                                  "path": _api_name(entry.get("path", ""))}.items() if v is not None}
+        job = scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
+        started = time.perf_counter()
+        try:
+            status = await post_retain(self.session, job)
+        except RetryableRetainError as exc:
+            self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
+                                     latency_ms=(time.perf_counter() - started) * 1000, error=str(exc),
+                                     entry_id=entry.get("id"), will_retry=True)
+            return False
+        ok = 200 <= status < 300
+        self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain",
+                                 status="succeeded" if ok else "failed", status_code=status,
+                                 latency_ms=(time.perf_counter() - started) * 1000,
+                                 removed=job.metadata.get("policy_removed", 0),
+                                 error=None if ok else f"refused with status {status}", entry_id=entry.get("id"))
+        return True
+
+
+def _api_name(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1/responses"):
+        return "responses"
+    return "openai"
