@@ -24,6 +24,8 @@ class MemoryBackend(Protocol):
 
 
 OPEN_PATHS = frozenset({"/health", "/.claw-describe.json"})
+# The agent a per-agent token authenticated (typed request key where aiohttp has them).
+CALLER_AGENT = web.RequestKey("caller_agent", str) if hasattr(web, "RequestKey") else "caller_agent"
 
 
 def json_error(status: int, message: str, field: str | None = None) -> web.Response:
@@ -49,7 +51,7 @@ def bearer_auth(token: str | None, agent_tokens: dict[str, str] | None = None):
             return await handler(request)
         for agent_id, agent_token in (agent_tokens or {}).items():
             if given and hmac.compare_digest(given.encode(), agent_token.encode()):
-                request["caller_agent"] = agent_id
+                request[CALLER_AGENT] = agent_id
                 return await handler(request)
         return json_error(401, "missing or invalid bearer token")
 
@@ -69,7 +71,7 @@ async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
         message = {"error": {"message": f"{field}: {err['msg']}", "field": field}}
         raise web.HTTPBadRequest(text=orjson.dumps(message).decode(), content_type="application/json") from None
-    caller = request.get("caller_agent")
+    caller = request.get(CALLER_AGENT)
     if caller is not None and getattr(parsed, "agent_id", caller) != caller:
         message = {"error": {"message": "agent_id does not match the token", "field": "agent_id"}}
         raise web.HTTPForbidden(text=orjson.dumps(message).decode(), content_type="application/json")

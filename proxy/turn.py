@@ -141,8 +141,9 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     headers = upstream_headers(state.settings, fmt.provider, request.headers)
 
     async def finish(record: dict[str, Any]) -> None:
-        await record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
-                          record, session_id)
+        # shielded: a client that goes away mid-write must not cost the ledger its line
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+                                         record, session_id))
 
     async with state.upstream_slots:
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers)
@@ -218,6 +219,9 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
             await resp.write(tail)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         incomplete = "client_disconnected"
+    except asyncio.CancelledError:  # servers that cancel handlers when the client goes away
+        await finish(_stream_record(fmt, received, hidden_usage, "client_disconnected"))
+        raise
     except (asyncio.TimeoutError, aiohttp.ClientError):
         incomplete = "upstream_broke_off"
     await finish(_stream_record(fmt, received, hidden_usage, incomplete))

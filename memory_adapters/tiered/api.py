@@ -12,6 +12,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..contract import AGENT_ID_PATTERN
+from ..server import CALLER_AGENT
 from .ltm import LTMUnavailable
 from .model import GLOBAL_AGENT, Memory
 from .service import TieredMemory
@@ -95,11 +96,26 @@ def _cursor_in(text: str) -> tuple[float, str]:
     return float(updated), str(mid)
 
 
+def _forbidden(request: web.Request, agent_id: str) -> web.Response | None:
+    """With per-agent tokens, a caller may only name itself."""
+    caller = request.get(CALLER_AGENT)
+    if caller is not None and agent_id != caller:
+        return _error(403, "agent_id does not match the token", "agent_id")
+    return None
+
+
+def _owned(request: web.Request, m: Memory | None) -> bool:
+    caller = request.get(CALLER_AGENT)
+    return m is not None and (caller is None or m.agent_id == caller or m.metadata.get("author") == caller)
+
+
 def add_api_routes(app: web.Application, service: TieredMemory) -> None:
     async def store(request: web.Request) -> web.Response:
         body = await _parse(request, StoreBody)
         if isinstance(body, web.Response):
             return body
+        if (denied := _forbidden(request, body.agent_id)) is not None:
+            return denied
         agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
         meta = dict(body.metadata)
         if body.scope == "global":
@@ -115,6 +131,8 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
         agent_id = q.get("agent_id")
         if not agent_id:
             return _error(400, "agent_id: field required", "agent_id")
+        if (denied := _forbidden(request, agent_id)) is not None:
+            return denied
         try:
             limit = int(q.get("limit", "50"))
             if not 1 <= limit <= 500:
@@ -142,7 +160,7 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
 
     async def get_one(request: web.Request) -> web.Response:
         m = await service.ltm.get(request.match_info["id"])
-        if m is None or m.expired():
+        if m is None or m.expired() or not (_owned(request, m) or m.scope == "global"):
             return _error(404, "memory not found")
         return _json(m.public())
 
@@ -150,6 +168,8 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
         body = await _parse(request, SearchBody)
         if isinstance(body, web.Response):
             return body
+        if (denied := _forbidden(request, body.agent_id)) is not None:
+            return denied
         types = {body.type_filter} if isinstance(body.type_filter, str) else set(body.type_filter or ())
         ranked = await service.rank(body.agent_id, body.query, session_id=body.session_id, top_k=body.top_k,
                                     type_filter=types or None, min_importance=body.min_importance,
@@ -157,7 +177,8 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
         return _json({"results": [{**m.public(), "score": round(s, 4)} for m, s in ranked]})
 
     async def delete(request: web.Request) -> web.Response:
-        if not await service.delete(request.match_info["id"]):
+        m = await service.ltm.get(request.match_info["id"])
+        if not _owned(request, m) or not await service.delete(m.id):
             return _error(404, "memory not found")
         return web.Response(status=204)
 

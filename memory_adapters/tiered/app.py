@@ -39,7 +39,7 @@ def build_service(settings: TieredSettings, telemetry: Telemetry | None = None) 
 def build_tiered_app(settings: TieredSettings, telemetry: Telemetry | None = None,
                      service: TieredMemory | None = None) -> web.Application:
     service = service or build_service(settings, telemetry)
-    app = build_adapter_app(service, describe(), token=settings.adapter_token)
+    app = build_adapter_app(service, describe(), token=settings.adapter_token, agent_tokens=settings.agent_tokens)
     app.middlewares.append(ltm_unavailable_middleware)
     add_api_routes(app, service)
     app[TIERED_SERVICE] = service

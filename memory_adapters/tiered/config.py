@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+
+
+def load_agent_tokens(path: str | None) -> dict[str, str] | None:
+    """Per-agent adapter tokens: a JSON file mapping agent id to the bearer token it must use."""
+    if not path:
+        return None
+    with open(path) as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise ValueError(f"{path}: must be a JSON object of agent id -> token")
+    return doc
 
 
 def _int(name: str, default: int) -> int:
@@ -27,6 +39,7 @@ class TieredSettings:
     adapter_token: str | None = None   # MEMPLANE_ADAPTER_TOKEN: bearer token required on every call
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
+    agent_tokens: dict[str, str] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
 
     @classmethod
     def from_env(cls, **overrides) -> "TieredSettings":
@@ -42,6 +55,7 @@ class TieredSettings:
             adapter_token=os.environ.get("MEMPLANE_ADAPTER_TOKEN") or None,
             key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
             embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
+            agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
         )
         for k, v in overrides.items():
             if v is not None:

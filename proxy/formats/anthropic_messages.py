@@ -21,8 +21,8 @@ class AnthropicMessages:
         require("messages" in body, self.dialect, "messages: Field required", "messages")
         require(isinstance(body["messages"], list) and len(body["messages"]) > 0, self.dialect,
                 "messages: must be a non-empty list", "messages")
-        require(all(isinstance(m, dict) for m in body["messages"]), self.dialect,
-                "messages: each item must be an object", "messages")
+        require(all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in body["messages"]),
+                self.dialect, "messages: each item must be an object with a string 'role'", "messages")
         system = body.get("system")
         require(system is None or isinstance(system, (str, list)), self.dialect,
                 "system: must be a string or a list of content blocks", "system")
