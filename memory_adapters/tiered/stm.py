@@ -51,7 +51,9 @@ class RedisSTM:
                 for m in memories:
                     ids, docs = self._keys(m.agent_id)
                     pipe.zadd(ids, {m.id: m.updated_at})
-                    pipe.hset(docs, m.id, orjson.dumps(m.to_doc(), default=str))
+                    doc = m.to_doc()
+                    doc.pop("embedding", None)  # vectors stay in MongoDB and the index, not in Redis
+                    pipe.hset(docs, m.id, orjson.dumps(doc, default=str))
                     agents.add(m.agent_id)
                 await pipe.execute()
             for agent_id in agents:

@@ -1,0 +1,1 @@
+"""Recall-quality evaluation on long, multi-session conversations."""

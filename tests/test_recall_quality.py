@@ -1,0 +1,113 @@
+"""Recall quality: the evaluation harness is trustworthy, and hybrid recall finds the right memories."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.quality.generator import CATEGORIES, generate
+from bench.quality.scoring import answered, baseline_random, score
+from memory_adapters.contract import RecallRequest, RetainRequest
+
+
+def test_generator_is_deterministic_and_covers_every_category():
+    a, b = generate(seed=3, conversations=2), generate(seed=3, conversations=2)
+    assert [t.text for c in a for t in c.turns()] == [t.text for c in b for t in c.turns()]
+    assert [q.text for c in a for q in c.questions] == [q.text for c in b for q in c.questions]
+    assert generate(seed=4, conversations=1)[0].turns()[0].text != a[0].turns()[0].text or \
+        generate(seed=4, conversations=1)[0].questions[0].needles != a[0].questions[0].needles
+    conv = a[0]
+    assert len(conv.sessions) == 20 and all(15 <= len(s.turns) <= 30 + 20 for s in conv.sessions)
+    assert {q.category for q in conv.questions} == set(CATEGORIES)
+    turns = {t.id: t.text for t in conv.turns()}
+    for q in conv.questions:  # every needle sits in its evidence turn and in no other turn
+        for tid, needle in zip(q.evidence, q.needles):
+            assert needle.lower() in turns[tid].lower()
+            assert [i for i, text in turns.items() if needle.lower() in text.lower()] == [tid]
+    dates = [s.date for s in conv.sessions]
+    assert dates == sorted(dates) and len(set(dates)) == len(dates)
+
+
+def test_scorer_gives_an_oracle_full_marks_and_random_turns_low_marks():
+    convs = generate(seed=0, conversations=4)
+    oracle = []
+    for c in convs:
+        turns = {t.id: t.text for t in c.turns()}
+        oracle += [(q, "<memories>" + "".join(f"<memory>{turns[e]}</memory>" for e in q.evidence) + "</memories>")
+                   for q in c.questions]
+    assert score(oracle)["all"] == 1.0
+    rng = random.Random(5)
+    assert score([(q, baseline_random(c, rng)) for c in convs for q in c.questions])["all"] < 0.2
+    q = convs[0].questions[6]  # multi-hop: one evidence turn is not enough
+    turns = {t.id: t.text for t in convs[0].turns()}
+    assert not answered(turns[q.evidence[0]], q) and answered(turns[q.evidence[0]] + turns[q.evidence[1]], q)
+
+
+def _entry(eid: str, text: str, date: str, session: str = "s1") -> dict:
+    return {"id": eid, "ts": f"{date}T12:00:00.000Z", "session_id": session,
+            "request_original": {"messages": [{"role": "system", "content": f"Today is {date}."},
+                                              {"role": "user", "content": text}]},
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+
+
+@pytest.fixture
+async def hybrid(tiered):
+    _, service = tiered
+    if service.embedder is None:
+        pytest.skip("embeddings extra not installed (pip install 'memplane[embeddings]')")
+    return service
+
+
+async def test_a_paraphrased_question_finds_its_memory_with_embeddings(hybrid):
+    svc = hybrid
+    texts = ["My grandmother taught me to knit when I was seven.", "The printer on the third floor jams a lot.",
+             "I can't stand the smell of cilantro, it tastes like soap to me.",
+             "We are repainting the kitchen next month.", "Traffic was terrible on the bridge this morning."]
+    for i, t in enumerate(texts):
+        await svc.retain(RetainRequest(agent_id="para", entry=_entry(f"hist1_p{i}", t, "2024-03-0" + str(i + 1))))
+    blocks = await svc.recall(RecallRequest(agent_id="para", query="Which herb do I dislike?", top_k=2))
+    assert "cilantro" in blocks[0].text
+
+
+async def test_the_newer_of_two_conflicting_facts_ranks_first(hybrid):
+    svc = hybrid
+    await svc.retain(RetainRequest(agent_id="upd", entry=_entry("hist1_a", "I live in Lisbon, near the river.", "2024-01-10")))
+    await svc.retain(RetainRequest(agent_id="upd", entry=_entry("hist1_b", "I relocated to Vienna in the spring.", "2024-05-02")))
+    # a late retain of an even older statement must not roll the fact back
+    await svc.retain(RetainRequest(agent_id="upd", entry=_entry("hist1_c", "I live in Porto these days.", "2023-06-01")))
+    blocks = await svc.recall(RecallRequest(agent_id="upd", query="Which city do I live in now?"))
+    assert blocks[0].text == "Current home city: Vienna."
+    texts = [b.text for b in blocks]
+    assert "Current home city: Lisbon." not in texts and "Current home city: Porto." not in texts
+
+
+async def test_session_memories_never_leak_into_another_session_in_hybrid_recall(hybrid):
+    from memory_adapters.tiered.model import Memory
+    svc = hybrid
+    await svc.store(Memory(agent_id="sess", scope="session", session_id="s-1", key="draft",
+                           value="The secret draft title is Blue Harbour."))
+    await svc.store(Memory(agent_id="sess", scope="agent", key="fact", value="I like harbour towns."))
+    other = await svc.recall(RecallRequest(agent_id="sess", query="What is the draft title?",
+                                           metadata={"session_id": "s-2"}))
+    same = await svc.recall(RecallRequest(agent_id="sess", query="What is the draft title?",
+                                          metadata={"session_id": "s-1"}))
+    assert all("Blue Harbour" not in b.text for b in other)
+    assert "Blue Harbour" in same[0].text
+
+
+async def test_long_turns_are_split_so_a_late_fact_is_still_found(tiered):
+    _, svc = tiered
+    filler = " ".join(f"Sentence number {i} is about nothing in particular at all." for i in range(30))
+    await svc.retain(RetainRequest(agent_id="long", entry=_entry("hist1_l", filler + " My locker code is 4471.", "2024-02-02")))
+    blocks = await svc.recall(RecallRequest(agent_id="long", query="What is my locker code?"))
+    assert "4471" in blocks[0].text and len(blocks[0].text) <= 700
+
+
+async def test_the_assistants_ok_is_not_a_memory_and_dates_come_from_the_conversation(tiered):
+    _, svc = tiered
+    await svc.retain(RetainRequest(agent_id="d", entry=_entry("hist1_d", "I ran the Lisbon half marathon.", "2023-04-12")))
+    mems = await svc.ltm.all_for("d")
+    assert all("OK." not in m.value for m in mems)
+    blocks = await svc.recall(RecallRequest(agent_id="d", query="When did I run the half marathon?"))
+    assert blocks[0].ts.startswith("2023-04-12")
