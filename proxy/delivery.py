@@ -43,8 +43,8 @@ class Lane:
 
 class RetainDelivery:
     def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor, ledger: Ledger,
-                 contexts: ContextStore, *, max_buffered: int = 10_000, batch: int = 16,
-                 backoff_s: float = 0.2, max_backoff_s: float = 30.0) -> None:
+                 contexts: ContextStore, *, max_buffered: int = 10_000, batch: int = 8,
+                 backoff_s: float = 0.2, max_backoff_s: float = 30.0, max_in_flight: int = 16) -> None:
         self.session = session
         self.telemetry = telemetry
         self.redactor = redactor
@@ -55,6 +55,8 @@ class RetainDelivery:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.lanes: dict[str, Lane] = {}
+        # retains in flight across all agents: a slow service gets steady load, not a retry storm
+        self._slots = asyncio.Semaphore(max_in_flight)
         self._buffered = 0
         self._closing = False
 
@@ -124,6 +126,10 @@ class RetainDelivery:
             self._write_cursor(lane.agent_id, lane.cursor)
         except OSError:
             pass
+
+    def caught_up(self) -> bool:
+        """Every ledgered entry has been acknowledged by its memory service."""
+        return all(lane.cursor >= self.ledger.size(agent_id) for agent_id, lane in self.lanes.items())
 
     def idle(self) -> bool:
         """Nothing is being delivered right now (lanes backing off count as idle)."""
@@ -210,12 +216,17 @@ class RetainDelivery:
                                   "requested_model": entry.get("requested_model"),
                                   "path": _api_name(entry.get("path", ""))}.items() if v is not None}
         job = scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
-        started = time.perf_counter()
-        try:
-            status = await post_retain(self.session, job)
-        except RetryableRetainError as exc:
+        status: int | None = None
+        error = ""
+        async with self._slots:
+            started = time.perf_counter()
+            try:
+                status = await post_retain(self.session, job)
+            except RetryableRetainError as exc:
+                error = str(exc)
+        if status is None:
             self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
-                                     latency_ms=(time.perf_counter() - started) * 1000, error=str(exc),
+                                     latency_ms=(time.perf_counter() - started) * 1000, error=error,
                                      entry_id=entry.get("id"), will_retry=True)
             return False
         ok = 200 <= status < 300

@@ -78,8 +78,17 @@ async def replay(convs: list[Conversation], adapter_app, tmp: Path, label: str, 
                 async with sem:
                     await play(conv)
             await asyncio.gather(*(bounded(c) for c in convs))
-            await app[STATE].settle(timeout=600)
+            state = app[STATE]
+            await state.settle(timeout=600)
+            deadline = time.monotonic() + 900
+            while not state.retain.caught_up() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)  # lanes backing off after a refused retain retry on their own
             ingest_s = time.perf_counter() - started
+            failures = [orjson.loads(line) for line in log.getvalue().splitlines()
+                        if '"memory_op":"retain"' in line and '"failed"' in line]
+            if failures:
+                print(f"{label}: {len(failures)} retain attempts failed during ingest (retried), first: "
+                      f"{failures[0].get('error')}")
             mark = len(log.getvalue())
             results = []
             for conv in convs:
