@@ -7,10 +7,17 @@ STAMP := $(VENV)/.memplane-installed
 
 .PHONY: run test demo bench bench-quality clean
 
+# The embeddings extra needs torch: the CPU build is installed first so that pip never pulls a
+# multi-gigabyte GPU build for it; if it cannot be installed, memplane installs without the extra
+# (lexical recall only). MEMPLANE_EMBEDDINGS=off skips it on purpose.
+TORCH ?= torch==2.13.0
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,speed]'
+	if [ "$(MEMPLANE_EMBEDDINGS)" != off ] && $(BIN)/python -m pip install --quiet '$(TORCH)'; \
+	then extras=test,speed,embeddings; else extras=test,speed; fi; \
+	$(BIN)/python -m pip install --quiet -e ".[$$extras]"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -7,6 +7,7 @@ cost is the length of the query terms' posting lists, not the number of memories
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import Counter
@@ -92,7 +93,12 @@ class LexicalIndex:
                 length = self.docs[doc_id][1]
                 scores[doc_id] = scores.get(doc_id, 0.0) + idf * f * (self.k1 + 1) / (
                     f + self.k1 * (1 - self.b + self.b * length / avg))
-        ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
-        if allow is not None:
-            ranked = [(d, s) for d, s in ranked if allow(d)]
-        return ranked[:k]
+        if allow is None:
+            return heapq.nlargest(k, scores.items(), key=lambda kv: kv[1])
+        want = k
+        while True:  # filter lazily: only as many candidates as it takes to find k allowed ones
+            top = heapq.nlargest(want, scores.items(), key=lambda kv: kv[1])
+            kept = [(d, s) for d, s in top if allow(d)]
+            if len(kept) >= k or len(top) < want:
+                return kept[:k]
+            want *= 4

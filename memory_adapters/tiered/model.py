@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -59,7 +59,7 @@ class Memory:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
 
     def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = {f: getattr(self, f) for f in _FIELDS}  # shallow: asdict() would deep-copy every vector
         doc["_id"] = doc.pop("id")
         # A real BSON date for MongoDB's TTL index; the float stays the source of truth.
         doc["expires_on"] = datetime.fromtimestamp(self.expires_at, timezone.utc) if self.expires_at else None
@@ -83,3 +83,6 @@ class Memory:
             "expires_at": iso(self.expires_at), "said_at": iso(self.said_at), "metadata": self.metadata,
             "source_entry_ids": self.source_entry_ids,
         }
+
+
+_FIELDS = tuple(f.name for f in fields(Memory))

@@ -61,18 +61,17 @@ def _recency(ts: float, now: float) -> float:
 
 def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[tuple[Memory, float]]:
     """When two of the top memories say nearly the same thing, the newer one goes first."""
-    vecs = idx.vectors
-    if vecs is None:
+    if idx.vectors is None:
         return scored
     head = scored[:20]
     for i in range(len(head)):
         for j in range(i + 1, len(head)):
             a, sa = head[i]
             b, sb = head[j]
-            if a.embedding is None or b.embedding is None:
+            va, vb = idx.vector(a.id), idx.vector(b.id)
+            if va is None or vb is None:
                 continue
-            if (b.said_at or b.created_at) > (a.said_at or a.created_at) and \
-                    sum(x * y for x, y in zip(a.embedding, b.embedding)) > 0.8:
+            if (b.said_at or b.created_at) > (a.said_at or a.created_at) and float(va @ vb) > 0.8:
                 head[i], head[j] = (b, sa), (a, sb)
     return head + scored[20:]
 INDEX_MAX_AGE_S = 30.0
@@ -108,6 +107,12 @@ class AgentIndex:
         self.lexical.add(m.id, index_text(m))
         if self.vectors is not None and m.embedding is not None:
             self.vectors.add(m.id, m.embedding)
+            m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
+
+    def vector(self, memory_id: str):
+        if self.vectors is None or memory_id not in self.vectors.rows:
+            return None
+        return self.vectors.matrix[self.vectors.rows[memory_id]]
 
     def drop(self, memory_id: str) -> None:
         old = self.memories.pop(memory_id, None)
@@ -304,14 +309,20 @@ class TieredMemory:
             return False
         return m.scope != "session" or (session_id is not None and m.session_id == session_id)
 
-    async def _recent(self, agent_id: str) -> list[Memory]:
+    async def _recent(self, agent_id: str, idx: AgentIndex | None = None) -> list[Memory]:
+        """Newest memories: Redis first; on a miss, MongoDB, refilling Redis (read-through)."""
         cached = await self.stm.newest(agent_id)
         if cached:
             return cached
+        if idx is not None and not idx.memories:
+            return []  # nothing to find in MongoDB either
         try:
-            return await self.ltm.newest(agent_id, self.settings.stm_max_entries)
+            newest = await self.ltm.newest(agent_id, self.settings.stm_max_entries)
         except LTMUnavailable:
             return []
+        if cached is not None and newest:
+            await self.stm.put(newest)
+        return newest
 
     async def rank(self, agent_id: str, query: str, *, session_id: str | None, top_k: int,
                    type_filter: set[str] | None = None, min_importance: float | None = None,
@@ -375,7 +386,7 @@ class TieredMemory:
                             rel[mid] = 0.5 * best * score / top
                             found[mid] = index.memories[mid]
         if include_recent:
-            for m in await self._recent(agent_id):
+            for m in await self._recent(agent_id, idx):
                 if m.id not in found and ok(m):
                     found[m.id], rel[m.id] = idx.memories.get(m.id, m), 0.0
         has_query = bool(q) or qvec is not None

@@ -1,0 +1,139 @@
+"""Recall latency as memories grow: reference and tiered adapters at 1k, 10k and 100k memories
+for one agent, and 1k agents × 100 memories; p50/p99 over HTTP, warm, with the first (cold)
+recall reported apart. Seeded tiered memories get synthetic unit vectors when embeddings are
+on: the search cost does not depend on what the vectors mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from memory_adapters.reference.app import build_reference_app
+from proxy.runner import Site, start_site
+from proxy.telemetry import Telemetry, make_logger
+
+from .harness import QUICK, mongo, redis_url, table, write_results
+from .seed import WORDS, seed_reference
+
+
+def queries(n: int, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    return [f"What did I say about the {rng.choice(WORDS)} and the {rng.choice(WORDS)}?" for _ in range(n)]
+
+
+async def measure(url: str, agents: list[str], n: int) -> dict:
+    qs = queries(n)
+    lat = []
+    async with aiohttp.ClientSession() as s:
+        async def one(agent: str, q: str) -> float:
+            t0 = time.perf_counter()
+            async with s.post(url, data=orjson.dumps({"agent_id": agent, "query": q}),
+                              headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                assert r.status == 200
+            return (time.perf_counter() - t0) * 1000
+        cold = [await one(a, qs[0]) for a in agents]  # every agent's first recall loads its index
+        for i, q in enumerate(qs):
+            lat.append(await one(agents[i % len(agents)], q))
+    lat.sort()
+    return {"cold_first_ms": round(statistics.median(cold), 2), "p50_ms": round(lat[len(lat) // 2], 3),
+            "p99_ms": round(lat[int(len(lat) * 0.99)], 3)}
+
+
+async def seed_tiered_fast(mongo_url: str, counts: dict[str, int], dim: int | None) -> None:
+    import numpy as np
+
+    from memory_adapters.tiered.ltm import MongoLTM
+    from memory_adapters.tiered.model import Memory
+
+    from .seed import sentence
+    ltm = MongoLTM(mongo_url)
+    await ltm.ensure_indexes()
+    rng = random.Random(1)
+    vr = np.random.default_rng(1)
+    now = time.time()
+    batch = []
+    for agent, count in counts.items():
+        for i in range(count):
+            vec = None
+            if dim:
+                v = vr.standard_normal(dim).astype("float32")
+                vec = [round(float(x), 4) for x in v / np.linalg.norm(v)]
+            batch.append(Memory(agent_id=agent, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
+                                type="episode", created_at=now - i, updated_at=now - i, embedding=vec).to_doc())
+            if len(batch) >= 2000:
+                await ltm.memories.insert_many(batch, ordered=False)
+                batch = []
+    if batch:
+        await ltm.memories.insert_many(batch, ordered=False)
+    await ltm.close()
+
+
+async def main_async() -> dict:
+    sizes = [1000, 10_000] if QUICK else [1000, 10_000, 100_000]
+    n = 200 if QUICK else 500
+    tmp = Path(tempfile.mkdtemp(prefix="memplane-scale-"))
+    results: dict[str, dict] = {}
+    for size in sizes:
+        seed_reference(tmp / f"ref{size}", "one", size)
+        runner, port = await start_site(Site(build_reference_app(tmp / f"ref{size}"), "127.0.0.1", 0))
+        results[f"reference|1 agent x {size}"] = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
+        await runner.cleanup()
+    many = {f"agent{i:04d}": 100 for i in range(1000 if not QUICK else 200)}
+    for agent in many:
+        seed_reference(tmp / "refmany", agent, 100)
+    runner, port = await start_site(Site(build_reference_app(tmp / "refmany"), "127.0.0.1", 0))
+    results[f"reference|{len(many)} agents x 100"] = await measure(f"http://127.0.0.1:{port}/recall", list(many), n)
+    await runner.cleanup()
+
+    rurl = redis_url()
+    with mongo(tmp) as murl:
+        if rurl and murl:
+            import redis as redis_sync
+
+            from memory_adapters.tiered.app import build_tiered_app
+            from memory_adapters.tiered.config import TieredSettings
+            for label, counts in [*[(f"1 agent x {s}", {f"one{s}": s}) for s in sizes],
+                                  (f"{len(many)} agents x 100", many)]:
+                redis_sync.Redis.from_url(rurl).flushdb()
+                db = murl.rsplit("/", 1)[0] + f"/scale_{abs(hash(label)) % 10**8}"
+                settings = TieredSettings.from_env(redis_url=rurl, mongo_url=db, ltm_max_entries=0)
+                app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())))
+                from memory_adapters.tiered.app import TIERED_SERVICE
+                service = app[TIERED_SERVICE]
+                await service.load_embedder()
+                dim = service.embedder.dim if service.embedder else None
+                t0 = time.perf_counter()
+                await seed_tiered_fast(db, counts, dim)
+                seeded = time.perf_counter() - t0
+                runner, port = await start_site(Site(app, "127.0.0.1", 0))
+                row = await measure(f"http://127.0.0.1:{port}/recall", list(counts), n)
+                row["seed_s"] = round(seeded, 1)
+                row["embeddings"] = bool(dim)
+                results[f"tiered|{label}"] = row
+                await runner.cleanup()
+    print(table(["adapter", "memories", "cold_first_ms", "p50_ms", "p99_ms"],
+                [[k.split("|")[0], k.split("|")[1], v["cold_first_ms"], v["p50_ms"], v["p99_ms"]] for k, v in results.items()]))
+    path = write_results("recall_scale", results)
+    big = max(sizes)
+    t = results.get(f"tiered|1 agent x {big}")
+    print(f"recall scale: tiered p50 {t and t['p50_ms']} ms / p99 {t and t['p99_ms']} ms at {big} memories; "
+          f"reference p50 {results[f'reference|1 agent x {big}']['p50_ms']} ms ({path.name})")
+    return results
+
+
+def main() -> dict:
+    return asyncio.run(main_async())
+
+
+if __name__ == "__main__":
+    main()
