@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..contract import AGENT_ID_PATTERN
-from ..server import CALLER_AGENT
+from ..server import CALLER_AGENT, json_error, parse
 from .ltm import LTMUnavailable
 from .model import GLOBAL_AGENT, Memory
 from .service import TieredMemory
@@ -63,28 +63,8 @@ class SearchBody(BaseModel):
     session_id: str | None = None
 
 
-def _error(status: int, message: str, field: str | None = None) -> web.Response:
-    body: dict[str, Any] = {"error": {"message": message}}
-    if field:
-        body["error"]["field"] = field
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
-
-
 def _json(doc: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
-
-
-async def _parse(request: web.Request, model: type[BaseModel]) -> BaseModel | web.Response:
-    try:
-        doc = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        return _error(400, "body is not valid JSON")
-    try:
-        return model.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        return _error(400, f"{field}: {err['msg']}", field)
 
 
 def _cursor_out(m: Memory) -> str:
@@ -100,7 +80,7 @@ def _forbidden(request: web.Request, agent_id: str) -> web.Response | None:
     """With per-agent tokens, a caller may only name itself."""
     caller = request.get(CALLER_AGENT)
     if caller is not None and agent_id != caller:
-        return _error(403, "agent_id does not match the token", "agent_id")
+        return json_error(403, "agent_id does not match the token", "agent_id")
     return None
 
 
@@ -111,11 +91,7 @@ def _owned(request: web.Request, m: Memory | None) -> bool:
 
 def add_api_routes(app: web.Application, service: TieredMemory) -> None:
     async def store(request: web.Request) -> web.Response:
-        body = await _parse(request, StoreBody)
-        if isinstance(body, web.Response):
-            return body
-        if (denied := _forbidden(request, body.agent_id)) is not None:
-            return denied
+        body = await parse(request, StoreBody)  # 400 naming the field; 403 for another agent's id
         agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
         meta = dict(body.metadata)
         if body.scope == "global":
@@ -130,7 +106,7 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
         q = request.query
         agent_id = q.get("agent_id")
         if not agent_id:
-            return _error(400, "agent_id: field required", "agent_id")
+            return json_error(400, "agent_id: field required", "agent_id")
         if (denied := _forbidden(request, agent_id)) is not None:
             return denied
         try:
@@ -138,11 +114,11 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
             if not 1 <= limit <= 500:
                 raise ValueError
         except ValueError:
-            return _error(400, "limit: must be an integer from 1 to 500", "limit")
+            return json_error(400, "limit: must be an integer from 1 to 500", "limit")
         query: dict[str, Any] = {"agent_id": GLOBAL_AGENT if q.get("scope") == "global" else agent_id}
         if q.get("scope"):
             if q["scope"] not in ("session", "agent", "global"):
-                return _error(400, "scope: must be session, agent or global", "scope")
+                return json_error(400, "scope: must be session, agent or global", "scope")
             query["scope"] = q["scope"]
         if q.get("type"):
             query["type"] = q["type"]
@@ -152,7 +128,7 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
         try:
             after = _cursor_in(q["cursor"]) if q.get("cursor") else None
         except (ValueError, TypeError, orjson.JSONDecodeError):
-            return _error(400, "cursor: not a cursor this API issued", "cursor")
+            return json_error(400, "cursor: not a cursor this API issued", "cursor")
         page = await service.ltm.page(query, limit + 1, after)
         more = len(page) > limit
         page = page[:limit]
@@ -161,15 +137,11 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
     async def get_one(request: web.Request) -> web.Response:
         m = await service.ltm.get(request.match_info["id"])
         if m is None or m.expired() or not (_owned(request, m) or m.scope == "global"):
-            return _error(404, "memory not found")
+            return json_error(404, "memory not found")
         return _json(m.public())
 
     async def search(request: web.Request) -> web.Response:
-        body = await _parse(request, SearchBody)
-        if isinstance(body, web.Response):
-            return body
-        if (denied := _forbidden(request, body.agent_id)) is not None:
-            return denied
+        body = await parse(request, SearchBody)
         types = {body.type_filter} if isinstance(body.type_filter, str) else set(body.type_filter or ())
         ranked = await service.rank(body.agent_id, body.query, session_id=body.session_id, top_k=body.top_k,
                                     type_filter=types or None, min_importance=body.min_importance,
@@ -179,7 +151,7 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
     async def delete(request: web.Request) -> web.Response:
         m = await service.ltm.get(request.match_info["id"])
         if not _owned(request, m) or not await service.delete(m.id):
-            return _error(404, "memory not found")
+            return json_error(404, "memory not found")
         return web.Response(status=204)
 
     app.router.add_post("/api/memories", store)
@@ -195,4 +167,4 @@ async def ltm_unavailable_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except LTMUnavailable:
-        return _error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")
+        return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")
