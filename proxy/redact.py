@@ -81,8 +81,10 @@ def _r(kind: str, regex: str, keywords: Iterable[str] = (), *, flags: int = 0, g
     return Rule(kind, re.compile(regex, flags), tuple(keywords), icase, group, check)
 
 
+# The keyword must start an identifier or follow a separator (DATABASE_PASSWORD, db.password), which
+# the lookbehind in the rule expresses without a costly identifier-prefix loop at every position.
 _ASSIGN_KEYS = (
-    r"(?:[A-Za-z0-9]+[_.\-])*(?:password|passwd|pwd|pass|secret|secret[_\-]?key|api[_\-]?key|apikey|"
+    r"(?:password|passwd|pwd|pass|secret|secret[_\-]?key|api[_\-]?key|apikey|"
     r"access[_\-]?key|access[_\-]?token|auth[_\-]?token|api[_\-]?token|refresh[_\-]?token|token|"
     r"client[_\-]?secret|private[_\-]?key|credentials?)"
 )
@@ -108,9 +110,9 @@ BUILTIN_RULES: tuple[Rule, ...] = (
        r"(?i)(?:aws[_\-]?secret[_\-]?access[_\-]?key|aws[_\-]?secret[_\-]?key|secret[_\-]?access[_\-]?key|aws[_\-]?secret)"
        r"[\"']?\s*(?::|=|=>)\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
        ["secret"], icase=True, group=1, check=_random_enough),
-    _r("github", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b", ["gh"]),
+    _r("github", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b", ["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]),
     _r("github", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b", ["github_pat_"]),
-    _r("gitlab", r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ffct)-[A-Za-z0-9_\-]{20,}", ["gl"]),
+    _r("gitlab", r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ffct)-[A-Za-z0-9_\-]{20,}", ["glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-"]),
     _r("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}",
        ["hooks.slack.com"]),
     _r("slack", r"\bxox[abposre]-(?:[0-9]+-)?[A-Za-z0-9\-]{10,}", ["xox"]),
@@ -133,7 +135,7 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     _r("basic_auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})(?![A-Za-z0-9+/=])", ["basic"],
        icase=True, group=1, check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 3.0),
     _r("credential_assignment",
-       rf"(?i)(?<![A-Za-z0-9])[\"']?{_ASSIGN_KEYS}[\"']?\s*(?::=|=>|:|=)\s*([\"']?)([^\s\"',;{{}}\[\]]{{4,}})\1",
+       rf"(?i)(?<![A-Za-z0-9]){_ASSIGN_KEYS}[\"']?\s*(?::=|=>|:|=)\s*([\"']?)([^\s\"',;{{}}\[\]]{{4,}})\1",
        ["pass", "pwd", "secret", "key", "token", "credential"], icase=True, group=2,
        check=_assignment_check),
 )
