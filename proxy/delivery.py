@@ -39,6 +39,8 @@ class Lane:
     state: str = "idle"  # idle | busy | backoff
     failures: int = 0
     task: asyncio.Task | None = None
+    saved: int = -1  # cursor value last written to disk
+    saved_at: float = 0.0
 
 
 class RetainDelivery:
@@ -80,22 +82,32 @@ class RetainDelivery:
     async def start(self) -> None:
         """Resume every agent whose ledger holds entries not yet acknowledged."""
         for agent_id in self.ledger.agents():
+            if not self._cursor_path(agent_id).exists():
+                continue  # this agent never had memory: nothing was promised to a service
             lane = self._lane(agent_id)
             if lane.cursor < self.ledger.size(agent_id):
                 lane.from_file = True
                 lane.wake.set()
 
-    def _lane(self, agent_id: str) -> Lane:
+    def _lane(self, agent_id: str, start_at: int = 0) -> Lane:
         lane = self.lanes.get(agent_id)
         if lane is None:
-            lane = Lane(agent_id, cursor=self._read_cursor(agent_id))
+            # An agent's first retain starts delivery at that entry: turns from before its memory
+            # was switched on are not sent unasked (`memplane memory backfill` does that).
+            if self._cursor_path(agent_id).exists():
+                cursor = self._read_cursor(agent_id)
+            else:
+                cursor = start_at
+                # on disk before anything is delivered, so a crash cannot make a restart skip this agent
+                self._write_cursor(agent_id, cursor)
+            lane = Lane(agent_id, cursor=cursor, saved=cursor)
             self.lanes[agent_id] = lane
             lane.task = asyncio.create_task(self._run(lane))
         return lane
 
     def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
         """Hand over a freshly ledgered entry; never blocks, never raises."""
-        lane = self._lane(agent_id)
+        lane = self._lane(agent_id, start_at=start)
         if lane.from_file or self._buffered >= self.max_buffered:
             lane.from_file = True  # the ledger has it; the lane will read it from there
             self._drop_buffer(lane)
@@ -180,7 +192,18 @@ class RetainDelivery:
                 if not batch:
                     break
                 await self._deliver_batch(lane, batch)
+            await self._save(lane, force=True)
             lane.state = "idle"
+
+    async def _save(self, lane: Lane, force: bool = False) -> None:
+        """Persist the cursor when the lane goes idle, and at most twice a second while busy.
+
+        A crash can only make delivery repeat the last moments' entries, which services dedupe.
+        """
+        if lane.cursor == lane.saved or (not force and time.monotonic() - lane.saved_at < 0.5):
+            return
+        lane.saved, lane.saved_at = lane.cursor, time.monotonic()
+        await self.ledger.run(self._write_cursor_safe, lane)
 
     async def _deliver_batch(self, lane: Lane, batch: list[tuple[int, int, dict[str, Any]]]) -> None:
         ctx = self.contexts.get(lane.agent_id)
@@ -207,7 +230,7 @@ class RetainDelivery:
                 lane.failures = 0
         if not todo:
             lane.cursor = max(lane.cursor, batch[-1][1])
-            await self.ledger.run(self._write_cursor_safe, lane)
+            await self._save(lane)
 
     async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
         """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""

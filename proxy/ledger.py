@@ -13,6 +13,7 @@ import asyncio
 import bisect
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -99,11 +100,16 @@ class Ledger:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._files: dict[str, Any] = {}
         self.ends: dict[str, int] = {}  # bytes written per agent, as known to the event loop
+        self._lock = threading.Lock()
 
     def path(self, agent_id: str) -> Path:
         return self.root / agent_id / LEDGER_FILE
 
     def _append_sync(self, agent_id: str, line: bytes) -> tuple[int, int]:
+        with self._lock:  # the loop thread and the ledger thread may both append
+            return self._append_locked(agent_id, line)
+
+    def _append_locked(self, agent_id: str, line: bytes) -> tuple[int, int]:
         fh = self._files.get(agent_id)
         if fh is None:
             p = self.path(agent_id)
@@ -123,9 +129,18 @@ class Ledger:
         return start, start + len(line)
 
     async def append(self, agent_id: str, entry: dict[str, Any]) -> tuple[int, int]:
-        """Append one entry; returns its (start, end) byte offsets in the agent's ledger."""
+        """Append one entry; returns its (start, end) byte offsets in the agent's ledger.
+
+        Without fsync the line is one write() into the page cache (microseconds), cheaper than
+        the hop to a thread (~150 µs measured), so it happens inline; it is durable against a
+        process crash. With fsync (durable against power loss) the write and fsync run on the
+        ledger thread, off the event loop.
+        """
         line = orjson.dumps(entry) + b"\n"
-        span = await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
+        if self.fsync or agent_id not in self._files:
+            span = await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
+        else:
+            span = self._append_sync(agent_id, line)
         self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
         return span
 

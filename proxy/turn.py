@@ -265,6 +265,6 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
         response=record["response"], usage=record.get("usage"), extra=extra,
     )
     start, end = await state.ledger.append(ctx.agent_id, entry)
-    if state.retain is not None:
+    if state.retain is not None and ctx.memory is not None and ctx.memory.retain is not None:
         state.retain.submit(ctx.agent_id, start, end, entry)
 
