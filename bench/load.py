@@ -23,10 +23,20 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-async def run(url: str, token: str, concurrency: int, requests: int, seconds: float, stream: bool) -> dict:
-    body = orjson.dumps({"model": "bench-model", "stream": stream, "messages": [
+TOPICS = ("quarterly numbers", "hiring plan", "cloud costs", "churn analysis", "pricing change", "launch date",
+          "support backlog", "security review", "office move", "travel budget", "roadmap", "vendor contract")
+
+
+def bodies(stream: bool, n: int = 64) -> list[bytes]:
+    """Varied prompts (the same sequence for every target), as real traffic is."""
+    return [orjson.dumps({"model": "bench-model", "stream": stream, "messages": [
         {"role": "system", "content": "You are a concise analyst."},
-        {"role": "user", "content": "Summarize the quarterly numbers for the board in two sentences."}]})
+        {"role": "user", "content": f"Summarize the {TOPICS[i % len(TOPICS)]} for team {i} in two sentences."}]})
+        for i in range(n)]
+
+
+async def run(url: str, token: str, concurrency: int, requests: int, seconds: float, stream: bool) -> dict:
+    pool = bodies(stream)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     latencies: list[float] = []
     ttfb: list[float] = []
@@ -37,6 +47,7 @@ async def run(url: str, token: str, concurrency: int, requests: int, seconds: fl
     async with aiohttp.ClientSession(connector=connector) as session:
         async def one() -> None:
             nonlocal errors
+            body = pool[(issued + len(latencies)) % len(pool)]
             t0 = time.perf_counter()
             try:
                 async with session.post(url, data=body, headers=headers) as r:

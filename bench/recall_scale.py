@@ -22,12 +22,12 @@ from proxy.runner import Site, start_site
 from proxy.telemetry import Telemetry, make_logger
 
 from .harness import QUICK, mongo, redis_url, table, write_results
-from .seed import WORDS, seed_reference
+from .seed import VOCAB, seed_reference
 
 
 def queries(n: int, seed: int = 3) -> list[str]:
     rng = random.Random(seed)
-    return [f"What did I say about the {rng.choice(WORDS)} and the {rng.choice(WORDS)}?" for _ in range(n)]
+    return [f"What did I say about the {rng.choice(VOCAB[:600])} and the {rng.choice(VOCAB[:600])}?" for _ in range(n)]
 
 
 async def measure(url: str, agents: list[str], n: int) -> dict:

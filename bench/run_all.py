@@ -6,12 +6,13 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import overhead, recall_scale, redaction_speed, retain_cost
+from . import ledger_index, overhead, recall_scale, redaction_speed, retain_cost
 
 
 def main() -> None:
     failed = []
-    for name, mod in (("redaction", redaction_speed), ("retain", retain_cost), ("overhead", overhead),
+    for name, mod in (("redaction", redaction_speed), ("retain", retain_cost), ("ledger index", ledger_index),
+                      ("overhead", overhead),
                       ("recall scale", recall_scale)):
         print(f"\n=== {name} ===", flush=True)
         try:

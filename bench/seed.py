@@ -14,8 +14,30 @@ WORDS = ("project budget launch deadline customer invoice meeting travel flight 
          "novel podcast jacket bicycle apartment lease insurance doctor vaccine puppy kitten violin chess").split()
 
 
+def _vocabulary(size: int = 3000, seed: int = 11) -> list[str]:
+    """Real words first, then pronounceable made-up ones: a vocabulary the size of a person's chat."""
+    syllables = ["ka", "lo", "mi", "ren", "tas", "vor", "quel", "bri", "son", "dax", "mur", "pel", "tion", "sa",
+                 "ge", "fu"]
+    made_up = [a + b + c for a in syllables for b in syllables for c in ("", *syllables[:6])]
+    random.Random(seed).shuffle(made_up)
+    seen = set(WORDS)
+    words = list(WORDS)
+    for w in made_up:
+        if len(words) >= size:
+            break
+        if w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words
+
+
+VOCAB = _vocabulary()
+_ZIPF = list(__import__("itertools").accumulate(1 / (r + 1) ** 1.05 for r in range(len(VOCAB))))
+
+
 def sentence(rng: random.Random, n: int = 12) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+    """Words drawn with Zipf frequencies, as in natural text (a few common, most rare)."""
+    return " ".join(rng.choices(VOCAB, cum_weights=_ZIPF, k=n)).capitalize() + "."
 
 
 def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> None:

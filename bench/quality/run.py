@@ -124,7 +124,14 @@ async def main_async(args) -> dict:
     if "reference" in args.adapters:
         from memory_adapters.reference.app import build_reference_app
         rows["reference"] = await replay(convs, build_reference_app(tmp / "ref-data"), tmp, "reference")
-    if "tiered" in args.adapters:
+    variants = [("tiered", None)]
+    if args.ablation:
+        variants = [("tiered: lexical only", "lexical"),
+                    ("tiered: + embeddings", "lexical,embeddings"),
+                    ("tiered: + importance", "lexical,embeddings,importance"),
+                    ("tiered: + dates", "lexical,embeddings,importance,dates"),
+                    ("tiered: + expansion (all)", "lexical,embeddings,importance,dates,expansion")]
+    for n, (label, ranking) in enumerate(variants if "tiered" in args.adapters else []):
         rurl = redis_url()
         with mongo(tmp) as murl:
             if not (rurl and murl):
@@ -135,10 +142,13 @@ async def main_async(args) -> dict:
                 from memory_adapters.tiered.app import build_tiered_app
                 from memory_adapters.tiered.config import TieredSettings
                 redis_sync.Redis.from_url(rurl).flushdb()
-                settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl, ltm_max_entries=0)
+                db_url = murl.rsplit("/", 1)[0] + f"/quality_{n}"  # each variant starts empty
+                settings = TieredSettings.from_env(redis_url=rurl, mongo_url=db_url, ltm_max_entries=0)
                 settings.ltm_max_entries = 0  # keep every memory: the questions reach back weeks
-                rows["tiered"] = await replay(convs, build_tiered_app(settings, Telemetry(make_logger(io.StringIO()))),
-                                              tmp, "tiered")
+                if ranking:
+                    settings.ranking = ranking
+                rows[label] = await replay(convs, build_tiered_app(settings, Telemetry(make_logger(io.StringIO()))),
+                                           tmp, f"tiered-{n}")
     rows.update(baselines(convs))
     heads = ["adapter", *CATEGORIES, "all", "recall_p50_ms", "recall_p99_ms"]
     print(table(heads, [[name, *[r["scores"][c] for c in (*CATEGORIES, "all")], r.get("recall_p50_ms"),
@@ -158,6 +168,7 @@ def main() -> None:
     p.add_argument("--conversations", type=int, default=int(os.environ.get("QUALITY_CONVERSATIONS", 10)))
     p.add_argument("--sessions", type=int, default=20)
     p.add_argument("--adapters", default="reference,tiered")
+    p.add_argument("--ablation", action="store_true", help="tiered with each ranking component added in turn")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -49,6 +50,7 @@ class Embedder:
         dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self.dim = int(dim())
         self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()  # queries are embedded on worker threads
 
     @classmethod
     def load(cls) -> "Embedder":
@@ -63,14 +65,16 @@ class Embedder:
         return vecs.astype(np.float32)
 
     def embed_query(self, text: str) -> "np.ndarray":
-        hit = self._cache.get(text)
-        if hit is not None:
-            self._cache.move_to_end(text)
-            return hit
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
         vec = self.embed([text])[0]
-        self._cache[text] = vec
-        if len(self._cache) > 1024:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[text] = vec
+            if len(self._cache) > 1024:
+                self._cache.popitem(last=False)
         return vec
 
 

@@ -347,15 +347,19 @@ class TieredMemory:
         lex: dict[str, float] = {}
         dense: dict[str, float] = {}
         found: dict[str, Memory] = {}
-        qvec = None
+        embedding = None
         if self.embedder is not None and query.strip():
-            qvec = await asyncio.to_thread(self.embedder.embed_query, query) if query not in \
-                self.embedder._cache else self.embedder.embed_query(query)
-        for index in (idx, gidx):
-            if "lexical" in use:
+            # the query is embedded on a thread while the lexical search runs here
+            embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_query, query))
+        if "lexical" in use:
+            for index in (idx, gidx):
                 for mid, score in index.lexical.search(q, k=pool, allow=lambda i, ix=index: ok(ix.memories.get(i))):
                     lex[mid], found[mid] = score, index.memories[mid]
-            if qvec is not None and index.vectors is not None:
+        qvec = await embedding if embedding is not None else None
+        if qvec is not None:
+            for index in (idx, gidx):
+                if index.vectors is None:
+                    continue
                 for mid, cos in index.vectors.search(qvec, k=pool):
                     m = index.memories.get(mid)
                     if ok(m):
