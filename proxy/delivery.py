@@ -75,6 +75,7 @@ class RetainDelivery:
 
     def _write_cursor(self, agent_id: str, offset: int) -> None:
         path = self._cursor_path(agent_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(CURSOR_FILE + ".tmp")
         tmp.write_bytes(orjson.dumps({"offset": offset, "ts": time.time()}))
         os.replace(tmp, path)
@@ -104,6 +105,12 @@ class RetainDelivery:
             self.lanes[agent_id] = lane
             lane.task = asyncio.create_task(self._run(lane))
         return lane
+
+    def prepare(self, agent_id: str) -> None:
+        """Call before ledgering an agent's entry: a new lane starts at the ledger's current end,
+        which every append still in flight lands at or after."""
+        if agent_id not in self.lanes:
+            self._lane(agent_id, start_at=self.ledger.size(agent_id))
 
     def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
         """Hand over a freshly ledgered entry; never blocks, never raises."""

@@ -210,10 +210,13 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
             if not hidden_usage:
                 await resp.write(chunk)  # bytes go out as they arrive; parsing waits until the end
                 continue
-            for raw in splitter.feed(chunk):
-                if b'"usage"' in raw and not fmt.feed_event(StreamState(), *parse_event(raw), True):
-                    continue  # the usage chunk memplane asked for on the agent's behalf
-                await resp.write(raw)
+            # one write per upstream chunk; only a usage-only event (empty choices) is parsed,
+            # to drop the usage chunk memplane asked for on the agent's behalf
+            events = splitter.feed(chunk)
+            kept = [raw for raw in events if b'"choices":[]' not in raw
+                    or fmt.feed_event(StreamState(), *parse_event(raw), True)]
+            if kept:
+                await resp.write(b"".join(kept))
         tail = splitter.flush()
         if tail:
             await resp.write(tail)
@@ -264,7 +267,10 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
         status_code=status, stream=stream, request_original=original, request_effective=effective,
         response=record["response"], usage=record.get("usage"), extra=extra,
     )
+    retained = state.retain is not None and ctx.memory is not None and ctx.memory.retain is not None
+    if retained:
+        state.retain.prepare(ctx.agent_id)
     start, end = await state.ledger.append(ctx.agent_id, entry)
-    if state.retain is not None and ctx.memory is not None and ctx.memory.retain is not None:
+    if retained:
         state.retain.submit(ctx.agent_id, start, end, entry)
 
