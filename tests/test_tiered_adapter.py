@@ -248,3 +248,14 @@ async def test_whole_loop_through_the_proxy_with_the_tiered_adapter(stack, tiere
     await stack.settle()
     kinds = {m.type for m in await service.ltm.all_for("prod")}
     assert kinds == {"episode", "preference"}
+
+
+async def test_recalled_memories_get_their_access_counted(tiered):
+    _, service = tiered
+    stored, _ = await service.store(Memory(agent_id="acc", scope="agent", key="k", value="Prefers oat milk in coffee"))
+    for _ in range(3):
+        [block] = await service.recall(RecallRequest(agent_id="acc", query="what milk in my coffee"))
+        assert block.id == stored.id
+    await service._flush_bumps()  # what the adapter does within a second, and on shutdown
+    fresh = await service.ltm.get(stored.id)
+    assert fresh.access_count == 3 and fresh.last_accessed_at is not None

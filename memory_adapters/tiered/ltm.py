@@ -123,13 +123,16 @@ class MongoLTM:
         await self.delete(ids)
         return ids
 
-    async def bump_access(self, ids: list[str], now: float) -> None:
-        if not ids:
+    async def bump_access(self, counts: dict[str, int] | list[str], now: float) -> None:
+        """Add recall counts ({id: n}, or a list of ids counted once each)."""
+        if isinstance(counts, list):
+            counts = {i: 1 for i in counts}
+        if not counts:
             return
         try:
-            await self.memories.bulk_write([UpdateOne({"_id": i}, {"$inc": {"access_count": 1},
-                                                                   "$set": {"last_accessed_at": now}}) for i in ids],
-                                           ordered=False)
+            await self.memories.bulk_write([UpdateOne({"_id": i}, {"$inc": {"access_count": n},
+                                                                   "$set": {"last_accessed_at": now}})
+                                            for i, n in counts.items()], ordered=False)
         except PyMongoError:
             pass  # access counts are a ranking hint; losing one bump is harmless
 

@@ -148,6 +148,8 @@ class TieredMemory:
         self.components = {c.strip() for c in settings.ranking.split(",") if c.strip()}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task] = set()
+        self._bumps: dict[str, int] = {}  # recalls not yet counted in MongoDB
+        self._flusher: asyncio.Future | None = None
 
     # -- lifecycle --
 
@@ -188,6 +190,10 @@ class TieredMemory:
         return count
 
     async def close(self) -> None:
+        if self._bumps:
+            await self._flush_bumps()
+        if self._flusher is not None:
+            self._flusher.cancel()
         for t in list(self._background):
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -430,15 +436,24 @@ class TieredMemory:
             blocks.append(MemoryBlock(text=m.value, score=round(score, 4), kind=m.type, source="tiered",
                                       ts=iso(m.said_at or m.created_at), id=m.id))
         if picked:
-            self._spawn(self._bump(picked))
+            await self._bump(picked)
         return blocks
 
     async def _bump(self, memories: list[Memory]) -> None:
+        """Count the recall in memory now; write the counts to MongoDB at most once a second."""
         now = time.time()
         for m in memories:
             m.access_count += 1
             m.last_accessed_at = now
-        await self.ltm.bump_access([m.id for m in memories], now)
+            self._bumps[m.id] = self._bumps.get(m.id, 0) + 1
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_bumps(delay=1.0))
+
+    async def _flush_bumps(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        pending, self._bumps = self._bumps, {}
+        await self.ltm.bump_access(pending, time.time())
 
     async def health(self) -> dict[str, Any]:
         mongo = await self.ltm.ping()
