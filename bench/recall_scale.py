@@ -22,7 +22,7 @@ from proxy.runner import Site, start_site
 from proxy.telemetry import Telemetry, make_logger
 
 from .harness import QUICK, mongo, redis_url, table, write_results
-from .seed import VOCAB, seed_reference
+from .seed import VOCAB, seed_reference, seed_tiered
 
 
 def queries(n: int, seed: int = 3) -> list[str]:
@@ -47,35 +47,6 @@ async def measure(url: str, agents: list[str], n: int) -> dict:
     lat.sort()
     return {"cold_first_ms": round(statistics.median(cold), 2), "p50_ms": round(lat[len(lat) // 2], 3),
             "p99_ms": round(lat[int(len(lat) * 0.99)], 3)}
-
-
-async def seed_tiered_fast(mongo_url: str, counts: dict[str, int], dim: int | None) -> None:
-    import numpy as np
-
-    from memory_adapters.tiered.ltm import MongoLTM
-    from memory_adapters.tiered.model import Memory
-
-    from .seed import sentence
-    ltm = MongoLTM(mongo_url)
-    await ltm.ensure_indexes()
-    rng = random.Random(1)
-    vr = np.random.default_rng(1)
-    now = time.time()
-    batch = []
-    for agent, count in counts.items():
-        for i in range(count):
-            vec = None
-            if dim:
-                v = vr.standard_normal(dim).astype("float32")
-                vec = [round(float(x), 4) for x in v / np.linalg.norm(v)]
-            batch.append(Memory(agent_id=agent, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
-                                type="episode", created_at=now - i, updated_at=now - i, embedding=vec).to_doc())
-            if len(batch) >= 2000:
-                await ltm.memories.insert_many(batch, ordered=False)
-                batch = []
-    if batch:
-        await ltm.memories.insert_many(batch, ordered=False)
-    await ltm.close()
 
 
 async def main_async() -> dict:
@@ -113,7 +84,7 @@ async def main_async() -> dict:
                 await service.load_embedder()
                 dim = service.embedder.dim if service.embedder else None
                 t0 = time.perf_counter()
-                await seed_tiered_fast(db, counts, dim)
+                await seed_tiered(db, counts, dim)
                 seeded = time.perf_counter() - t0
                 runner, port = await start_site(Site(app, "127.0.0.1", 0))
                 row = await measure(f"http://127.0.0.1:{port}/recall", list(counts), n)

@@ -51,23 +51,33 @@ def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> 
             fh.write(orjson.dumps(rec) + b"\n")
 
 
-async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], seed: int = 1) -> None:
+async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | None = None, seed: int = 1) -> None:
+    """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
+    (search cost does not depend on what a vector means)."""
     from memory_adapters.tiered.ltm import MongoLTM
     from memory_adapters.tiered.model import Memory
 
     ltm = MongoLTM(mongo_url)
     await ltm.ensure_indexes()
     rng = random.Random(seed)
+    vectors = None
+    if dim:
+        import numpy as np
+        vectors = np.random.default_rng(seed)
     now = time.time()
+    batch = []
     for agent_id, count in agent_counts.items():
-        batch = []
         for i in range(count):
-            m = Memory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng), type="episode",
-                       created_at=now - rng.random() * 90 * 86400, updated_at=now - i)
-            batch.append(m.to_doc())
-            if len(batch) >= 5000:
+            vec = None
+            if vectors is not None:
+                v = vectors.standard_normal(dim).astype("float32")
+                vec = [round(float(x), 4) for x in v / float((v @ v) ** 0.5)]
+            batch.append(Memory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
+                                type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i,
+                                embedding=vec).to_doc())
+            if len(batch) >= 2000:
                 await ltm.memories.insert_many(batch, ordered=False)
                 batch = []
-        if batch:
-            await ltm.memories.insert_many(batch, ordered=False)
+    if batch:
+        await ltm.memories.insert_many(batch, ordered=False)
     await ltm.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,6 +163,3 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             stats.failed += counts["failed"]
     return stats
 
-
-def is_terminal() -> bool:
-    return sys.stderr.isatty()

@@ -15,10 +15,6 @@ class LTMUnavailable(Exception):
     """MongoDB could not be reached; callers answer 503."""
 
 
-def _unset_none(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if v is not None}
-
-
 class MongoLTM:
     def __init__(self, url: str, *, timeout_ms: int = 3000) -> None:
         self.client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms,
@@ -230,5 +226,3 @@ class MongoLTM:
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
-
-__all__ = ["LTMUnavailable", "MongoLTM", "_unset_none"]
