@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from manifests.models import AgentMetadata, MemoryManifest
 from manifests.validate import ManifestError, load_json
@@ -30,6 +31,13 @@ class AgentContext:
     @property
     def agent_id(self) -> str:
         return self.metadata.agent_id
+
+    def memory_metadata(self, api: str, requested_model: Any, session_id: str | None) -> dict[str, Any]:
+        """The `metadata` object recall and retain send to the memory service (CONTRACT §5, §6)."""
+        meta = self.metadata
+        out = {"service": meta.service, "type": meta.type, "path": api, "requested_model": requested_model,
+               "session_id": session_id, "timezone": meta.timezone}
+        return {k: v for k, v in out.items() if v is not None}
 
 
 def _mtime(path: Path) -> int | None:

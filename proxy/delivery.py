@@ -241,10 +241,8 @@ class RetainDelivery:
 
     async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
         """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""
-        meta = {k: v for k, v in {"service": ctx.metadata.service, "type": ctx.metadata.type,
-                                  "session_id": entry.get("session_id"), "timezone": ctx.metadata.timezone,
-                                  "requested_model": entry.get("requested_model"),
-                                  "path": _api_name(entry.get("path", ""))}.items() if v is not None}
+        meta = ctx.memory_metadata(_api_name(entry.get("path", "")), entry.get("requested_model"),
+                                   entry.get("session_id"))
         job = scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
         status: int | None = None
         error = ""

@@ -56,13 +56,6 @@ def session_id_of(request: web.Request, body: dict[str, Any]) -> str | None:
     return sid
 
 
-def _metadata(ctx: AgentContext, fmt: WireFormat, body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
-    meta = ctx.metadata
-    out = {"service": meta.service, "type": meta.type, "path": fmt.name,
-           "requested_model": body.get("model"), "session_id": session_id, "timezone": meta.timezone}
-    return {k: v for k, v in out.items() if v is not None}
-
-
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
                             session_id: str | None) -> dict[str, Any]:
     manifest = ctx.memory
@@ -70,7 +63,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     payload: dict[str, Any] = {
         "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
         "messages": fmt.recall_messages(body), "query": fmt.query(body),
-        "metadata": _metadata(ctx, fmt, body, session_id),
+        "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
     }
     system = fmt.recall_system(body)
     if system is not None:

@@ -18,13 +18,13 @@ class AnthropicMessages:
     upstream_path = "/v1/messages"
 
     def validate(self, body: dict[str, Any]) -> None:
-        require("messages" in body, self.dialect, "messages: Field required", "messages")
-        require(isinstance(body["messages"], list) and len(body["messages"]) > 0, self.dialect,
+        require("messages" in body, "messages: Field required", "messages")
+        require(isinstance(body["messages"], list) and len(body["messages"]) > 0,
                 "messages: must be a non-empty list", "messages")
         require(all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in body["messages"]),
-                self.dialect, "messages: each item must be an object with a string 'role'", "messages")
+                "messages: each item must be an object with a string 'role'", "messages")
         system = body.get("system")
-        require(system is None or isinstance(system, (str, list)), self.dialect,
+        require(system is None or isinstance(system, (str, list)),
                 "system: must be a string or a list of content blocks", "system")
 
     def recall_messages(self, body: dict[str, Any]) -> list[Any]:

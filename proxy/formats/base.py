@@ -34,7 +34,8 @@ def append_text(existing: Any, block: str) -> Any:
     return block
 
 
-def require(condition: bool, dialect: Dialect, message: str, param: str | None = None) -> None:
+def require(condition: bool, message: str, param: str | None = None) -> None:
+    """A 400 for a malformed body; the error middleware renders it in the caller's dialect."""
     if not condition:
         raise ProxyError(400, message, param=param, code="invalid_request")
 

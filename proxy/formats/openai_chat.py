@@ -18,11 +18,11 @@ class OpenAIChat:
     upstream_path = "/chat/completions"
 
     def validate(self, body: dict[str, Any]) -> None:
-        require("messages" in body, self.dialect, "Missing required parameter: 'messages'.", "messages")
-        require(isinstance(body["messages"], list) and len(body["messages"]) > 0, self.dialect,
+        require("messages" in body, "Missing required parameter: 'messages'.", "messages")
+        require(isinstance(body["messages"], list) and len(body["messages"]) > 0,
                 "'messages' must be a non-empty array.", "messages")
         require(all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in body["messages"]),
-                self.dialect, "Each item of 'messages' must be an object with a string 'role'.", "messages")
+                "Each item of 'messages' must be an object with a string 'role'.", "messages")
 
     def recall_messages(self, body: dict[str, Any]) -> list[Any]:
         return body["messages"]

@@ -24,12 +24,11 @@ class OpenAIResponses:
     upstream_path = "/responses"
 
     def validate(self, body: dict[str, Any]) -> None:
-        require("input" in body, self.dialect, "Missing required parameter: 'input'.", "input")
-        require(isinstance(body["input"], (str, list)), self.dialect,
+        require("input" in body, "Missing required parameter: 'input'.", "input")
+        require(isinstance(body["input"], (str, list)),
                 "'input' must be a string or an array of input items.", "input")
         instructions = body.get("instructions")
-        require(instructions is None or isinstance(instructions, str), self.dialect,
-                "'instructions' must be a string.", "instructions")
+        require(instructions is None or isinstance(instructions, str), "'instructions' must be a string.", "instructions")
 
     def recall_messages(self, body: dict[str, Any]) -> list[Any]:
         return _as_messages(body["input"])
