@@ -27,6 +27,7 @@ from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
 from .telemetry import Telemetry
 
 CURSOR_FILE = "retain.cursor"
+SAVE_EVERY_S = 0.5
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Lane:
     task: asyncio.Task | None = None
     saved: int = -1  # cursor value last written to disk
     saved_at: float = 0.0
+    flush: asyncio.TimerHandle | None = None  # a pending deferred cursor save
 
 
 class RetainDelivery:
@@ -134,6 +136,8 @@ class RetainDelivery:
         while any(lane.state == "busy" for lane in self.lanes.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for lane in self.lanes.values():
+            if lane.flush:
+                lane.flush.cancel()
             if lane.task:
                 lane.task.cancel()
         await asyncio.gather(*(lane.task for lane in self.lanes.values() if lane.task), return_exceptions=True)
@@ -199,18 +203,33 @@ class RetainDelivery:
                 if not batch:
                     break
                 await self._deliver_batch(lane, batch)
-            await self._save(lane, force=True)
+            await self._save(lane)
+            self._save_later(lane)
             lane.state = "idle"
 
-    async def _save(self, lane: Lane, force: bool = False) -> None:
-        """Persist the cursor when the lane goes idle, and at most twice a second while busy.
+    async def _save(self, lane: Lane) -> None:
+        """Persist the cursor at most twice a second (a write and a rename per turn would cost
+        more than the turn's own ledger line), and on close.
 
         A crash can only make delivery repeat the last moments' entries, which services dedupe.
         """
-        if lane.cursor == lane.saved or (not force and time.monotonic() - lane.saved_at < 0.5):
+        if lane.cursor == lane.saved or time.monotonic() - lane.saved_at < SAVE_EVERY_S:
             return
         lane.saved, lane.saved_at = lane.cursor, time.monotonic()
         await self.ledger.run(self._write_cursor_safe, lane)
+
+    def _save_later(self, lane: Lane) -> None:
+        """An idle lane's unsaved cursor is written once the debounce interval has passed."""
+        if lane.cursor == lane.saved or lane.flush is not None or self._closing:
+            return
+
+        def due() -> None:
+            lane.flush = None
+            if lane.state == "idle" and not self._closing:
+                lane.wake.set()  # the lane loop saves it (one writer per cursor file)
+
+        delay = max(0.0, SAVE_EVERY_S - (time.monotonic() - lane.saved_at))
+        lane.flush = asyncio.get_running_loop().call_later(delay + 0.01, due)
 
     async def _deliver_batch(self, lane: Lane, batch: list[tuple[int, int, dict[str, Any]]]) -> None:
         ctx = self.contexts.get(lane.agent_id)

@@ -61,5 +61,6 @@ class Stack:
         from anthropic import AsyncAnthropic
         return AsyncAnthropic(base_url=self.proxy_url, api_key=self.tokens[agent_id], max_retries=0, **kw)
 
-    async def settle(self) -> None:
-        await self.state.settle()
+    async def settle(self, timeout: float = 60.0) -> None:
+        """Every turn answered and every retain delivered; generous, as the Mongo stand-in is slow."""
+        await self.state.settle(timeout)

@@ -40,6 +40,15 @@ def test_redaction_keeps_surrounding_text_and_json_structure():
     assert counts == {"openai": 1, "secret_field": 2}
 
 
+def test_a_resent_conversation_is_redacted_and_counted_the_same_every_turn():
+    r = Redactor()
+    history = [{"role": "user", "content": "deploy with sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z please"},
+               {"role": "assistant", "content": "Done, and I rotated ghp_" + "a1B2" * 9 + " too."}]
+    turns = [r.json({"messages": history[: n + 1]}) for n in range(2)] + [r.json({"messages": history})]
+    assert [dict(c) for _, c in turns] == [{"openai": 1}, {"openai": 1, "github": 1}, {"openai": 1, "github": 1}]
+    assert turns[2][0] == turns[1][0] and "[redacted:github]" in turns[2][0]["messages"][1]["content"]
+
+
 def test_counts_never_carry_the_secret():
     r = Redactor()
     for sample in corpus():
