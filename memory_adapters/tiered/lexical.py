@@ -2,7 +2,9 @@
 
 Incremental matters: memories arrive one retain at a time, and rebuilding a whole index on
 every write (what batch BM25 libraries do) would put that cost on the next recall. Search
-cost is the length of the query terms' posting lists, not the number of memories.
+cost is the length of the query terms' rarer posting lists, not the number of memories: a
+common term (in over 2% of documents, once there are 2,000) only adds its share of the score to
+documents that a rarer query term found.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
+COMMON_TERM_MIN_DOCS = 2_000  # below this every posting list is walked in full
+COMMON_TERM_SHARE = 0.02  # a term in more than 2% of the documents counts as common
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 STOPWORDS = frozenset(
     "a an and are as at be been but by can could did do does doing for from had has have having he her "
@@ -83,16 +87,24 @@ class LexicalIndex:
             return []
         n = len(self.docs)
         avg = self.total_len / n if n else 1.0
+        k1, b = self.k1, self.b
+        docs = self.docs
         scores: dict[str, float] = {}
-        for term in set(q):
-            plist = self.postings.get(term)
-            if not plist:
-                continue
+        plists = sorted((p for p in (self.postings.get(t) for t in set(q)) if p), key=len)
+        common_from = max(COMMON_TERM_MIN_DOCS, int(n * COMMON_TERM_SHARE))
+        for plist in plists:
             idf = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5))
+            if len(plist) > common_from and scores:
+                # A common term only adds to documents a rarer term already found: walking its
+                # whole posting list would cost O(n) for the smallest share of the score.
+                for doc_id, old in scores.items():
+                    f = plist.get(doc_id)
+                    if f:
+                        scores[doc_id] = old + idf * f * (k1 + 1) / (f + k1 * (1 - b + b * docs[doc_id][1] / avg))
+                continue
             for doc_id, f in plist.items():
-                length = self.docs[doc_id][1]
-                scores[doc_id] = scores.get(doc_id, 0.0) + idf * f * (self.k1 + 1) / (
-                    f + self.k1 * (1 - self.b + self.b * length / avg))
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * f * (k1 + 1) / (
+                    f + k1 * (1 - b + b * docs[doc_id][1] / avg))
         if allow is None:
             return heapq.nlargest(k, scores.items(), key=lambda kv: kv[1])
         want = k

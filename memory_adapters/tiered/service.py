@@ -63,15 +63,22 @@ def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[t
     """When two of the top memories say nearly the same thing, the newer one goes first."""
     if idx.vectors is None:
         return scored
+    import numpy as np  # present whenever vectors are
     head = scored[:20]
+    row = {m.id: idx.vectors.rows[m.id] for m, _ in head if m.id in idx.vectors.rows}
+    if len(row) < 2:
+        return scored
+    ids = list(row)
+    vecs = idx.vectors.matrix[[row[i] for i in ids]]
+    similar = vecs @ vecs.T > 0.8  # every pair in one product
+    close = {frozenset((ids[x], ids[y])) for x, y in zip(*np.nonzero(similar)) if x < y}
+    if not close:
+        return scored
     for i in range(len(head)):
         for j in range(i + 1, len(head)):
             a, sa = head[i]
             b, sb = head[j]
-            va, vb = idx.vector(a.id), idx.vector(b.id)
-            if va is None or vb is None:
-                continue
-            if (b.said_at or b.created_at) > (a.said_at or a.created_at) and float(va @ vb) > 0.8:
+            if (b.said_at or b.created_at) > (a.said_at or a.created_at) and frozenset((a.id, b.id)) in close:
                 head[i], head[j] = (b, sa), (a, sb)
     return head + scored[20:]
 INDEX_MAX_AGE_S = 30.0
@@ -97,6 +104,8 @@ class AgentIndex:
     own: set[int] = field(default_factory=set)  # version bumps this process made
     inflight: int = 0  # bumps on their way to Redis
     by_type: dict[str, set[str]] = field(default_factory=dict)
+    recent: list[Memory] = field(default_factory=list)  # Redis's newest, as of recent_version
+    recent_version: int | None = None
 
     def put(self, m: Memory) -> None:
         old = self.memories.get(m.id)
@@ -108,11 +117,6 @@ class AgentIndex:
         if self.vectors is not None and m.embedding is not None:
             self.vectors.add(m.id, m.embedding)
             m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
-
-    def vector(self, memory_id: str):
-        if self.vectors is None or memory_id not in self.vectors.rows:
-            return None
-        return self.vectors.matrix[self.vectors.rows[memory_id]]
 
     def drop(self, memory_id: str) -> None:
         old = self.memories.pop(memory_id, None)
@@ -208,9 +212,10 @@ class TieredMemory:
 
     # -- index coherence --
 
-    async def _index(self, agent_id: str) -> AgentIndex:
+    async def _index(self, agent_id: str, remote: int | None) -> AgentIndex:
+        """The agent's in-process index, reloaded from MongoDB when Redis's version shows
+        writes this process did not make; `remote` is that version (None: Redis is away)."""
         idx = self._indexes.get(agent_id)
-        remote = await self.stm.version(agent_id)
         if idx is not None and (remote == idx.version or idx.fresh_for(remote) or
                                 (remote is None and time.time() - idx.loaded_at <= INDEX_MAX_AGE_S)):
             return idx
@@ -316,10 +321,18 @@ class TieredMemory:
             return False
         return m.scope != "session" or (session_id is not None and m.session_id == session_id)
 
-    async def _recent(self, agent_id: str, idx: AgentIndex | None = None) -> list[Memory]:
-        """Newest memories: Redis first; on a miss, MongoDB, refilling Redis (read-through)."""
+    async def _recent(self, agent_id: str, idx: AgentIndex | None = None, version: int | None = None) -> list[Memory]:
+        """Newest memories: Redis first; on a miss, MongoDB, refilling Redis (read-through).
+
+        What Redis returned is kept with the agent's version, so recalls between two writes
+        skip the round trips; any write, by any process, bumps the version.
+        """
+        if idx is not None and version is not None and idx.recent_version == version:
+            return idx.recent
         cached = await self.stm.newest(agent_id)
         if cached:
+            if idx is not None and version is not None:
+                idx.recent, idx.recent_version = cached, version
             return cached
         if idx is not None and not idx.memories:
             return []  # nothing to find in MongoDB either
@@ -340,8 +353,9 @@ class TieredMemory:
         now = time.time()
         use = self.components
         q = terms(query)
-        idx = await self._index(agent_id)
-        gidx = await self._index(GLOBAL_AGENT)
+        remote, gremote = await self.stm.versions([agent_id, GLOBAL_AGENT])
+        idx = await self._index(agent_id, remote)
+        gidx = await self._index(GLOBAL_AGENT, gremote)
 
         def ok(m: Memory | None) -> bool:
             if not self._visible(m, session_id, now):
@@ -397,7 +411,7 @@ class TieredMemory:
                             rel[mid] = 0.5 * best * score / top
                             found[mid] = index.memories[mid]
         if include_recent:
-            for m in await self._recent(agent_id, idx):
+            for m in await self._recent(agent_id, idx, remote):
                 if m.id not in found and ok(m):
                     found[m.id], rel[m.id] = idx.memories.get(m.id, m), 0.0
         has_query = bool(q) or qvec is not None

@@ -107,6 +107,16 @@ class RedisSTM:
             self._mark(False, type(exc).__name__)
             return None
 
+    async def versions(self, agent_ids: list[str]) -> list[int | None]:
+        """Several agents' versions in one round trip (a recall needs its agent's and the global one)."""
+        try:
+            raw = await self.client.mget([self.version_key(a) for a in agent_ids])
+            self._mark(True)
+            return [int(v) if v else 0 for v in raw]
+        except (RedisError, OSError) as exc:
+            self._mark(False, type(exc).__name__)
+            return [None] * len(agent_ids)
+
     async def version(self, agent_id: str) -> int | None:
         try:
             v = await self.client.get(self.version_key(agent_id))
