@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from manifests.agents import memory_manifest, write_agent
+from memory_adapters.contract import RETAIN_BATCH_PATH
 
 from .harness import QUICK, load, mongo, redis_url, role, table, write_results
 from .seed import seed_reference, seed_tiered
@@ -45,7 +46,8 @@ def main() -> dict:
                 mongo(tmp) as mongo_url:
             ctx, hist = tmp / "ctx", tmp / "hist"
             tok_off, _ = write_agent(ctx, "off")
-            tok_ref, _ = write_agent(ctx, "ref", memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}"))
+            tok_ref, _ = write_agent(ctx, "ref", memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}",
+                                                                                  retain_batch_path=RETAIN_BATCH_PATH))
             seed_reference(tmp / "ref", "ref", MEMORIES)
             targets.append(("passthrough", f"http://127.0.0.1:{pt_port}/v1/chat/completions", "bench"))
             rurl = redis_url()
@@ -54,7 +56,8 @@ def main() -> dict:
                 asyncio.run(seed_tiered(mongo_url, {"tier": MEMORIES}))
                 tiered_ctx = role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url)
                 tier_port = tiered_ctx.__enter__()
-                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}"))
+                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}",
+                                                                                    retain_batch_path=RETAIN_BATCH_PATH))
             else:
                 notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
             try:

@@ -48,13 +48,16 @@ def read_token(path: Path) -> str | None:
 def memory_manifest(service: str, base_url: str, *, recall: bool = True, retain: bool = True,
                     forget: bool = True, recall_timeout_ms: int = 300,
                     write_timeout_ms: int = 2000, auth_token: str | None = None,
-                    paths: dict[str, str] | None = None) -> dict[str, Any]:
+                    paths: dict[str, str] | None = None,
+                    retain_batch_path: str | None = None) -> dict[str, Any]:
     paths = paths or {}
     doc: dict[str, Any] = {"version": 1, "service": service, "base_url": base_url.rstrip("/")}
     if recall:
         doc["recall"] = {"path": paths.get("recall", "/recall"), "timeout_ms": recall_timeout_ms}
     if retain:
         doc["retain"] = {"path": paths.get("retain", "/retain"), "timeout_ms": write_timeout_ms}
+        if retain_batch_path:
+            doc["retain"]["batch_path"] = retain_batch_path
     if forget:
         doc["forget"] = {"path": paths.get("forget", "/forget"), "timeout_ms": write_timeout_ms}
     if auth_token:

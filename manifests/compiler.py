@@ -212,6 +212,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
         svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
         forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, 2000),
         auth_token=token, paths={k: v["path"] for k, v in caps.items()},
+        retain_batch_path=(caps.get("retain") or {}).get("batch_path"),
     )
     for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks")):
         if key in spec:

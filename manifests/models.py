@@ -15,6 +15,7 @@ DEFAULT_MAX_BLOCKS = 8
 class Endpoint:
     path: str
     timeout_ms: int
+    batch_path: str | None = None  # retain only: memplane's batched retain, when the service has it
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class MemoryManifest:
             spec = doc.get(name)
             if not spec:
                 return None
-            return Endpoint(spec["path"], int(spec.get("timeout_ms", default_ms)))
+            return Endpoint(spec["path"], int(spec.get("timeout_ms", default_ms)), spec.get("batch_path"))
 
         auth = doc.get("auth") or {}
         return cls(
@@ -52,6 +53,9 @@ class MemoryManifest:
 
     def url(self, endpoint: Endpoint) -> str:
         return self.base_url + endpoint.path
+
+    def batch_url(self) -> str | None:
+        return self.base_url + self.retain.batch_path if self.retain and self.retain.batch_path else None
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}

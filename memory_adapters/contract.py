@@ -46,6 +46,22 @@ class RetainRequest(_Body):
         return entry
 
 
+class RetainItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    entry: dict[str, Any]
+
+
+class RetainBatchRequest(_Body):
+    """memplane's extension: several of one agent's retains in one call (`retain.batch_path`).
+
+    Items are validated one by one, so one bad item is refused alone (see server.py)."""
+
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    pod: str = ""
+    items: list[dict[str, Any]] = Field(min_length=1, max_length=256)
+
+
 class ForgetRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
@@ -53,10 +69,16 @@ class ForgetRequest(_Body):
     reason: str = ""
 
 
+RETAIN_BATCH_PATH = "/retain/batch"
+
+
 def describe(recall: bool = True, retain: bool = True, forget: bool = True) -> dict[str, Any]:
-    """The service descriptor served at /.claw-describe.json (CONTRACT §3)."""
-    memory = {}
+    """The service descriptor served at /.claw-describe.json (CONTRACT §3); memplane's own
+    adapters also take retains in batches, which other readers ignore."""
+    memory: dict[str, Any] = {}
     for name, on in (("retain", retain), ("recall", recall), ("forget", forget)):
         if on:
             memory[name] = {"path": f"/{name}"}
+    if retain:
+        memory["retain"]["batch_path"] = RETAIN_BATCH_PATH
     return {"version": 2, "memory": memory}

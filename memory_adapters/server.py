@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from .contract import ForgetRequest, MemoryBlock, RecallRequest, RetainRequest
+from .contract import ForgetRequest, MemoryBlock, RecallRequest, RetainBatchRequest, RetainRequest
 
 
 class MemoryBackend(Protocol):
@@ -94,6 +94,25 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         return web.Response(status=202, body=orjson.dumps({"status": outcome, "id": req.entry["id"]}),
                             content_type="application/json")
 
+    async def retain_batch(request: web.Request) -> web.Response:
+        """Each item is retained as if posted alone, in order; an invalid item gets its own 400
+        while the rest go on. A backend failure fails the whole call, which callers retry
+        (retain is idempotent by entry id)."""
+        batch = await parse(request, RetainBatchRequest)
+        results = []
+        for i, item in enumerate(batch.items):
+            try:
+                req = RetainRequest.model_validate({"agent_id": batch.agent_id, "pod": batch.pod, **item})
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = f"items.{i}." + ".".join(str(p) for p in err["loc"])
+                entry = item.get("entry")
+                results.append({"id": entry.get("id") if isinstance(entry, dict) else None, "code": 400,
+                                "error": f"{field}: {err['msg']}", "field": field})
+                continue
+            results.append({"id": req.entry["id"], "code": 202, "status": await backend.retain(req)})
+        return web.Response(body=orjson.dumps({"results": results}), content_type="application/json")
+
     async def forget(request: web.Request) -> web.Response:
         req = await parse(request, ForgetRequest)
         await backend.forget(req)
@@ -109,6 +128,8 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
     for name, handler in (("recall", recall), ("retain", retain), ("forget", forget)):
         if name in memory:
             app.router.add_post(memory[name]["path"], handler)
+    if memory.get("retain", {}).get("batch_path"):
+        app.router.add_post(memory["retain"]["batch_path"], retain_batch)
     app.router.add_get("/health", health)
     app.router.add_get("/.claw-describe.json", describe)
     return app

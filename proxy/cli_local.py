@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from manifests.agents import memory_manifest, write_agent
+from memory_adapters.contract import RETAIN_BATCH_PATH
 
 from . import runner
 from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
@@ -33,7 +34,8 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
     for d in (context_root, history_root, data_dir):
         d.mkdir(parents=True, exist_ok=True)
     token, created = write_agent(context_root, agent_id, pod="local",
-                                 memory=memory_manifest("reference", f"http://127.0.0.1:{adapter_port}"))
+                                 memory=memory_manifest("reference", f"http://127.0.0.1:{adapter_port}",
+                                                        retain_batch_path=RETAIN_BATCH_PATH))
     settings = ProxySettings(
         context_root=context_root, history_root=history_root,
         openai_base_url=os.environ.get("OPENAI_BASE_URL", DEFAULT_OPENAI_BASE_URL),
@@ -82,7 +84,8 @@ async def _demo() -> None:
         ref_runner, ref_port = await runner.start_site(
             runner.Site(build_reference_app(root / "memory"), "127.0.0.1", 0))
         token, _ = write_agent(root / "context", "demo-agent", pod="demo",
-                               memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}"))
+                               memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}",
+                                                      retain_batch_path=RETAIN_BATCH_PATH))
         settings = ProxySettings(context_root=root / "context", history_root=root / "history",
                                  openai_base_url=f"http://127.0.0.1:{prov_port}/v1", openai_api_key="sk-operator")
         app = build_app(settings, Telemetry(make_logger(log)))

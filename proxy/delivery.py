@@ -23,7 +23,7 @@ import orjson
 from .context_store import ContextStore
 from .ledger import Ledger
 from .redact import Redactor
-from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
+from .retain import BatchUnsupported, RetainJob, RetryableRetainError, post_retain, post_retain_batch, scrub_job
 from .telemetry import Telemetry
 
 CURSOR_FILE = "retain.cursor"
@@ -47,7 +47,7 @@ class Lane:
 
 class RetainDelivery:
     def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor, ledger: Ledger,
-                 contexts: ContextStore, *, max_buffered: int = 10_000, batch: int = 8,
+                 contexts: ContextStore, *, max_buffered: int = 10_000, batch: int = 8, batch_call: int = 32,
                  backoff_s: float = 0.2, max_backoff_s: float = 30.0, max_in_flight: int = 16) -> None:
         self.session = session
         self.telemetry = telemetry
@@ -55,7 +55,9 @@ class RetainDelivery:
         self.ledger = ledger
         self.contexts = contexts
         self.max_buffered = max_buffered
-        self.batch = batch
+        self.batch = batch  # entries a lane takes at once, sent as concurrent retains
+        self.batch_call = batch_call  # ... or as one call, to a service with a batch endpoint
+        self._no_batch: set[str] = set()  # batch URLs that answered 404/405
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.lanes: dict[str, Lane] = {}
@@ -162,12 +164,18 @@ class RetainDelivery:
 
     # -- the lane loop --
 
+    def _batch_size(self, agent_id: str) -> int:
+        ctx = self.contexts.get(agent_id)
+        url = ctx.memory.batch_url() if ctx is not None and ctx.memory is not None else None
+        return self.batch_call if url and url not in self._no_batch else self.batch
+
     async def _next_batch(self, lane: Lane) -> list[tuple[int, int, dict[str, Any]]]:
         while lane.pending and lane.pending[0][0] < lane.cursor:
             lane.pending.popleft()  # already delivered (read from the file earlier)
             self._buffered -= 1
         if not lane.from_file and lane.pending and lane.pending[0][0] > lane.cursor:
             lane.from_file = True  # a gap: something was not buffered; the ledger has it
+        limit = self._batch_size(lane.agent_id)
         if lane.from_file:
             self._drop_buffer(lane)
             torn: list[int] = []
@@ -176,7 +184,7 @@ class RetainDelivery:
                 out = []
                 for ref in self.ledger.read(lane.agent_id, start_offset=lane.cursor, on_torn=torn.append):
                     out.append((ref.offset, ref.end, ref.entry))
-                    if len(out) >= self.batch:
+                    if len(out) >= limit:
                         break
                 return out
 
@@ -188,7 +196,7 @@ class RetainDelivery:
                 lane.from_file = False
             return items
         items = []
-        while lane.pending and len(items) < self.batch:
+        while lane.pending and len(items) < limit:
             items.append(lane.pending.popleft())
             self._buffered -= 1
         return items
@@ -239,7 +247,7 @@ class RetainDelivery:
             if manifest is None or manifest.retain is None:
                 todo = []  # this agent has no retain endpoint: nothing to deliver
                 break
-            results = await asyncio.gather(*(self._deliver_one(lane, ctx, manifest, e) for _, _, e in todo))
+            results = await self._deliver(lane, ctx, manifest, [e for _, _, e in todo])
             todo = [item for item, ok in zip(todo, results) if not ok]
             if todo:
                 lane.failures += 1
@@ -258,11 +266,58 @@ class RetainDelivery:
             lane.cursor = max(lane.cursor, batch[-1][1])
             await self._save(lane)
 
-    async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
-        """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""
+    def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
         meta = ctx.memory_metadata(_api_name(entry.get("path", "")), entry.get("requested_model"),
                                    entry.get("session_id"))
-        job = scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
+        return scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
+
+    async def _deliver(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
+        """Deliver entries; per entry, True when acknowledged or permanently refused."""
+        url = manifest.batch_url()
+        if len(entries) > 1 and url and url not in self._no_batch:
+            try:
+                return await self._deliver_together(lane, ctx, manifest, entries)
+            except BatchUnsupported:
+                self._no_batch.add(url)
+                self.telemetry.warning("retain_batch_unsupported", claw_id=lane.agent_id, service=manifest.service,
+                                       detail="the service has no batch endpoint; retaining one entry per call")
+        return list(await asyncio.gather(*(self._deliver_one(lane, ctx, manifest, e) for e in entries)))
+
+    async def _deliver_together(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
+        """One call for many entries; each still gets its own memory_op line."""
+        jobs = [self._job(lane, ctx, manifest, e) for e in entries]
+        async with self._slots:
+            started = time.perf_counter()
+            try:
+                codes: list[int | None] = await post_retain_batch(self.session, jobs)
+                error = ""
+            except RetryableRetainError as exc:
+                codes, error = [None] * len(jobs), str(exc)
+        latency_ms = (time.perf_counter() - started) * 1000
+        done = []
+        for job, code in zip(jobs, codes):
+            done.append(self._report(lane, manifest, job, code, error, latency_ms, batch_size=len(jobs)))
+        return done
+
+    def _report(self, lane: Lane, manifest, job: RetainJob, status: int | None, error: str, latency_ms: float,
+                **extra: Any) -> bool:
+        """Log one entry's retain; True when acknowledged (2xx) or permanently refused (4xx)."""
+        entry_id = job.entry.get("id")
+        if status is None or status >= 500 or status == 429:
+            self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
+                                     latency_ms=latency_ms, error=error or f"status {status}", entry_id=entry_id,
+                                     will_retry=True, **extra)
+            return False
+        ok = 200 <= status < 300
+        self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain",
+                                 status="succeeded" if ok else "failed", status_code=status, latency_ms=latency_ms,
+                                 removed=job.metadata.get("policy_removed", 0),
+                                 error=None if ok else f"refused with status {status}", entry_id=entry_id, **extra)
+        return True
+
+    async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
+        """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""
+        job = self._job(lane, ctx, manifest, entry)
         status: int | None = None
         error = ""
         async with self._slots:
@@ -271,18 +326,7 @@ class RetainDelivery:
                 status = await post_retain(self.session, job)
             except RetryableRetainError as exc:
                 error = str(exc)
-        if status is None:
-            self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
-                                     latency_ms=(time.perf_counter() - started) * 1000, error=error,
-                                     entry_id=entry.get("id"), will_retry=True)
-            return False
-        ok = 200 <= status < 300
-        self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain",
-                                 status="succeeded" if ok else "failed", status_code=status,
-                                 latency_ms=(time.perf_counter() - started) * 1000,
-                                 removed=job.metadata.get("policy_removed", 0),
-                                 error=None if ok else f"refused with status {status}", entry_id=entry.get("id"))
-        return True
+        return self._report(lane, manifest, job, status, error, (time.perf_counter() - started) * 1000)
 
 
 def _api_name(path: str) -> str:

@@ -75,3 +75,43 @@ async def post_retain(session: aiohttp.ClientSession, job: RetainJob, *, url: st
             return resp.status
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise RetryableRetainError(type(exc).__name__) from None
+
+
+class BatchUnsupported(Exception):
+    """The service has no batch endpoint after all (404/405): send those retains one by one."""
+
+
+async def post_retain_batch(session: aiohttp.ClientSession, jobs: list[RetainJob]) -> list[int]:
+    """POST one agent's retains together to `retain.batch_path`; returns each item's status.
+
+    A transport failure, 5xx or 429 for the whole call raises RetryableRetainError (every item
+    is retried; services dedupe by entry id). A whole-call 4xx is every item's status.
+    """
+    first = jobs[0]
+    manifest = first.manifest
+    url = manifest.batch_url()
+    assert url is not None
+    payload = {"agent_id": first.agent_id, "pod": first.pod,
+               "items": [{"metadata": job.metadata, "entry": job.entry} for job in jobs]}
+    headers = {"Content-Type": "application/json", **manifest.headers()}
+    timeout = aiohttp.ClientTimeout(total=manifest.retain.timeout_ms / 1000)
+    try:
+        async with session.post(url, data=orjson.dumps(payload), headers=headers, timeout=timeout) as resp:
+            body = await resp.read()
+            if resp.status in (404, 405):
+                raise BatchUnsupported(f"status {resp.status}")
+            if resp.status >= 500 or resp.status == 429:
+                raise RetryableRetainError(f"status {resp.status}")
+            if not 200 <= resp.status < 300:
+                return [resp.status] * len(jobs)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise RetryableRetainError(type(exc).__name__) from None
+    try:
+        results = orjson.loads(body)["results"]
+        codes = [int(r["code"]) for r in results]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise RetryableRetainError("batch answer without per-item results") from None
+    if len(codes) != len(jobs):
+        raise RetryableRetainError(f"batch answer has {len(codes)} results for {len(jobs)} items")
+    return codes
+

@@ -84,7 +84,11 @@ def test_read_only_and_ingest_only_services(tmp_path):
     assert doc["recall"]["path"] == "/q" and "retain" not in doc and "forget" not in doc
     compile_pod(pod(tmp_path, BASE, {"version": 2, "memory": {"retain": {"path": "/ingest"}}}), out)
     doc = json.loads((out / "analyst" / "memory.json").read_text())
-    assert doc["retain"]["path"] == "/ingest" and "recall" not in doc
+    assert doc["retain"]["path"] == "/ingest" and "batch_path" not in doc["retain"] and "recall" not in doc
+    # a service that takes retains in batches says so in its descriptor; the manifest carries it
+    compile_pod(pod(tmp_path, BASE, {"version": 2, "memory": {"retain": {"path": "/ingest", "batch_path": "/many"}}}),
+                out)
+    assert json.loads((out / "analyst" / "memory.json").read_text())["retain"]["batch_path"] == "/many"
 
 
 def test_describe_override_and_label(tmp_path):

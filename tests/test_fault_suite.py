@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from manifests.agents import memory_manifest, write_agent
+from memory_adapters.contract import RETAIN_BATCH_PATH
 from proxy.ledger import Ledger
 from proxy.runner import free_port
 from tests.conftest import url_of
@@ -205,7 +206,7 @@ async def test_a_hard_killed_proxy_loses_no_answered_turn(world, reference):
     w = world
     ref_url, store = reference
     proxy_port = free_port()
-    token, _ = write_agent(w["ctx"], "hard", memory=memory_manifest("mem-svc", ref_url))
+    token, _ = write_agent(w["ctx"], "hard", memory=memory_manifest("mem-svc", ref_url, retain_batch_path=RETAIN_BATCH_PATH))
     args = ["serve", "--port", str(proxy_port), "--context-root", str(w["ctx"]), "--history-root", str(w["hist"]),
             "--openai-base-url", f"{w['provider_url']}/v1"]
     procs = {"proxy": spawn(*args, log=w["log"])}
