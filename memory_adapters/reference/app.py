@@ -21,4 +21,9 @@ def build_reference_app(data_dir: Path, *, token: str | None = None,
     store = ReferenceStore(Path(data_dir), redactor)
     app = build_adapter_app(store, describe(), token=token)
     app[REFERENCE_STORE] = store
+
+    async def close(app: web.Application) -> None:
+        store.close()
+
+    app.on_cleanup.append(close)
     return app

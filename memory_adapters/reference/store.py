@@ -10,6 +10,7 @@ counts for its newest 256 memories only, so recall cost does not grow with the s
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import re
@@ -72,9 +73,8 @@ class _Agent:
             self.postings.setdefault(w, {})[eid] = None
         if not self.order or self.records[self.order[-1]]["ts"] <= rec["ts"]:
             self.order.append(eid)
-        else:
-            self.order.append(eid)
-            self.order.sort(key=lambda i: self.records[i]["ts"])
+        else:  # concurrent turns finish out of order: insert in place, not re-sort
+            bisect.insort(self.order, eid, key=lambda i: self.records[i]["ts"])
 
     def drop(self, eid: str) -> bool:
         rec = self.records.pop(eid, None)
@@ -91,6 +91,7 @@ class ReferenceStore:
         self.redactor = redactor or Redactor()
         self._agents: dict[str, _Agent] = {}
         self._loading: dict[str, asyncio.Lock] = {}
+        self._files: dict[tuple[str, str], Any] = {}  # open append handles
 
     async def _agent(self, agent_id: str) -> _Agent:
         agent = self._agents.get(agent_id)
@@ -115,10 +116,19 @@ class ReferenceStore:
         return agent
 
     def _append(self, agent_id: str, name: str, rows: list[dict[str, Any]]) -> None:
-        path = self.data_dir / agent_id / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as fh:
-            fh.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        """One unbuffered write per call, so every record is in the file when retain returns;
+        the handle stays open (an open and a mkdir per record cost more than the write)."""
+        fh = self._files.get((agent_id, name))
+        if fh is None:
+            path = self.data_dir / agent_id / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fh = self._files[(agent_id, name)] = open(path, "ab", buffering=0)
+        fh.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
 
     async def retain(self, req: RetainRequest) -> str:
         agent = await self._agent(req.agent_id)
@@ -171,7 +181,7 @@ class ReferenceStore:
         async with agent.lock:
             ts = now_rfc3339()
             rows = [{"entry_id": eid, "reason": req.reason, "ts": ts} for eid in req.entry_ids]
-            await asyncio.to_thread(self._append, req.agent_id, "tombstones.jsonl", rows)
+            self._append(req.agent_id, "tombstones.jsonl", rows)
             removed = 0
             for eid in req.entry_ids:
                 agent.tombstones.add(eid)
