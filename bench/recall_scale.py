@@ -58,6 +58,7 @@ async def main_async() -> dict:
         seed_reference(tmp / f"ref{size}", "one", size)
         runner, port = await start_site(Site(build_reference_app(tmp / f"ref{size}"), "127.0.0.1", 0))
         results[f"reference|1 agent x {size}"] = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
+        print(f"reference 1 agent x {size}: {results[f'reference|1 agent x {size}']}", flush=True)
         await runner.cleanup()
     many = {f"agent{i:04d}": 100 for i in range(1000 if not QUICK else 200)}
     for agent in many:
@@ -69,12 +70,21 @@ async def main_async() -> dict:
     rurl = redis_url()
     with mongo(tmp) as murl:
         if rurl and murl:
+            import os
+
             import redis as redis_sync
 
             from memory_adapters.tiered.app import build_tiered_app
             from memory_adapters.tiered.config import TieredSettings
+            tiered_many = many
+            if not os.environ.get("MEMPLANE_TEST_MONGO_URL") and len(many) > 200:
+                # The stand-in filters in Python: every per-agent query scans the whole collection,
+                # so 1,000 agents' start-up and first recalls would take hours there, not seconds.
+                tiered_many = dict(list(many.items())[:200])
+                print("tiered many-agents row: 200 agents x 100 against the Mongo stand-in "
+                      "(set MEMPLANE_TEST_MONGO_URL for 1,000)", flush=True)
             for label, counts in [*[(f"1 agent x {s}", {f"one{s}": s}) for s in sizes],
-                                  (f"{len(many)} agents x 100", many)]:
+                                  (f"{len(tiered_many)} agents x 100", tiered_many)]:
                 redis_sync.Redis.from_url(rurl).flushdb()
                 db = murl.rsplit("/", 1)[0] + f"/scale_{abs(hash(label)) % 10**8}"
                 settings = TieredSettings.from_env(redis_url=rurl, mongo_url=db, ltm_max_entries=0)
@@ -91,6 +101,7 @@ async def main_async() -> dict:
                 row["seed_s"] = round(seeded, 1)
                 row["embeddings"] = bool(dim)
                 results[f"tiered|{label}"] = row
+                print(f"tiered {label}: {row}", flush=True)
                 await runner.cleanup()
     print(table(["adapter", "memories", "cold_first_ms", "p50_ms", "p99_ms"],
                 [[k.split("|")[0], k.split("|")[1], v["cold_first_ms"], v["p50_ms"], v["p99_ms"]] for k, v in results.items()]))

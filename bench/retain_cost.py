@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from memory_adapters.contract import RETAIN_BATCH_PATH
 from memory_adapters.reference.app import build_reference_app
 from proxy.context_store import ContextStore
 from proxy.delivery import RetainDelivery
@@ -58,19 +59,26 @@ async def response_path(n: int) -> dict:
             "executor_hop_p50_us": statistics.median(hops)}
 
 
-async def sustained(url: str, n: int, concurrency: int = 16) -> float:
+async def sustained(url: str, n: int, concurrency: int = 16, batch: int = 1) -> float:
+    """Retains per second; with `batch` > 1, sent `batch` at a time to the batch endpoint."""
+    def entry(i: int) -> dict:
+        return {"id": f"hist1_{url[-12:]}{batch}_{i:048d}", "ts": "2026-11-20T10:00:00.000Z",
+                "request_original": request_body(i),
+                "response": {"format": "json", "json": {"choices": [{"message": {"content": "Noted."}}]}}}
+
     async with aiohttp.ClientSession() as s:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
-            entry = {"id": f"hist1_{i:064d}", "ts": "2026-11-20T10:00:00.000Z",
-                     "request_original": request_body(i),
-                     "response": {"format": "json", "json": {"choices": [{"message": {"content": "Noted."}}]}}}
-            async with sem, s.post(url, data=orjson.dumps({"agent_id": "bench", "entry": entry}),
-                                   headers={"Content-Type": "application/json"}) as r:
-                assert r.status == 202, await r.text()
+            if batch == 1:
+                body, want = {"agent_id": "bench", "entry": entry(i)}, 202
+            else:
+                body = {"agent_id": "bench", "items": [{"entry": entry(j)} for j in range(i, min(n, i + batch))]}
+                want = 200
+            async with sem, s.post(url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}) as r:
+                assert r.status == want, await r.text()
         t0 = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(n)))
+        await asyncio.gather(*(one(i) for i in range(0, n, batch)))
         return n / (time.perf_counter() - t0)
 
 
@@ -81,6 +89,8 @@ async def main_async() -> dict:
     rates = {}
     runner, port = await start_site(Site(build_reference_app(tmp / "ref"), "127.0.0.1", 0))
     rates["reference"] = await sustained(f"http://127.0.0.1:{port}/retain", n // 2)
+    rates["reference, batches of 32"] = await sustained(f"http://127.0.0.1:{port}{RETAIN_BATCH_PATH}", n // 2,
+                                                        concurrency=4, batch=32)
     await runner.cleanup()
     rurl = redis_url()
     with mongo(tmp) as murl:
@@ -91,6 +101,8 @@ async def main_async() -> dict:
             runner, port = await start_site(Site(build_tiered_app(settings, Telemetry(make_logger(io.StringIO()))),
                                                  "127.0.0.1", 0))
             rates["tiered"] = await sustained(f"http://127.0.0.1:{port}/retain", n // 5)
+            rates["tiered, batches of 32"] = await sustained(f"http://127.0.0.1:{port}{RETAIN_BATCH_PATH}", n // 5,
+                                                             concurrency=4, batch=32)
             await runner.cleanup()
     print(table(["measure", "value"], [
         ["response path: entry + ledger append + submit, p50 (us)", path_cost["p50_us"]],
