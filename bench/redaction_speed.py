@@ -1,5 +1,6 @@
 """Redaction throughput (MB/s) on chat-sized and 1 MB payloads, next to orjson round-trips of
-the same bytes as a baseline measured in the same run."""
+the same bytes as a baseline measured in the same run. Chat requests are measured new (every
+string unseen) and resent (what an agent does with its history every turn: the memo answers)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from proxy.redact import Redactor
 from .harness import table, write_results
 
 
-def chat_payload() -> dict:
+def chat_payload(n: int = 0) -> dict:
+    """A chat request; `n` makes every string new, so the redactor's memo cannot answer."""
     return {"model": "gpt-4o", "messages": [
-        {"role": "system", "content": "You are a careful assistant for the finance team. " * 6},
-        {"role": "user", "content": "Here is the config, can you check it? DATABASE_URL=postgres://app:"
+        {"role": "system", "content": f"You are a careful assistant for the finance team {n}. " * 6},
+        {"role": "user", "content": f"Here is config {n}, can you check it? DATABASE_URL=postgres://app:"
                                     "Zq8uN2vLm4@db:5432/prod and the key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z."},
-        {"role": "assistant", "content": "Sure. The connection string looks fine, but rotate that key. " * 4},
-        {"role": "user", "content": "Thanks! Also summarise the quarterly numbers for the board. " * 5}]}
+        {"role": "assistant", "content": f"Sure ({n}). The connection string looks fine, but rotate that key. " * 4},
+        {"role": "user", "content": f"Thanks! Also summarise the quarterly numbers for board {n}. " * 5}]}
 
 
 def big_text() -> str:
@@ -44,11 +46,13 @@ def main() -> dict:
     r = Redactor()
     chat = chat_payload()
     chat_bytes = len(orjson.dumps(chat))
+    fresh = iter([chat_payload(i) for i in range(1, 60_000)])  # more than a second of calls
     text = big_text()
     rows = []
     results = {}
     for name, size, fn, base in [
-        ("chat JSON (json walk)", chat_bytes, lambda: r.json(chat), lambda: orjson.loads(orjson.dumps(chat))),
+        ("chat JSON (json walk)", chat_bytes, lambda: r.json(next(fresh)), lambda: orjson.loads(orjson.dumps(chat))),
+        ("chat JSON resent (memo)", chat_bytes, lambda: r.json(chat), lambda: orjson.loads(orjson.dumps(chat))),
         ("1 MB log text", len(text.encode()), lambda: r.text(text), lambda: orjson.loads(orjson.dumps(text))),
     ]:
         mbps, us = rate(fn, size)
@@ -59,7 +63,8 @@ def main() -> dict:
     print(table(["payload", "bytes", "MB/s", "us/call", "orjson MB/s", "ratio"], rows))
     path = write_results("redaction", results)
     chat_us = results["chat JSON (json walk)"]["us_per_call"]
-    print(f"redaction: {chat_us:.0f} us per chat-sized request, "
+    print(f"redaction: {chat_us:.0f} us per new chat-sized request "
+          f"({results['chat JSON resent (memo)']['us_per_call']:.0f} us resent), "
           f"{results['1 MB log text']['mb_per_s']:.1f} MB/s on 1 MB of logs ({path.name})")
     return results
 
