@@ -56,8 +56,7 @@ def main() -> dict:
                 asyncio.run(seed_tiered(mongo_url, {"tier": MEMORIES}))
                 tiered_ctx = role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url)
                 tier_port = tiered_ctx.__enter__()
-                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}",
-                                                                                    retain_batch_path=RETAIN_BATCH_PATH))
+                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}"))
             else:
                 notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
             try:

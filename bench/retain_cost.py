@@ -101,8 +101,6 @@ async def main_async() -> dict:
             runner, port = await start_site(Site(build_tiered_app(settings, Telemetry(make_logger(io.StringIO()))),
                                                  "127.0.0.1", 0))
             rates["tiered"] = await sustained(f"http://127.0.0.1:{port}/retain", n // 5)
-            rates["tiered, batches of 32"] = await sustained(f"http://127.0.0.1:{port}{RETAIN_BATCH_PATH}", n // 5,
-                                                             concurrency=4, batch=32)
             await runner.cleanup()
     print(table(["measure", "value"], [
         ["response path: entry + ledger append + submit, p50 (us)", path_cost["p50_us"]],

@@ -72,13 +72,14 @@ class ForgetRequest(_Body):
 RETAIN_BATCH_PATH = "/retain/batch"
 
 
-def describe(recall: bool = True, retain: bool = True, forget: bool = True) -> dict[str, Any]:
-    """The service descriptor served at /.claw-describe.json (CONTRACT §3); memplane's own
-    adapters also take retains in batches, which other readers ignore."""
+def describe(recall: bool = True, retain: bool = True, forget: bool = True,
+             retain_batch: bool = False) -> dict[str, Any]:
+    """The service descriptor served at /.claw-describe.json (CONTRACT §3); `retain_batch`
+    offers memplane's batched retain, which other readers ignore."""
     memory: dict[str, Any] = {}
     for name, on in (("retain", retain), ("recall", recall), ("forget", forget)):
         if on:
             memory[name] = {"path": f"/{name}"}
-    if retain:
+    if retain and retain_batch:
         memory["retain"]["batch_path"] = RETAIN_BATCH_PATH
     return {"version": 2, "memory": memory}

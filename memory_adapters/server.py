@@ -99,8 +99,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
-        results: list[dict[str, Any]] = []
-        valid: list[tuple[int, RetainRequest]] = []
+        results = []
         for i, item in enumerate(batch.items):
             try:
                 req = RetainRequest.model_validate({"agent_id": batch.agent_id, "pod": batch.pod, **item})
@@ -111,13 +110,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
                 results.append({"id": entry.get("id") if isinstance(entry, dict) else None, "code": 400,
                                 "error": f"{field}: {err['msg']}", "field": field})
                 continue
-            results.append({"id": req.entry["id"], "code": 202})
-            valid.append((i, req))
-        reqs = [req for _, req in valid]
-        many = getattr(backend, "retain_many", None)  # a backend that gains from seeing the batch whole
-        statuses = await many(reqs) if many else [await backend.retain(req) for req in reqs]
-        for (i, _), status in zip(valid, statuses):
-            results[i]["status"] = status
+            results.append({"id": req.entry["id"], "code": 202, "status": await backend.retain(req)})
         return web.Response(body=orjson.dumps({"results": results}), content_type="application/json")
 
     async def forget(request: web.Request) -> web.Response:

@@ -155,25 +155,6 @@ async def test_retain_is_idempotent_and_forget_removes_from_both_tiers(tiered):
     assert await service.recall(RecallRequest(agent_id="f", query="locker code")) == []
 
 
-async def test_a_batch_of_turns_is_stored_once_each_and_found(tiered):
-    url, service = tiered
-    items = [{"entry": entry(f"hist1_b{i}", text)} for i, text in enumerate(
-        ["My cat is called Miso.", "I am learning the cello.", "The boiler is serviced in May."])]
-    items.append({"entry": entry("hist1_b1", "I am learning the cello.")})  # a repeat inside the batch
-    async with aiohttp.ClientSession() as s:
-        async with s.post(url + "/retain/batch", json={"agent_id": "batch", "items": items}) as r:
-            assert r.status == 200
-            results = (await r.json())["results"]
-        async with s.post(url + "/retain/batch", json={"agent_id": "batch", "items": items[:1]}) as r:
-            again = (await r.json())["results"]
-    assert [x["status"] for x in results] == ["stored", "stored", "stored", "duplicate"]
-    assert again[0]["status"] == "duplicate"
-    episodes = [m for m in await service.ltm.all_for("batch") if m.type == "episode"]
-    assert sorted(m.source_entry_ids[0] for m in episodes) == ["hist1_b0", "hist1_b1", "hist1_b2"]
-    blocks = await service.recall(RecallRequest(agent_id="batch", query="What is my cat's name?"))
-    assert "Miso" in blocks[0].text
-
-
 async def test_search_ranks_relevance_importance_and_filters(tiered):
     url, _ = tiered
     async with aiohttp.ClientSession() as s:

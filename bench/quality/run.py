@@ -53,7 +53,8 @@ async def replay(convs: list[Conversation], adapter_app, tmp: Path, label: str, 
     app = build_app(settings, Telemetry(make_logger(log)))
     px_runner, px_port = await start_site(Site(app, "127.0.0.1", 0))
     runners = [px_runner, ad_runner, prov_runner]
-    tokens = {c.id: write_agent(settings.context_root, c.id, memory=memory_manifest(label, f"http://127.0.0.1:{ad_port}", retain_batch_path=RETAIN_BATCH_PATH))[0]
+    tokens = {c.id: write_agent(settings.context_root, c.id, memory=memory_manifest(
+        label, f"http://127.0.0.1:{ad_port}", retain_batch_path=RETAIN_BATCH_PATH if label == "reference" else None))[0]
               for c in convs}
     url = f"http://127.0.0.1:{px_port}/v1/chat/completions"
     started = time.perf_counter()

@@ -101,15 +101,24 @@ class OnnxEncoder:
         max_len = json.loads((model_dir / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.enable_truncation(max_length=max_len)
-        tokenizer.enable_padding()
         dim = json.loads((model_dir / "config.json").read_text())["hidden_size"]
         return cls(session, tokenizer, int(dim))
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """Texts of similar length are run together (as sentence-transformers does), so a short
+        text is not padded to the longest one in a big batch."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), BATCH):
-            batch = self.tokenizer.encode_batch(texts[start:start + BATCH])
-            ids = np.array([e.ids for e in batch], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
-            out[start:start + len(batch)] = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        self.tokenizer.no_padding()
+        encoded = self.tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids))
+        for start in range(0, len(order), BATCH):
+            rows = order[start:start + BATCH]
+            width = max(len(encoded[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                n = len(encoded[i].ids)
+                ids[r, :n] = encoded[i].ids
+                mask[r, :n] = 1
+            out[rows] = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         return out

@@ -82,7 +82,6 @@ def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[t
                 head[i], head[j] = (b, sa), (a, sb)
     return head + scored[20:]
 INDEX_MAX_AGE_S = 30.0
-RETAIN_CONCURRENCY = 8  # turns of one batch stored at once
 
 
 def index_text(m: Memory) -> str:
@@ -295,43 +294,17 @@ class TieredMemory:
         return True
 
     async def retain(self, req: RetainRequest) -> str:
-        return (await self.retain_many([req]))[0]
-
-    async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
-        """Retain turns: every new turn's memories embedded in one model call, then the turns
-        stored concurrently (as concurrent single retains would be). An id seen before, or
-        twice in this call, is retained once."""
-        outcomes: list[str | None] = [None] * len(reqs)
-        first: dict[tuple[str, str], int] = {}
-        for i, req in enumerate(reqs):
-            key = (req.agent_id, req.entry["id"])
-            if key in first:
-                outcomes[i] = "duplicate"
-            else:
-                first[key] = i
-        fresh = list(first.values())
-        seen = await asyncio.gather(*(self.ltm.seen_entry(reqs[i].agent_id, reqs[i].entry["id"]) for i in fresh))
-        plans = []
-        for i, was in zip(fresh, seen):
-            if was:
-                outcomes[i] = was
-            else:
-                plans.append((i, memories_from_entry(reqs[i].agent_id, reqs[i].entry, reqs[i].metadata)))
-        await self._embed([m for _, memories in plans for m in memories])
-        slots = asyncio.Semaphore(RETAIN_CONCURRENCY)
-
-        async def store_turn(i: int, memories: list[Memory]) -> None:
-            async with slots:
-                for m in memories:
-                    await self.store(m)
-                await self.ltm.mark_retained(reqs[i].agent_id, reqs[i].entry["id"])
-                outcomes[i] = "stored" if memories else "empty"
-
-        results = await asyncio.gather(*(store_turn(i, ms) for i, ms in plans), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r  # e.g. MongoDB away: the caller retries; stored turns dedupe
-        return [o or "empty" for o in outcomes]
+        entry = req.entry
+        seen = await self.ltm.seen_entry(req.agent_id, entry["id"])
+        if seen:
+            return seen
+        stored = []
+        memories = memories_from_entry(req.agent_id, entry, req.metadata)
+        await self._embed(memories)  # one batch for the whole turn
+        for m in memories:
+            stored.append((await self.store(m))[0])
+        await self.ltm.mark_retained(req.agent_id, entry["id"])
+        return "stored" if stored else "empty"
 
     async def forget(self, req: ForgetRequest) -> int:
         await self.ltm.tombstone(req.agent_id, req.entry_ids, req.reason)
