@@ -102,7 +102,8 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         results = []
         for i, item in enumerate(batch.items):
             try:
-                req = RetainRequest.model_validate({"agent_id": batch.agent_id, "pod": batch.pod, **item})
+                # the batch's agent wins: a per-agent token must not retain into another agent
+                req = RetainRequest.model_validate({**item, "agent_id": batch.agent_id, "pod": batch.pod})
             except ValidationError as exc:
                 err = exc.errors()[0]
                 field = f"items.{i}." + ".".join(str(p) for p in err["loc"])

@@ -213,7 +213,7 @@ class RetainDelivery:
             while not self._closing:
                 lane.state = "busy"
                 size = self._batch_size(lane.agent_id)
-                if size > self.batch and not lane.from_file and len(lane.pending) < size:
+                if size > self.batch and not lane.from_file and 0 < len(lane.pending) < size:
                     await asyncio.sleep(self.linger_s)
                 batch = await self._next_batch(lane)
                 if not batch:

@@ -69,11 +69,12 @@ async def test_one_bad_item_is_refused_alone_and_the_rest_are_stored(reference):
     url, store = reference
     good = {"id": "hist1_good", "ts": "2026-11-20T10:00:00.000Z",
             "request_original": {"messages": [{"role": "user", "content": "I play the cello"}]}}
-    body = {"agent_id": "cellist", "items": [{"entry": good}, {"entry": {"ts": "no id"}}, {"entry": good}]}
+    body = {"agent_id": "cellist", "items": [{"entry": good}, {"entry": {"ts": "no id"}},
+                                             {"entry": good, "agent_id": "someone-else"}]}
     async with aiohttp.ClientSession() as s, s.post(url + RETAIN_BATCH_PATH, json=body) as r:
         assert r.status == 200
         results = (await r.json())["results"]
     assert [x["code"] for x in results] == [202, 400, 202]
     assert [x.get("status") for x in results] == ["stored", None, "duplicate"]
     assert results[1]["field"].startswith("items.1.entry")
-    assert store.count("cellist") == 1
+    assert store.count("cellist") == 1 and store.count("someone-else") == 0  # an item cannot name another agent
