@@ -32,11 +32,18 @@ def cache_dir() -> Path:
 
 
 def _cache_key(model_dir: Path) -> str:
-    import onnxruntime
-    import torch
+    """Weights and library versions, read without importing torch (a cached graph never needs it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
     weights = model_dir / "model.safetensors"
     stat = weights.stat()
-    raw = (f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{onnxruntime.__version__}|{torch.__version__}"
+    raw = (f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{ver('onnxruntime')}|{ver('torch')}"
            "|int8-per-channel")
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
