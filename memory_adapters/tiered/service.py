@@ -165,7 +165,7 @@ class TieredMemory:
         try:
             self.embedder = await asyncio.to_thread(Embedder.load)
             self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
-                                engine=self.embedder.engine, fallback_reason=Embedder.fallback_reason())
+                                engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
         except Exception as exc:  # ImportError without the extra, or a broken install
             self.telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
                                    detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
