@@ -136,3 +136,24 @@ def test_the_fast_query_encoder_points_where_the_reference_model_does():
     agreement = (fast * reference).sum(axis=1)
     assert agreement.min() >= 0.99, agreement
     assert np.allclose(np.linalg.norm(fast, axis=1), 1.0, atol=1e-4)
+
+
+def test_past_twenty_thousand_vectors_the_close_ones_are_found_and_removed_ones_stay_gone():
+    """The sign-bit prefilter must not lose what is actually close to the question."""
+    np = pytest.importorskip("numpy")
+    from memory_adapters.tiered.embeddings import VectorIndex
+    rng = np.random.default_rng(7)
+    index = VectorIndex(384)
+    noise = rng.standard_normal((VectorIndex.EXACT_UP_TO + 5000, 384)).astype("float32")
+    for i, v in enumerate(noise / np.linalg.norm(noise, axis=1, keepdims=True)):
+        index.add(f"other{i}", v)
+    query = rng.standard_normal(384).astype("float32")
+    query /= np.linalg.norm(query)
+    for j in range(8):  # memories about the question: cosine ~0.6, as a relevant sentence is
+        v = 0.6 * query + 0.8 * rng.standard_normal(384).astype("float32") / np.sqrt(384)
+        index.add(f"close{j}", v / np.linalg.norm(v))
+    assert {i for i, _ in index.search(query, k=8)} == {f"close{j}" for j in range(8)}
+    for j in range(4):
+        index.remove(f"close{j}")
+    found = [i for i, _ in index.search(query, k=8)]
+    assert {i for i in found if i.startswith("close")} == {f"close{j}" for j in range(4, 8)}

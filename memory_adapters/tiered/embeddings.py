@@ -121,6 +121,7 @@ class VectorIndex:
         self.words = (dim + 63) // 64
         self.matrix = np.zeros((64, dim), dtype=np.float32)
         self.bits = np.zeros((self.words, 64), dtype=np.uint64)  # word-major: one pass per 64 dims
+        self.dead = np.zeros(64, dtype=bool)  # removed rows, kept out of the prefilter's pool
         self.ids: list[str | None] = []
         self.rows: dict[str, int] = {}
 
@@ -146,17 +147,19 @@ class VectorIndex:
             if row >= self.matrix.shape[0]:
                 self.matrix = np.concatenate([self.matrix, np.zeros_like(self.matrix)])
                 self.bits = np.concatenate([self.bits, np.zeros_like(self.bits)], axis=1)
+                self.dead = np.concatenate([self.dead, np.zeros_like(self.dead)])
             self.ids.append(doc_id)
             self.rows[doc_id] = row
         self.matrix[row] = vec
         self.bits[:, row] = self._signs(vec)
+        self.dead[row] = False
 
     def remove(self, doc_id: str) -> None:
         row = self.rows.pop(doc_id, None)
         if row is not None:
             self.ids[row] = None
             self.matrix[row] = 0.0
-            self.bits[:, row] = ~np.uint64(0)  # every sign differs from some query: far from all
+            self.dead[row] = True
 
     def search(self, query: Any, k: int = 50) -> list[tuple[str, float]]:
         n = len(self.ids)
@@ -171,6 +174,7 @@ class VectorIndex:
             distance = np.bitwise_count(self.bits[0, :n] ^ signs[0]).astype(np.uint16)
             for w in range(1, self.words):
                 distance += np.bitwise_count(self.bits[w, :n] ^ signs[w])
+            distance[self.dead[:n]] = self.dim + 1
             # the closest `pool` rows by a histogram cut: cheaper than a partition of n
             pool = min(n, k * self.CANDIDATES_PER_HIT)
             cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), pool))
