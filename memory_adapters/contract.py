@@ -46,12 +46,6 @@ class RetainRequest(_Body):
         return entry
 
 
-class RetainItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    entry: dict[str, Any]
-
-
 class RetainBatchRequest(_Body):
     """memplane's extension: several of one agent's retains in one call (`retain.batch_path`).
 

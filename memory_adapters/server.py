@@ -58,6 +58,13 @@ def bearer_auth(token: str | None, agent_tokens: dict[str, str] | None = None):
     return middleware
 
 
+def first_error(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
+    """The field path and message of a validation error's first problem."""
+    err = exc.errors()[0]
+    field = prefix + (".".join(str(p) for p in err["loc"]) or "<root>")
+    return field, f"{field}: {err['msg']}"
+
+
 async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
     try:
         doc = orjson.loads(await request.read())
@@ -67,9 +74,8 @@ async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
     try:
         parsed = model.model_validate(doc)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        message = {"error": {"message": f"{field}: {err['msg']}", "field": field}}
+        field, text = first_error(exc)
+        message = {"error": {"message": text, "field": field}}
         raise web.HTTPBadRequest(text=orjson.dumps(message).decode(), content_type="application/json") from None
     caller = request.get(CALLER_AGENT)
     if caller is not None and getattr(parsed, "agent_id", caller) != caller:
@@ -105,11 +111,10 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
                 # the batch's agent wins: a per-agent token must not retain into another agent
                 req = RetainRequest.model_validate({**item, "agent_id": batch.agent_id, "pod": batch.pod})
             except ValidationError as exc:
-                err = exc.errors()[0]
-                field = f"items.{i}." + ".".join(str(p) for p in err["loc"])
+                field, text = first_error(exc, f"items.{i}.")
                 entry = item.get("entry")
                 results.append({"id": entry.get("id") if isinstance(entry, dict) else None, "code": 400,
-                                "error": f"{field}: {err['msg']}", "field": field})
+                                "error": text, "field": field})
                 continue
             results.append({"id": req.entry["id"], "code": 202, "status": await backend.retain(req)})
         return web.Response(body=orjson.dumps({"results": results}), content_type="application/json")

@@ -3,8 +3,9 @@ tombstones.jsonl. Survives restarts; concurrent retains for one agent are serial
 per-agent lock, and each record is one appended line, so the files never interleave.
 
 Recall returns up to 4 summaries: those sharing words with the latest user turn first, then
-the most recent ones. Words found in over half of an agent's memories (once it has 50) do not count, and a word
-counts for its newest 256 memories only, so recall cost does not grow with the store.
+the most recent ones. Words found in over half of an agent's memories (once it has 50) do not
+count, and a word counts for its newest 256 memories only, so recall cost does not grow with the
+store.
 """
 
 from __future__ import annotations

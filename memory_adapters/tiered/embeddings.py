@@ -45,6 +45,8 @@ def _load_model() -> tuple[Any, str | None]:
 
 
 class _TorchEncoder:
+    engine = "torch"
+
     def __init__(self, model: Any) -> None:
         self.model = model
         dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
@@ -77,7 +79,7 @@ class Embedder:
         self.encoder = encoder
         self.fallback_reason = fallback_reason  # why torch serves the model, when it does
         self.dim = int(encoder.dim)
-        self.engine = "onnxruntime-int8" if type(encoder).__name__ == "OnnxEncoder" else "torch"
+        self.engine: str = encoder.engine
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()  # queries are embedded on worker threads
 

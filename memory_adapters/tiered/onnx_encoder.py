@@ -88,6 +88,8 @@ def export_int8(model_dir: Path, target: Path) -> None:
 class OnnxEncoder:
     """Tokenize with the model's own fast tokenizer, run the int8 graph, return unit vectors."""
 
+    engine = "onnxruntime-int8"
+
     def __init__(self, session: Any, tokenizer: Any, dim: int) -> None:
         self.session = session
         self.tokenizer = tokenizer

@@ -118,10 +118,4 @@ class RedisSTM:
             return [None] * len(agent_ids)
 
     async def version(self, agent_id: str) -> int | None:
-        try:
-            v = await self.client.get(self.version_key(agent_id))
-            self._mark(True)
-            return int(v) if v else 0
-        except (RedisError, OSError) as exc:
-            self._mark(False, type(exc).__name__)
-            return None
+        return (await self.versions([agent_id]))[0]
