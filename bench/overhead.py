@@ -6,7 +6,7 @@ concurrency 1 and 32, non-streaming and streaming. Peers are rows too when they 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -14,22 +14,28 @@ from manifests.agents import memory_manifest, write_agent
 from memory_adapters.contract import RETAIN_BATCH_PATH
 
 from .harness import QUICK, load, mongo, redis_url, role, table, write_results
-from .seed import seed_reference, seed_tiered
+from . import peers
+from .seed import seed_reference, seed_tiered, turn_summaries
 
 MEMORIES = 1000
 
 
-def _peers() -> list[tuple[str, str]]:
-    skipped = []
-    if importlib.util.find_spec("litellm") is None:
-        skipped.append(("litellm-proxy", "skipped: litellm is not installed here (pip install 'litellm[proxy]')"))
-    else:
-        skipped.append(("litellm-proxy", "skipped: litellm's proxy needs its config and DB bootstrap; not wired yet"))
-    if importlib.util.find_spec("engram_proxy") is None and importlib.util.find_spec("engram") is None:
-        skipped.append(("engram-proxy", "skipped: engram-proxy is not installed here (pip install engram-proxy)"))
-    else:
-        skipped.append(("engram-proxy", "skipped: engram-proxy's sidecar entry point is not wired into this bench yet"))
-    return skipped
+def _peer_targets(stack: contextlib.ExitStack, prov_port: int, tmp: Path) -> tuple[list, dict[str, str]]:
+    """Peers that install and start here, as (name, url, token) rows; the others with their reason."""
+    targets, skipped = [], {}
+    if not peers.enabled():
+        return [], {"litellm-proxy": "skipped: BENCH_PEERS=off", "engram-proxy": "skipped: BENCH_PEERS=off"}
+    try:
+        url, key = stack.enter_context(peers.litellm_proxy(prov_port, tmp))
+        targets.append(("litellm-proxy", url, key))
+    except peers.PeerUnavailable as exc:
+        skipped["litellm-proxy"] = f"skipped: {exc}"
+    try:
+        url = stack.enter_context(peers.engram_proxy(prov_port, tmp, turn_summaries(MEMORIES)))
+        targets.append(("engram-proxy+memory", url, "bench"))
+    except peers.PeerUnavailable as exc:
+        skipped["engram-proxy"] = f"skipped: {exc}"
+    return targets, skipped
 
 
 def main() -> dict:
@@ -38,43 +44,41 @@ def main() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="memplane-bench-"))
     rows: dict[str, dict] = {}
     notes: list[str] = []
-    with role("provider") as prov_port:
+    with contextlib.ExitStack() as stack:
+        prov_port = stack.enter_context(role("provider"))
         upstream = f"http://127.0.0.1:{prov_port}/v1"
         targets: list[tuple[str, str, str]] = [("direct", f"{upstream}/chat/completions", "bench")]
-        with role("passthrough", "--upstream", upstream) as pt_port, \
-                role("reference", "--data-dir", str(tmp / "ref")) as ref_port, \
-                mongo(tmp) as mongo_url:
-            ctx, hist = tmp / "ctx", tmp / "hist"
-            tok_off, _ = write_agent(ctx, "off")
-            tok_ref, _ = write_agent(ctx, "ref", memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}",
-                                                                                  retain_batch_path=RETAIN_BATCH_PATH))
-            seed_reference(tmp / "ref", "ref", MEMORIES)
-            targets.append(("passthrough", f"http://127.0.0.1:{pt_port}/v1/chat/completions", "bench"))
-            rurl = redis_url()
-            tiered_ctx = None
-            if rurl and mongo_url:
-                asyncio.run(seed_tiered(mongo_url, {"tier": MEMORIES}))
-                tiered_ctx = role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url)
-                tier_port = tiered_ctx.__enter__()
-                tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}"))
-            else:
-                notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
-            try:
-                with role("memplane", "--upstream", upstream, "--context-root", str(ctx),
-                          "--history-root", str(hist)) as mp_port:
-                    mp = f"http://127.0.0.1:{mp_port}/v1/chat/completions"
-                    targets += [("memplane-off", mp, tok_off), ("memplane+reference", mp, tok_ref)]
-                    if tiered_ctx:
-                        targets.append(("memplane+tiered", mp, tok_tier))
-                    for name, url, token in targets:
-                        for stream in (False, True):
-                            for conc in (1, 32):
-                                key = f"{name}|{'stream' if stream else 'json'}|c{conc}"
-                                n = requests if conc == 32 else requests // 4
-                                rows[key] = load(url, token, conc, n, seconds, stream)
-            finally:
-                if tiered_ctx:
-                    tiered_ctx.__exit__(None, None, None)
+        pt_port = stack.enter_context(role("passthrough", "--upstream", upstream))
+        ref_port = stack.enter_context(role("reference", "--data-dir", str(tmp / "ref")))
+        mongo_url = stack.enter_context(mongo(tmp))
+        ctx, hist = tmp / "ctx", tmp / "hist"
+        tok_off, _ = write_agent(ctx, "off")
+        tok_ref, _ = write_agent(ctx, "ref", memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}",
+                                                                    retain_batch_path=RETAIN_BATCH_PATH))
+        seed_reference(tmp / "ref", "ref", MEMORIES)
+        targets.append(("passthrough", f"http://127.0.0.1:{pt_port}/v1/chat/completions", "bench"))
+        rurl = redis_url()
+        tok_tier = None
+        if rurl and mongo_url:
+            asyncio.run(seed_tiered(mongo_url, {"tier": MEMORIES}))
+            tier_port = stack.enter_context(role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url))
+            tok_tier, _ = write_agent(ctx, "tier", memory=memory_manifest("tiered", f"http://127.0.0.1:{tier_port}"))
+        else:
+            notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
+        mp_port = stack.enter_context(role("memplane", "--upstream", upstream, "--context-root", str(ctx),
+                                           "--history-root", str(hist)))
+        mp = f"http://127.0.0.1:{mp_port}/v1/chat/completions"
+        targets += [("memplane-off", mp, tok_off), ("memplane+reference", mp, tok_ref)]
+        if tok_tier:
+            targets.append(("memplane+tiered", mp, tok_tier))
+        peer_rows, skipped = _peer_targets(stack, prov_port, tmp)
+        targets += peer_rows
+        for name, url, token in targets:
+            for stream in (False, True):
+                for conc in (1, 32):
+                    key = f"{name}|{'stream' if stream else 'json'}|c{conc}"
+                    n = requests if conc == 32 else requests // 4
+                    rows[key] = load(url, token, conc, n, seconds, stream)
     out_rows = []
     for key, r in rows.items():
         name, mode, conc = key.split("|")
@@ -85,7 +89,7 @@ def main() -> dict:
                          r["errors"]])
     print(table(["target", "mode", "conc", "req/s", "p50_ms", "p99_ms", "ttfb50", "ttfb99", "+p50_vs_direct",
                  "rps/direct", "rps/passthru", "errors"], out_rows))
-    for name, reason in _peers():
+    for name, reason in skipped.items():
         print(f"{name}: {reason}")
     for n in notes:
         print(n)
@@ -100,7 +104,14 @@ def main() -> dict:
             "ttfb_added_p50_ms": round(rows["memplane+reference|stream|c1"]["ttfb_p50_ms"]
                                        - rows["direct|stream|c1"]["ttfb_p50_ms"], 3),
         }
-    path = write_results("overhead", {"rows": rows, "summary": summary, "peers": dict(_peers()), "notes": notes})
+    engram = rows.get("engram-proxy+memory|json|c32")
+    if ref32 and engram:
+        summary["engram_added_p50_c1_ms"] = round(rows["engram-proxy+memory|json|c1"]["p50_ms"]
+                                                  - rows["direct|json|c1"]["p50_ms"], 3)
+        summary["rps_vs_engram_c32"] = round(ref32["rps"] / engram["rps"], 3) if engram["rps"] else None
+        print(f"peer: engram-proxy (memory on, {MEMORIES} memories) adds p50 {summary['engram_added_p50_c1_ms']} ms "
+              f"at c=1; memplane+reference serves {summary['rps_vs_engram_c32']}x its req/s at c=32")
+    path = write_results("overhead", {"rows": rows, "summary": summary, "peers_skipped": skipped, "notes": notes})
     print(f"overhead: memplane+reference adds p50 {summary.get('added_p50_c1_ms')} ms at c=1, p99 "
           f"{summary.get('added_p99_c32_ms')} ms at c=32, throughput {summary.get('rps_vs_passthrough_c32')}x "
           f"the pass-through at c=32, stream TTFB +{summary.get('ttfb_added_p50_ms')} ms ({path.name})")

@@ -40,14 +40,19 @@ def sentence(rng: random.Random, n: int = 12) -> str:
     return " ".join(rng.choices(VOCAB, cum_weights=_ZIPF, k=n)).capitalize() + "."
 
 
-def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> None:
+def turn_summaries(count: int, seed: int = 1) -> list[str]:
+    """The stored turns every memory-on row of the overhead bench holds (memplane's and peers')."""
     rng = random.Random(seed)
+    return [f"User: {sentence(rng)} | Assistant: Noted." for _ in range(count)]
+
+
+def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> None:
     d = data_dir / agent_id
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "entries.jsonl", "wb") as fh:
-        for i in range(count):
+        for i, summary in enumerate(turn_summaries(count, seed)):
             rec = {"id": f"hist1_{agent_id}_{i:08d}", "ts": f"2026-11-{1 + i % 28:02d}T10:00:00.000Z",
-                   "summary": f"User: {sentence(rng)} | Assistant: Noted.", "session_id": None}
+                   "summary": summary, "session_id": None}
             fh.write(orjson.dumps(rec) + b"\n")
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import math
+import re
 import sys
+import zlib
 from pathlib import Path
 
 import aiohttp
@@ -20,9 +23,30 @@ REPLY = ("The quarterly numbers look steady: revenue grew four percent, churn fe
          "onboarding flow cut time to first value by a third. ") * 6  # ~200 tokens
 
 
+def embed_text(text: str, dim: int = 256) -> list[float]:
+    """A hashed bag-of-words unit vector: a stand-in embedding model for peers that call one
+    (texts sharing words point the same way; crc32 so every process agrees)."""
+    vec = [0.0] * dim
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        h = zlib.crc32(word.encode())
+        vec[h % dim] += 1.0 if h & 1 << 31 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [round(v / norm, 5) for v in vec]
+
+
 def provider_app() -> web.Application:
+    """The fake provider, plus an Ollama-style `/api/embed` for peers that embed through one."""
     from proxy.testing.fake_provider import FakeProvider
-    return FakeProvider(reply=lambda body: REPLY, chunks=50, record=False).app()
+    app = FakeProvider(reply=lambda body: REPLY, chunks=50, record=False).app()
+
+    async def embed(request: web.Request) -> web.Response:
+        body = await request.json()
+        inputs = body.get("input") or []
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        return web.json_response({"model": body.get("model"), "embeddings": [embed_text(t) for t in inputs]})
+
+    app.router.add_post("/api/embed", embed)
+    return app
 
 
 def passthrough_app(upstream: str) -> web.Application:

@@ -27,7 +27,7 @@ from .ltm import LTMUnavailable, MongoLTM
 from .model import GLOBAL_AGENT, Memory, iso
 from .stm import RedisSTM
 
-RELEVANCE_WEIGHT = 0.85
+RELEVANCE_WEIGHT = 0.7
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 
 
