@@ -12,12 +12,12 @@ STAMP := $(VENV)/.memplane-installed
 # (lexical recall only). MEMPLANE_EMBEDDINGS=off skips it on purpose.
 TORCH ?= torch==2.13.0
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	if [ "$(MEMPLANE_EMBEDDINGS)" != off ] && $(BIN)/python -m pip install --quiet '$(TORCH)'; \
 	then extras=test,speed,embeddings; else extras=test,speed; fi; \
-	$(BIN)/python -m pip install --quiet -e ".[$$extras]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$$extras]"
 	touch $(STAMP)
 
 run: $(STAMP)
