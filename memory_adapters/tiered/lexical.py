@@ -87,24 +87,25 @@ class LexicalIndex:
             return []
         n = len(self.docs)
         avg = self.total_len / n if n else 1.0
-        k1, b = self.k1, self.b
-        docs = self.docs
+        k1, docs = self.k1, self.docs
+        # BM25 per posting: w·f / (f + base + per·len(doc)), the constants hoisted out of the loops
+        base, per = k1 * (1 - self.b), k1 * self.b / avg
         scores: dict[str, float] = {}
         plists = sorted((p for p in (self.postings.get(t) for t in set(q)) if p), key=len)
         common_from = max(COMMON_TERM_MIN_DOCS, int(n * COMMON_TERM_SHARE))
         for plist in plists:
-            idf = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5))
+            w = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5)) * (k1 + 1)
             if len(plist) > common_from and scores:
                 # A common term only adds to documents a rarer term already found: walking its
                 # whole posting list would cost O(n) for the smallest share of the score.
                 for doc_id, old in scores.items():
                     f = plist.get(doc_id)
                     if f:
-                        scores[doc_id] = old + idf * f * (k1 + 1) / (f + k1 * (1 - b + b * docs[doc_id][1] / avg))
+                        scores[doc_id] = old + w * f / (f + base + per * docs[doc_id][1])
                 continue
+            get = scores.get
             for doc_id, f in plist.items():
-                scores[doc_id] = scores.get(doc_id, 0.0) + idf * f * (k1 + 1) / (
-                    f + k1 * (1 - b + b * docs[doc_id][1] / avg))
+                scores[doc_id] = get(doc_id, 0.0) + w * f / (f + base + per * docs[doc_id][1])
         if allow is None:
             return heapq.nlargest(k, scores.items(), key=lambda kv: kv[1])
         want = k
