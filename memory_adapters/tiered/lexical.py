@@ -106,12 +106,13 @@ class LexicalIndex:
             get = scores.get
             for doc_id, f in plist.items():
                 scores[doc_id] = get(doc_id, 0.0) + w * f / (f + base + per * docs[doc_id][1])
+        best = scores.__getitem__  # a C-level key: the ranking is a third of a search at 100k
         if allow is None:
-            return heapq.nlargest(k, scores.items(), key=lambda kv: kv[1])
+            return [(d, scores[d]) for d in heapq.nlargest(k, scores, key=best)]
         want = k
         while True:  # filter lazily: only as many candidates as it takes to find k allowed ones
-            top = heapq.nlargest(want, scores.items(), key=lambda kv: kv[1])
-            kept = [(d, s) for d, s in top if allow(d)]
+            top = heapq.nlargest(want, scores, key=best)
+            kept = [(d, scores[d]) for d in top if allow(d)]
             if len(kept) >= k or len(top) < want:
                 return kept[:k]
             want *= 4
