@@ -25,6 +25,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop(proc: subprocess.Popen, grace_s: float = 5) -> None:
+    """Ask a server process to exit; kill it if it has not within `grace_s`."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def role(name: str, *args: str) -> Iterator[int]:
     """Run `python -m bench.servers NAME ...` and yield its port once it says READY."""
@@ -38,11 +48,7 @@ def role(name: str, *args: str) -> Iterator[int]:
             raise RuntimeError(f"{name} did not start: {errors.read()[-2000:]}")
         yield int(line.split()[1])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         errors.close()
         Path(errors.name).unlink(missing_ok=True)
 
@@ -87,8 +93,7 @@ def mongo(tmp: Path) -> Iterator[str | None]:
     try:
         yield f"mongodb://127.0.0.1:{port}/memplane_bench"
     finally:
-        proc.terminate()
-        proc.wait(5)
+        stop(proc)
 
 
 def write_results(name: str, doc: dict) -> Path:

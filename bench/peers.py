@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from .harness import free_port
+from .harness import free_port, stop
 
 PEERS_DIR = Path(__file__).parent / ".peers"
 LITELLM = "litellm[proxy]==1.106.2"
@@ -84,11 +84,7 @@ def _process(name: str, cmd: list[str], env: dict[str, str], ready_url: str, tmp
             time.sleep(0.25)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace_s=10)
         log.close()
 
 

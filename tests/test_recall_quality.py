@@ -60,13 +60,19 @@ async def hybrid(tiered):
     return service
 
 
+EVERYDAY_TURNS = ["My grandmother taught me to knit when I was seven.", "The printer on the third floor jams a lot.",
+                  "I can't stand the smell of cilantro, it tastes like soap to me.",
+                  "We are repainting the kitchen next month.", "Traffic was terrible on the bridge this morning."]
+
+
+async def _tell(svc, agent_id: str, texts: list[str]) -> None:
+    for i, t in enumerate(texts):
+        await svc.retain(RetainRequest(agent_id=agent_id, entry=_entry(f"hist1_{agent_id}{i}", t, f"2024-03-0{i + 1}")))
+
+
 async def test_a_paraphrased_question_finds_its_memory_with_embeddings(hybrid):
     svc = hybrid
-    texts = ["My grandmother taught me to knit when I was seven.", "The printer on the third floor jams a lot.",
-             "I can't stand the smell of cilantro, it tastes like soap to me.",
-             "We are repainting the kitchen next month.", "Traffic was terrible on the bridge this morning."]
-    for i, t in enumerate(texts):
-        await svc.retain(RetainRequest(agent_id="para", entry=_entry(f"hist1_p{i}", t, "2024-03-0" + str(i + 1))))
+    await _tell(svc, "para", EVERYDAY_TURNS)
     blocks = await svc.recall(RecallRequest(agent_id="para", query="Which herb do I dislike?", top_k=2))
     assert "cilantro" in blocks[0].text
 
@@ -74,11 +80,7 @@ async def test_a_paraphrased_question_finds_its_memory_with_embeddings(hybrid):
 async def test_questions_asked_at_once_each_find_their_own_memory(hybrid):
     """Concurrent recalls embed their questions on threads (a lone one embeds inline): the same answers."""
     svc = hybrid
-    texts = ["My grandmother taught me to knit when I was seven.", "The printer on the third floor jams a lot.",
-             "I can't stand the smell of cilantro, it tastes like soap to me.",
-             "We are repainting the kitchen next month.", "Traffic was terrible on the bridge this morning."]
-    for i, t in enumerate(texts):
-        await svc.retain(RetainRequest(agent_id="many", entry=_entry(f"hist1_m{i}", t, "2024-03-0" + str(i + 1))))
+    await _tell(svc, "many", EVERYDAY_TURNS)
     questions = {"Which herb do I dislike?": "cilantro", "Who taught me to knit?": "grandmother",
                  "Which device keeps jamming?": "printer", "How was my commute over the bridge?": "Traffic"}
     answers = await asyncio.gather(*(svc.recall(RecallRequest(agent_id="many", query=q, top_k=2))

@@ -124,7 +124,8 @@ class LexicalIndex:
             w = math.log(1 + (n - len(rows) + 0.5) / (len(rows) + 0.5)) * (k1 + 1)
             if len(rows) > common_from and found:
                 # A common term only adds to documents a rarer term already found.
-                rows, tf = rows[acc[rows] > 0], tf[acc[rows] > 0]
+                hit = acc[rows] > 0
+                rows, tf = rows[hit], tf[hit]
             else:
                 found.append(rows)
             acc[rows] += w * tf / (tf + base + per * self.lengths[rows])
