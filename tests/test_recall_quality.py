@@ -175,3 +175,39 @@ def test_past_twenty_thousand_vectors_the_close_ones_are_found_and_removed_ones_
         index.remove(f"close{j}")
     found = [i for i, _ in index.search(query, k=8)]
     assert {i for i in found if i.startswith("close")} == {f"close{j}" for j in range(4, 8)}
+
+
+def test_lexical_search_after_upserts_and_removals_ranks_as_bm25_over_the_live_memories():
+    """The index is kept incrementally (new rows on upsert, holes on removal); the ranking must not notice."""
+    import math
+    from collections import Counter
+
+    from bench.seed import sentence
+    from memory_adapters.tiered.lexical import LexicalIndex, terms
+    rng = random.Random(5)
+    index, live = LexicalIndex(), {}
+    for step in range(3000):
+        doc = f"m{rng.randrange(800)}"
+        if rng.random() < 0.15 and doc in live:
+            index.remove(doc)
+            del live[doc]
+        else:  # a new memory, or an upsert of an existing one
+            live[doc] = sentence(rng, rng.randint(3, 14))
+            index.add(doc, live[doc])
+    tfs = {d: Counter(terms(t)) for d, t in live.items()}
+    avg = sum(sum(tf.values()) for tf in tfs.values()) / len(tfs)
+    for _ in range(40):
+        query = terms(sentence(rng, 4))
+        expected = {}
+        for d, tf in tfs.items():
+            score = 0.0
+            for t in set(query) & tf.keys():
+                df = sum(1 for other in tfs.values() if t in other)
+                idf = math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5))
+                score += idf * tf[t] * 2.2 / (tf[t] + 1.2 * (0.25 + 0.75 * sum(tf.values()) / avg))
+            if score:
+                expected[d] = score
+        got = index.search(query, k=10)
+        best = sorted(expected.values(), reverse=True)[:10]
+        assert [round(s, 9) for _, s in got] == [round(s, 9) for s in best]
+        assert all(abs(expected[d] - s) < 1e-9 for d, s in got)
