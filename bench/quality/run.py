@@ -99,8 +99,12 @@ async def replay(convs: list[Conversation], adapter_app, tmp: Path, label: str, 
                     messages = [{"role": "system", "content": f"Today is {last}."}, {"role": "user", "content": q.text}]
                     await post(conv.id, messages, f"{conv.id}-q")
                     results.append((q, provider.received[-1].memories_block))
-        lat = [orjson.loads(line)["latency_ms"] for line in log.getvalue()[mark:].splitlines()
-               if '"memory_op":"recall"' in line]
+        recalls = [orjson.loads(line) for line in log.getvalue()[mark:].splitlines() if '"memory_op":"recall"' in line]
+        lat = [r["latency_ms"] for r in recalls]
+        unanswered = [r for r in recalls if r["memory_status"] != "succeeded"]
+        if unanswered:  # a question whose recall failed or timed out gets no block: say so, it is not ranking
+            print(f"{label}: {len(unanswered)} of {len(recalls)} question recalls got no answer in time, first: "
+                  f"{unanswered[0]['memory_status']} after {unanswered[0]['latency_ms']} ms")
     finally:
         for r in runners:
             await r.cleanup()
@@ -108,7 +112,8 @@ async def replay(convs: list[Conversation], adapter_app, tmp: Path, label: str, 
     misses = [{"question": q.text, "category": q.category, "needles": q.needles, "block": (b or "")[:3000]}
               for q, b in results if not answered(b, q)]
     return {"scores": score(results), "recall_p50_ms": pct(lat, 50), "recall_p99_ms": pct(lat, 99),
-            "ingest_s": round(ingest_s, 1), "turns": sum(len(c.turns()) for c in convs), "misses": misses}
+            "ingest_s": round(ingest_s, 1), "turns": sum(len(c.turns()) for c in convs), "misses": misses,
+            "recalls_unanswered": len(unanswered)}
 
 
 def baselines(convs: list[Conversation]) -> dict[str, dict]:
