@@ -120,8 +120,6 @@ for i, (text, vec) in enumerate(rows):
     store.db.execute("DELETE FROM jobs WHERE episode_id=?", (eid,))
     store.add_trace(eid, text[:60], text, f"seed{i % 97}", np.array(vec, dtype=np.float32), "extractive",
                     fts_extra=text)
-store.db.commit()
-print(store.stats()["traces"] if "traces" in store.stats() else len(rows))
 """
 
 
