@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 
 from manifests.agents import memory_manifest, write_agent
-from memory_adapters.contract import RETAIN_BATCH_PATH
+from memplane_core.contract import RETAIN_BATCH_PATH
 
-from .harness import QUICK, load, mongo, redis_url, role, table, write_results
 from . import peers
+from .harness import QUICK, load, mongo, redis_url, role, table, write_results
 from .seed import seed_reference, seed_tiered, turn_summaries
 
 MEMORIES = 1000

@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 
 from memory_adapters.reference.app import build_reference_app
+from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import Site, start_site
-from proxy.telemetry import Telemetry, make_logger
 
 from .harness import QUICK, mongo, redis_url, table, write_results
 from .seed import VOCAB, seed_reference, seed_tiered

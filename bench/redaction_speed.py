@@ -8,7 +8,7 @@ import time
 
 import orjson
 
-from proxy.redact import Redactor
+from memplane_core.redact import Redactor
 
 from .harness import table, write_results
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from memory_adapters.contract import RETAIN_BATCH_PATH
 from memory_adapters.reference.app import build_reference_app
+from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
 from proxy.context_store import ContextStore
 from proxy.delivery import RetainDelivery
 from proxy.ledger import Ledger, build_entry
-from proxy.redact import Redactor
 from proxy.runner import Site, start_site
-from proxy.telemetry import Telemetry, make_logger
 
 from .harness import QUICK, mongo, redis_url, table, write_results
 

@@ -60,7 +60,7 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
     """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
     (search cost does not depend on what a vector means)."""
     from memory_adapters.tiered.ltm import MongoLTM
-    from memory_adapters.tiered.model import Memory
+    from memory_adapters.engine.record import Memory
 
     ltm = MongoLTM(mongo_url)
     await ltm.ensure_indexes()

@@ -8,7 +8,6 @@ Prints `READY <port>` on stdout once it listens.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import math
 import re
@@ -78,16 +77,17 @@ def passthrough_app(upstream: str) -> web.Application:
 
 
 def memplane_app(upstream: str, context_root: Path, history_root: Path) -> web.Application:
+    from memplane_core.telemetry import Telemetry, make_logger
     from proxy.app import build_app
     from proxy.config import ProxySettings
-    from proxy.telemetry import Telemetry, make_logger
     settings = ProxySettings(context_root=context_root, history_root=history_root, openai_base_url=upstream,
                              openai_api_key="sk-bench")
     return build_app(settings, Telemetry(make_logger(io.StringIO())) if not sys.stderr.isatty() else None)
 
 
 async def serve(app: web.Application, port: int) -> None:
-    from proxy.runner import Site, serve as serve_sites
+    from proxy.runner import Site
+    from proxy.runner import serve as serve_sites
 
     def ready(ports):
         print(f"READY {ports[0]}", flush=True)
@@ -118,7 +118,7 @@ def main() -> None:
     else:
         from memory_adapters.tiered.app import build_tiered_app
         from memory_adapters.tiered.config import TieredSettings
-        from proxy.telemetry import Telemetry, make_logger
+        from memplane_core.telemetry import Telemetry, make_logger
         app = build_tiered_app(TieredSettings.from_env(redis_url=a.redis_url, mongo_url=a.mongo_url),
                                Telemetry(make_logger(io.StringIO())))
     from proxy.runner import run

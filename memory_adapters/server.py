@@ -13,7 +13,13 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from .contract import ForgetRequest, MemoryBlock, RecallRequest, RetainBatchRequest, RetainRequest
+from memplane_core.contract import (
+    ForgetRequest,
+    MemoryBlock,
+    RecallRequest,
+    RetainBatchRequest,
+    RetainRequest,
+)
 
 
 class MemoryBackend(Protocol):

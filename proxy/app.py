@@ -8,16 +8,17 @@ import traceback
 import aiohttp
 from aiohttp import web
 
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+
 from .config import ProxySettings
 from .context_store import ContextStore
+from .delivery import RetainDelivery
 from .errors import ProxyError, dialect_for_path, error_response
 from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
 from .ledger import Ledger
 from .rate_limit import RateLimiter
-from .redact import Redactor
-from .delivery import RetainDelivery
 from .state import ProxyState
-from .telemetry import Telemetry
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import returned_headers, upstream_headers, upstream_target
 

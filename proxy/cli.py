@@ -22,7 +22,7 @@ def main() -> None:
 def _check_contexts(settings: ProxySettings) -> None:
     """Report every invalid manifest at start-up (the proxy still serves the rest)."""
     from .context_store import ContextStore
-    from .telemetry import Telemetry
+    from memplane_core.telemetry import Telemetry
 
     store = ContextStore(settings.context_root, Telemetry())
     for agent_id in store.agent_ids():
@@ -60,7 +60,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float) -> None:
     """Run the memory proxy."""
     from .app import build_app
-    from .redact import RedactionConfigError, Redactor
+    from memplane_core.redact import RedactionConfigError, Redactor
 
     settings = ProxySettings(
         context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from manifests.agents import memory_manifest, write_agent
-from memory_adapters.contract import RETAIN_BATCH_PATH
+from memplane_core.contract import RETAIN_BATCH_PATH
 
 from . import runner
 from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
@@ -73,7 +73,7 @@ async def _demo() -> None:
     from memory_adapters.reference.app import build_reference_app
 
     from .app import STATE, build_app
-    from .telemetry import Telemetry, make_logger
+    from memplane_core.telemetry import Telemetry, make_logger
     from .testing.fake_provider import FakeProvider
 
     log = io.StringIO()

@@ -71,7 +71,7 @@ def forget_cmd(service: str, entry_ids: tuple[str, ...], reason: str, agents: tu
     """Tombstone entries locally and ask the service to forget them."""
     from .context_store import ContextStore
     from .memory_ops import OperatorError, forget
-    from .telemetry import Telemetry
+    from memplane_core.telemetry import Telemetry
 
     telemetry = Telemetry()
     try:
@@ -102,7 +102,7 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
 
     from .context_store import ContextStore
     from .memory_ops import OperatorError, backfill
-    from .telemetry import Telemetry
+    from memplane_core.telemetry import Telemetry
 
     if after:
         try:

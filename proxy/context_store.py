@@ -9,17 +9,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from manifests.models import AgentMetadata, MemoryManifest
 from manifests.validate import ManifestError, load_json
-
-from .telemetry import Telemetry
-
-_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from memplane_core.ids import is_agent_id
+from memplane_core.telemetry import Telemetry
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,7 @@ class ContextStore:
 
     def get(self, agent_id: str) -> AgentContext | None:
         """The agent's context, or None when it does not exist or its metadata is invalid."""
-        if not _AGENT_ID.match(agent_id):
+        if not is_agent_id(agent_id):
             return None
         agent_dir = self.root / agent_id
         stamp = (_mtime(agent_dir / "metadata.json"), _mtime(agent_dir / "memory.json"))

@@ -20,11 +20,19 @@ from typing import Any
 import aiohttp
 import orjson
 
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+
 from .context_store import ContextStore
 from .ledger import Ledger
-from .redact import Redactor
-from .retain import BatchUnsupported, RetainJob, RetryableRetainError, post_retain, post_retain_batch, scrub_job
-from .telemetry import Telemetry
+from .retain import (
+    BatchUnsupported,
+    RetainJob,
+    RetryableRetainError,
+    post_retain,
+    post_retain_batch,
+    scrub_job,
+)
 
 CURSOR_FILE = "retain.cursor"
 SAVE_EVERY_S = 0.5

@@ -9,7 +9,6 @@ from xml.sax.saxutils import escape
 
 from .recall_policy import Memory
 
-
 _ATTR_ENTITIES = {'"': "&quot;", "'": "&apos;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
 
 

@@ -17,20 +17,17 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from memplane_core.clock import now_rfc3339
+
 LEDGER_FILE = "history.jsonl"
 INDEX_FILE = "history.idx"
 TOMBSTONE_FILE = "tombstones.jsonl"
 INDEX_EVERY = 512
-
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def entry_id(entry: dict[str, Any]) -> str:

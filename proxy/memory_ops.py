@@ -12,12 +12,12 @@ import aiohttp
 import orjson
 
 from manifests.models import MemoryManifest
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
 from .ledger import Ledger, append_tombstones, read_tombstones
-from .redact import Redactor
 from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
-from .telemetry import Telemetry
 
 
 class OperatorError(Exception):

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .redact import Redactor
+from memplane_core.redact import Redactor
 
 BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
 

@@ -6,7 +6,6 @@ Delivery order, retries and restarts live in `delivery.py`; backfill reuses thes
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +14,7 @@ import aiohttp
 import orjson
 
 from manifests.models import MemoryManifest
-
-from .redact import Redactor
+from memplane_core.redact import Redactor
 
 
 class RetryableRetainError(Exception):

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+
 from .config import ProxySettings
 from .context_store import ContextStore
+from .delivery import RetainDelivery
 from .ledger import Ledger
 from .rate_limit import RateLimiter
-from .redact import Redactor
-from .delivery import RetainDelivery
-from .telemetry import Telemetry
 
 
 @dataclass

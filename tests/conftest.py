@@ -7,9 +7,9 @@ import io
 import pytest
 
 from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
+from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
-from proxy.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import FakeProvider
 from tests.harness import Stack
 

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from manifests.agents import memory_manifest, write_agent
-from memory_adapters.contract import RETAIN_BATCH_PATH
+from memplane_core.contract import RETAIN_BATCH_PATH
 from proxy.ledger import Ledger
 from proxy.runner import free_port
 from tests.conftest import url_of

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 from click.testing import CliRunner
 
+from memplane_core.contract import RecallRequest
+from memplane_core.telemetry import Telemetry
 from proxy.audit import summarize
 from proxy.cli import main
 from proxy.context_store import ContextStore
 from proxy.memory_ops import backfill, forget
 from proxy.runner import free_port
-from proxy.telemetry import Telemetry
 
 
 async def _turns(stack, agent, texts):
@@ -45,7 +44,7 @@ async def test_forget_then_backfill_does_not_resurrect(stack, reference, aiohttp
     assert fresh_store.count("ops") == 2
     again = await backfill(contexts, stack.history_root, "mem-svc", url=url)
     assert again.sent == 2 and fresh_store.count("ops") == 2  # nothing new created
-    recalled = await fresh_store.recall(__import__("memory_adapters.contract", fromlist=["RecallRequest"]).RecallRequest(
+    recalled = await fresh_store.recall(RecallRequest(
         agent_id="ops", query="PIN hint birds"))
     assert all(m.id != forgotten for m in recalled)
 

@@ -9,7 +9,7 @@ import pytest
 
 from bench.quality.generator import CATEGORIES, generate
 from bench.quality.scoring import answered, baseline_random, score
-from memory_adapters.contract import RecallRequest, RetainRequest
+from memplane_core.contract import RecallRequest, RetainRequest
 
 
 def test_generator_is_deterministic_and_covers_every_category():
@@ -101,7 +101,7 @@ async def test_the_newer_of_two_conflicting_facts_ranks_first(hybrid):
 
 
 async def test_session_memories_never_leak_into_another_session_in_hybrid_recall(hybrid):
-    from memory_adapters.tiered.model import Memory
+    from memory_adapters.engine.record import Memory
     svc = hybrid
     await svc.store(Memory(agent_id="sess", scope="session", session_id="s-1", key="draft",
                            value="The secret draft title is Blue Harbour."))
@@ -141,7 +141,7 @@ def test_the_fast_query_encoder_points_where_the_reference_model_does():
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from memory_adapters.tiered.embeddings import Embedder
+    from memory_adapters.engine.dense import Embedder
     embedder = Embedder.load()
     assert embedder.engine == "onnxruntime-int8", embedder.fallback_reason
     texts = ["Which herb do I dislike?", "My sister Ana moved to Lisbon in March.",
@@ -159,7 +159,7 @@ def test_the_fast_query_encoder_points_where_the_reference_model_does():
 def test_past_twenty_thousand_vectors_the_close_ones_are_found_and_removed_ones_stay_gone():
     """The sign-bit prefilter must not lose what is actually close to the question."""
     np = pytest.importorskip("numpy")
-    from memory_adapters.tiered.embeddings import VectorIndex
+    from memory_adapters.engine.dense import VectorIndex
     rng = np.random.default_rng(7)
     index = VectorIndex(384)
     noise = rng.standard_normal((VectorIndex.EXACT_UP_TO + 5000, 384)).astype("float32")
@@ -183,7 +183,7 @@ def test_lexical_search_after_upserts_and_removals_ranks_as_bm25_over_the_live_m
     from collections import Counter
 
     from bench.seed import sentence
-    from memory_adapters.tiered.lexical import LexicalIndex, terms
+    from memory_adapters.engine.lexical import LexicalIndex, terms
     rng = random.Random(5)
     index, live = LexicalIndex(), {}
     for step in range(3000):

@@ -7,7 +7,7 @@ import json
 import pytest
 from aiohttp import web
 
-from proxy.redact import RedactionConfigError, Redactor
+from memplane_core.redact import RedactionConfigError, Redactor
 from tests.conftest import url_of
 from tests.redaction_corpus import corpus, evaluate
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import STATE, build_app
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.app import build_app
 from proxy.config import ProxySettings
 from proxy.runner import free_port
-from proxy.telemetry import Telemetry, make_logger
 from tests.conftest import url_of
 
 
@@ -160,8 +160,8 @@ async def test_an_agent_token_only_ever_touches_its_own_memories(stack, aiohttp_
 
 async def test_adapters_with_per_agent_tokens_refuse_other_agents(aiohttp_server, tmp_path):
     from memory_adapters.reference.store import ReferenceStore
-    from memory_adapters.contract import describe
     from memory_adapters.server import build_adapter_app
+    from memplane_core.contract import describe
     app = build_adapter_app(ReferenceStore(tmp_path / "r"), describe(), token="ops-token",
                             agent_tokens={"alice": "alice-token", "bob": "bob-token"})
     server = await aiohttp_server(app)

@@ -9,10 +9,10 @@ from collections import Counter
 import aiohttp
 from aiohttp import web
 
-from memory_adapters.contract import RETAIN_BATCH_PATH
 from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
 from memory_adapters.reference.store import ReferenceStore
 from memory_adapters.server import build_adapter_app
+from memplane_core.contract import RETAIN_BATCH_PATH
 from tests.conftest import url_of
 
 BATCHED = {"path": "/retain", "timeout_ms": 2000, "batch_path": RETAIN_BATCH_PATH}

@@ -7,15 +7,14 @@ import io
 import time
 
 import aiohttp
-import pytest
 import redis.asyncio as aioredis
 
-from memory_adapters.contract import ForgetRequest, RecallRequest, RetainRequest
 from memory_adapters.tiered.app import TIERED_SERVICE, build_service, build_tiered_app
 from memory_adapters.tiered.consolidate import consolidate
-from memory_adapters.tiered.model import Memory
+from memory_adapters.engine.record import Memory
+from memplane_core.contract import ForgetRequest, RecallRequest, RetainRequest
+from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import free_port
-from proxy.telemetry import Telemetry, make_logger
 from tests.conftest import url_of
 
 

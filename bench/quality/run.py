@@ -14,7 +14,6 @@ import asyncio
 import io
 import os
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,14 +22,14 @@ import aiohttp
 import orjson
 
 from manifests.agents import memory_manifest, write_agent
-from memory_adapters.contract import RETAIN_BATCH_PATH
+from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
 from proxy.runner import Site, start_site
-from proxy.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import FakeProvider
 
-from ..harness import fmt, redis_url, table, write_results, mongo
+from ..harness import fmt, mongo, redis_url, table, write_results
 from .generator import CATEGORIES, Conversation, generate
 from .scoring import baseline_newest, baseline_random, score
 

@@ -6,12 +6,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proxy.redact import Redactor
+from memplane_core.contract import describe
+from memplane_core.redact import Redactor
 
-from ..contract import describe
 from ..server import build_adapter_app
 from .store import ReferenceStore
-
 
 REFERENCE_STORE = web.AppKey("reference_store", ReferenceStore)
 

@@ -21,12 +21,15 @@ from typing import Any
 
 import orjson
 
-from proxy.formats.base import query_from
-from proxy.ledger import now_rfc3339
-from proxy.redact import Redactor
-
-from ..contract import ForgetRequest, MemoryBlock, RecallRequest, RetainRequest
-from ..turn_text import assistant_text, session_of, user_text
+from memplane_core.clock import now_rfc3339
+from memplane_core.contract import (
+    ForgetRequest,
+    MemoryBlock,
+    RecallRequest,
+    RetainRequest,
+)
+from memplane_core.redact import Redactor
+from memplane_core.turn_text import assistant_text, query_from, session_of, user_text
 
 SUMMARY_CHARS = 280
 RECALL_LIMIT = 4

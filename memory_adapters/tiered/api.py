@@ -11,10 +11,11 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..contract import AGENT_ID_PATTERN
+from memplane_core.ids import AGENT_ID_PATTERN
+
 from ..server import CALLER_AGENT, json_error, parse
 from .ltm import LTMUnavailable
-from .model import GLOBAL_AGENT, Memory
+from ..engine.record import GLOBAL_AGENT, Memory
 from .service import TieredMemory
 
 

@@ -6,10 +6,10 @@ import asyncio
 
 from aiohttp import web
 
-from proxy.redact import Redactor
-from proxy.telemetry import Telemetry
+from memplane_core.contract import describe
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
 
-from ..contract import describe
 from ..server import build_adapter_app
 from .api import add_api_routes, ltm_unavailable_middleware
 from .config import TieredSettings

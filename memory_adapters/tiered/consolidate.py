@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .lexical import terms
-from .model import DAY_S, Memory
+from ..engine.lexical import terms
+from ..engine.record import DAY_S, Memory
 from .service import TieredMemory
 
 DUPLICATE_JACCARD = 0.8

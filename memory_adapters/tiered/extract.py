@@ -11,9 +11,10 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from ..turn_text import session_of, user_text
-from .lexical import terms
-from .model import Memory
+from memplane_core.turn_text import session_of, user_text
+
+from ..engine.lexical import terms
+from ..engine.record import Memory
 
 EPISODE_CHARS = 600
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])|\n+")

@@ -8,7 +8,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, TEXT, AsyncMongoClient, UpdateOne
 from pymongo.errors import OperationFailure, PyMongoError
 
-from .model import GLOBAL_AGENT, Memory
+from ..engine.record import GLOBAL_AGENT, Memory
 
 
 class LTMUnavailable(Exception):

@@ -15,16 +15,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.formats.base import query_from
-from proxy.redact import Redactor
-from proxy.telemetry import Telemetry
+from memplane_core.contract import (
+    ForgetRequest,
+    MemoryBlock,
+    RecallRequest,
+    RetainRequest,
+)
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+from memplane_core.turn_text import query_from
 
-from ..contract import ForgetRequest, MemoryBlock, RecallRequest, RetainRequest
 from .config import TieredSettings
 from .extract import memories_from_entry
-from .lexical import LexicalIndex, terms
+from ..engine.lexical import LexicalIndex, terms
 from .ltm import LTMUnavailable, MongoLTM
-from .model import GLOBAL_AGENT, Memory, iso
+from ..engine.record import GLOBAL_AGENT, Memory, iso
 from .stm import RedisSTM
 
 RELEVANCE_WEIGHT = 0.7
@@ -162,7 +167,7 @@ class TieredMemory:
         if self.settings.embeddings == "off" or "embeddings" not in self.components:
             self.telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
             return
-        from .embeddings import Embedder
+        from ..engine.dense import Embedder
         try:
             self.embedder = await asyncio.to_thread(Embedder.load)
             self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
@@ -174,7 +179,7 @@ class TieredMemory:
     def _new_index(self) -> AgentIndex:
         idx = AgentIndex()
         if self.embedder is not None:
-            from .embeddings import VectorIndex
+            from ..engine.dense import VectorIndex
             idx.vectors = VectorIndex(self.embedder.dim)
         return idx
 

@@ -13,7 +13,7 @@ import orjson
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from .model import Memory
+from ..engine.record import Memory
 
 
 class RedisSTM:

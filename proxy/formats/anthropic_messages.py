@@ -6,9 +6,11 @@ from typing import Any
 
 import orjson
 
+from memplane_core.turn_text import latest_user_index, query_from
+
 from ..errors import Dialect
 from ..recall_policy import Memory
-from .base import StreamState, append_text, latest_user_index, query_from, require
+from .base import StreamState, append_text, require
 
 
 class AnthropicMessages:

@@ -9,20 +9,6 @@ from ..errors import Dialect, ProxyError
 from ..recall_policy import Memory
 
 
-def text_of(content: Any, part_types: tuple[str, ...] = ("text", "input_text")) -> str:
-    """The plain text of a message's content: a string or a list of typed parts.
-
-    Images, documents and tool results are ignored, so they never shape a recall query.
-    """
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [p.get("text", "") for p in content
-                 if isinstance(p, dict) and p.get("type") in part_types and isinstance(p.get("text"), str)]
-        return "\n".join(t for t in texts if t)
-    return ""
-
-
 def append_text(existing: Any, block: str) -> Any:
     """Append `block` after existing system text without touching the bytes before it."""
     if existing is None or existing == "":
@@ -69,32 +55,3 @@ class WireFormat(Protocol):
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool: ...
     def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]: ...
-
-
-def latest_user_index(messages: list[Any], *, skip_tool_results: bool = False) -> int | None:
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if isinstance(m, dict) and m.get("role") == "user":
-            if skip_tool_results and not text_of(m.get("content")):
-                continue
-            return i
-    return None
-
-
-def query_from(messages: list[Any]) -> str:
-    """Text of the latest user turn that has text, plus the turn before it when it is short.
-
-    A bare follow-up ("and when was that?") carries little to search with on its own.
-    """
-    i = latest_user_index(messages, skip_tool_results=True)
-    if i is None:
-        return ""
-    latest = text_of(messages[i].get("content")).strip()
-    if len(latest.split()) < 6:
-        for j in range(i - 1, -1, -1):
-            m = messages[j]
-            if isinstance(m, dict) and m.get("role") in ("user", "assistant"):
-                prev = text_of(m.get("content"), ("text", "input_text", "output_text")).strip()
-                if prev:
-                    return f"{prev}\n{latest}"
-    return latest

@@ -196,3 +196,18 @@ class VectorIndex:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
         return [(self.ids[rows[i]], float(scores[i])) for i in top if self.ids[rows[i]] is not None]
+
+    def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
+        """The best `k` by cosine with the mean and standard deviation of cosine over the live rows
+        (exact up to EXACT_UP_TO rows; past that, over an evenly spread sample of them)."""
+        n = len(self.ids)
+        if n == 0 or query is None:
+            return [], 0.0, 0.0
+        top = self.search(query, k)
+        rows = np.arange(n) if n <= self.EXACT_UP_TO else np.linspace(0, n - 1, 2_000).astype(np.int64)
+        if self.removed:
+            rows = rows[~self.dead[rows]]
+        if len(rows) == 0:
+            return top, 0.0, 0.0
+        sample = self.matrix[rows] @ query
+        return top, float(sample.mean()), float(sample.std())

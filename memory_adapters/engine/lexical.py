@@ -107,12 +107,22 @@ class LexicalIndex:
             self._arrays[term] = arrays
         return arrays
 
-    def search(self, query: str | list[str], k: int = 50,
-               allow: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
-        """The best `k` documents by BM25 (ties: the older first), skipping those `allow` refuses."""
+    def scored(self, query: str | list[str], k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
+        """The best `k` documents with the mean and standard deviation of BM25 over *all* documents
+        (those no query term found score 0), so a caller can put scores on a common scale."""
         q = terms(query) if isinstance(query, str) else query
+        cand, scores = self._score(q)
+        n = len(self.docs)
+        if cand is None or not n:
+            return [], 0.0, 0.0
+        mean = float(scores.sum()) / n
+        std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
+        order = np.lexsort((cand, -scores))[:k]
+        return [(self.ids[cand[i]], float(scores[i])) for i in order], mean, std
+
+    def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not q or not self.docs:
-            return []
+            return None, None
         n = len(self.docs)
         k1, acc = self.k1, self._acc
         # BM25 per posting: w·f / (f + base + per·len(doc))
@@ -130,10 +140,19 @@ class LexicalIndex:
                 found.append(rows)
             acc[rows] += w * tf / (tf + base + per * self.lengths[rows])
         if not found:
-            return []
+            return None, None
         cand = np.unique(np.concatenate(found)) if len(found) > 1 else found[0]
-        scores = acc[cand]
+        scores = acc[cand].copy()
         acc[cand] = 0.0
+        return cand, scores
+
+    def search(self, query: str | list[str], k: int = 50,
+               allow: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
+        """The best `k` documents by BM25 (ties: the older first), skipping those `allow` refuses."""
+        q = terms(query) if isinstance(query, str) else query
+        cand, scores = self._score(q)
+        if cand is None:
+            return []
         order = np.lexsort((cand, -scores))  # best first; equal scores: the older row first
         ids = self.ids
         want = k

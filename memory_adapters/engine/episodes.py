@@ -1,0 +1,102 @@
+"""A retained turn becomes one episode: what was said, by whom, when, in which session.
+
+Conversations are remembered as they were said, turn by turn: on real long conversations plain
+retrieval over raw turns beats summaries and extracted facts (bench/README.md, "LoCoMo"), and a
+turn's neighbours carry the context that a single sentence leaves out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from typing import Any
+
+from memplane_core.redact import Redactor
+from memplane_core.turn_text import assistant_text, session_of, user_text
+
+from .record import Memory
+
+PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
+ASSISTANT_MAX_CHARS = 400
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])|\n+")
+_CONTENT = re.compile(r"[A-Za-z]{3,}")
+_ACK_WORDS = frozenset("okay noted sure got thanks thank you will done the that this".split())
+
+
+def _informative(text: str) -> bool:
+    """An assistant reply worth remembering says something: 'OK.' or 'Noted, thanks!' does not."""
+    words = [w.lower() for w in _CONTENT.findall(text)]
+    return sum(1 for w in words if w not in _ACK_WORDS) >= 3
+
+
+def pieces(text: str, limit: int = PIECE_CHARS) -> list[str]:
+    """Whole sentences packed into pieces of at most ~`limit` characters (a longer sentence is cut)."""
+    out: list[str] = []
+    current = ""
+    for sentence in (" ".join(s.split()) for s in _SENTENCE.split(text) if s and s.strip()):
+        while len(sentence) > limit:
+            if current:
+                out.append(current)
+                current = ""
+            out.append(sentence[:limit])
+            sentence = sentence[limit:]
+        if current and len(current) + 1 + len(sentence) > limit:
+            out.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}" if current else sentence
+    if current:
+        out.append(current)
+    return out
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def episode_id(agent_id: str, entry_id: str) -> str:
+    """Deterministic: retaining the same entry twice upserts the same episode."""
+    return "ep_" + hashlib.sha256(f"{agent_id}\0{entry_id}".encode()).hexdigest()[:32]
+
+
+def _epoch(ts: Any) -> float | None:
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def episode_texts(entry: dict[str, Any]) -> list[str]:
+    """The turn's words: the user's, in pieces, and the assistant's reply when it says something."""
+    texts = pieces(user_text(entry))
+    reply = assistant_text(entry)
+    if reply and _informative(reply):
+        reply = _clip(reply, ASSISTANT_MAX_CHARS)
+        if len(texts) == 1:
+            return [f"user: {texts[0]}\nassistant: {reply}"]
+        texts.append(f"assistant: {reply}")
+    return texts
+
+
+def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
+                        redactor: Redactor) -> list[Memory]:
+    """The episodes of one ledger entry (one per piece), secrets redacted; none for an empty turn."""
+    said_at = _epoch(entry.get("ts"))
+    out = []
+    for n, raw in enumerate(episode_texts(entry)):
+        text, _ = redactor.text(raw)
+        if not text.strip():
+            continue
+        suffix = f"#{n}" if n else ""
+        m = Memory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
+                   type="episode", importance=0.5, session_id=session_of(entry, metadata),
+                   id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at,
+                   source_entry_ids=[entry["id"]], metadata={"piece": n})
+        if said_at is not None:
+            m.created_at = m.updated_at = said_at
+        out.append(m)
+    return out

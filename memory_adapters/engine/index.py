@@ -1,0 +1,132 @@
+"""One agent's memories in memory, and the recall pipeline over them.
+
+Stores load an agent's memories into an `AgentIndex` once and keep it current with `put` and
+`drop`; `recall` ranks (BM25 and, when vectors are on, MiniLM; fused by z-scores) and packs
+the best hits with their conversational neighbours into blocks (packing.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fusion import Signal, z_fuse
+from .lexical import LexicalIndex
+from .packing import Packed, pack
+from .record import Memory
+
+CANDIDATES = 400  # per signal; the fused ranking is over their union
+NEIGHBOURS = 1  # turns on each side of a hit that come with it
+
+
+def index_text(m: Memory) -> str:
+    """A memory's searchable text: its value, plus its key when a person chose it."""
+    derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
+    return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
+
+
+def _order_key(m: Memory) -> tuple[float, str]:
+    return (m.said_at or m.created_at, m.key)
+
+
+@dataclass
+class RecallQuery:
+    text: str
+    budget_tokens: int = 3000
+    max_blocks: int = 8
+    session_id: str | None = None
+    vector: Any = None  # the query's embedding, when vectors are on
+
+
+@dataclass
+class AgentIndex:
+    """Lexical and (optional) dense indexes plus the time order that gives each turn its neighbours."""
+
+    vectors: Any = None  # dense.VectorIndex when embeddings are on
+    memories: dict[str, Memory] = field(default_factory=dict)
+    lexical: LexicalIndex = field(default_factory=LexicalIndex)
+    order: list[tuple[float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def put(self, m: Memory, vector: Any = None) -> None:
+        self.drop(m.id)
+        self.memories[m.id] = m
+        self.lexical.add(m.id, index_text(m))
+        bisect.insort(self.order, (*_order_key(m), m.id))
+        if vector is not None:
+            self.add_vector(m.id, vector)
+
+    def add_vector(self, memory_id: str, vector: Any) -> None:
+        if self.vectors is not None and memory_id in self.memories:
+            self.vectors.add(memory_id, vector)
+
+    def drop(self, memory_id: str) -> Memory | None:
+        m = self.memories.pop(memory_id, None)
+        if m is None:
+            return None
+        self.lexical.remove(memory_id)
+        if self.vectors is not None:
+            self.vectors.remove(memory_id)
+        i = bisect.bisect_left(self.order, (*_order_key(m), m.id))
+        if i < len(self.order) and self.order[i][2] == m.id:
+            del self.order[i]
+        return m
+
+    def position(self, m: Memory) -> int:
+        return bisect.bisect_left(self.order, (*_order_key(m), m.id))
+
+    def neighbours(self, m: Memory, span: int = NEIGHBOURS) -> list[Memory]:
+        """Episodes said just before and after `m` in the same session (when sessions are known)."""
+        if m.type != "episode":
+            return []
+        i = self.position(m)
+        out = []
+        for j in [*range(i - 1, i - span - 1, -1), *range(i + 1, i + span + 1)]:
+            if 0 <= j < len(self.order):
+                other = self.memories.get(self.order[j][2])
+                if other is not None and other.type == "episode" and other.session_id == m.session_id:
+                    out.append(other)
+        return out
+
+    def rank(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
+             visible: Any = None) -> list[tuple[Memory, float]]:
+        """Memories by fused z-score, best first; expired ones and those `visible` refuses left out."""
+        now = now or time.time()
+        lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
+        signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
+        if vector is not None and self.vectors is not None and len(self.vectors):
+            dense_hits, d_mean, d_std = self.vectors.scored(vector, k)
+            dense = dict(dense_hits)
+            for doc_id in dict(lex_hits):  # exact cosine for lexical candidates the dense top missed
+                row = self.vectors.rows.get(doc_id)
+                if row is not None and doc_id not in dense:
+                    dense[doc_id] = float(self.vectors.matrix[row] @ vector)
+            signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
+        out = []
+        for doc_id, score in z_fuse(signals):
+            m = self.memories.get(doc_id)
+            if m is None or m.expired(now) or (visible is not None and not visible(m)):
+                continue
+            out.append((m, score))
+        return out
+
+    def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
+        ranked = [(m, s) for m, s in self.rank(q.text, q.vector, visible=visible) if s > 0]
+        if not ranked:
+            return []
+        seen: set[str] = set()
+        distinct = []
+        for m, s in ranked:  # a user who repeats small talk should not fill the block
+            norm = " ".join(m.value.casefold().split())
+            if norm not in seen:
+                seen.add(norm)
+                distinct.append((m, s))
+
+        def near(m: Memory) -> list[Memory]:
+            return [n for n in self.neighbours(m) if visible is None or visible(n)]
+
+        return pack(distinct, near, self.position, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)

@@ -1,0 +1,129 @@
+"""Pack ranked memories into a few dated blocks that fit the proxy's budget.
+
+The proxy keeps at most `max_blocks` blocks and `budget_tokens` tokens (≈ 4 characters each),
+and refuses a recall answer over 16 KiB. A block may hold several snippets: best hits come with
+the turns said just before and after them (the question and its answer are usually adjacent),
+consecutive turns form one run, and runs are grouped in time order into at most `max_blocks`
+blocks, each run under its date. Budget binds, not the block count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import orjson
+
+from .record import Memory, iso
+
+MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
+BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
+MAX_HITS = 200  # ranked hits considered for one recall
+
+
+@dataclass
+class Packed:
+    text: str
+    score: float
+    kind: str
+    ts: str | None
+    id: str
+    memory_ids: list[str] = field(default_factory=list)
+
+
+def _when(m: Memory) -> float:
+    return m.said_at or m.created_at
+
+
+def _day(m: Memory) -> str:
+    return datetime.fromtimestamp(_when(m), timezone.utc).strftime("%Y-%m-%d")
+
+
+def _line(m: Memory) -> str:
+    return m.value if m.type == "episode" else f"{m.type} ({m.key}): {m.value}"
+
+
+def _tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def _render(runs: list[list[Memory]]) -> str:
+    out: list[str] = []
+    last_day = None
+    for run in runs:
+        day = _day(run[0])
+        lines = [_line(m) for m in run]
+        out.append(("[" + day + "]\n" if day != last_day else "") + "\n".join(lines))
+        last_day = day
+    return "\n\n".join(out)
+
+
+def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list[Memory]],
+         position: Callable[[Memory], int], *, budget_tokens: int, max_blocks: int,
+         max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
+    """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`."""
+    budget_tokens = max(0, budget_tokens)
+    max_blocks = max(1, max_blocks)
+    # characters for text, leaving each block's date header and separators some room
+    room = budget_tokens * 4 - max_blocks * 16
+    chosen: dict[str, tuple[Memory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
+    used = 0
+    for rank, (hit, score) in enumerate(ranked[:MAX_HITS]):
+        for m in (hit, *neighbours(hit)):
+            if m.id in chosen:
+                continue
+            cost = len(_line(m)) + 2
+            if used + cost > room:
+                continue
+            chosen[m.id] = (m, score, rank)
+            used += cost
+        if room - used < 40:
+            break
+    while chosen:
+        blocks = _group(list(chosen.values()), position, max_blocks)
+        size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
+        tokens = sum(_tokens(b.text) for b in blocks)
+        if size <= max_bytes and tokens <= budget_tokens:
+            return blocks
+        # over a limit (wide characters, date headers): drop the lowest-ranked snippet and retry
+        worst = max(chosen.values(), key=lambda c: (c[2], -c[1]))
+        chosen.pop(worst[0].id)
+    return []
+
+
+def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory], int],
+           max_blocks: int) -> list[Packed]:
+    """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
+    similar size; the blocks are returned best first."""
+    chosen.sort(key=lambda c: (position(c[0]), c[0].id))
+    runs: list[list[tuple[Memory, float, int]]] = []
+    for c in chosen:
+        if runs and position(c[0]) == position(runs[-1][-1][0]) + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    total = sum(len(_line(c[0])) for c in chosen)
+    per_block = math.ceil(total / max_blocks)
+    groups: list[list[list[tuple[Memory, float, int]]]] = [[]]
+    size = 0
+    for run in runs:
+        run_size = sum(len(_line(c[0])) for c in run)
+        if groups[-1] and size + run_size > per_block and len(groups) < max_blocks:
+            groups.append([])
+            size = 0
+        groups[-1].append(run)
+        size += run_size
+    blocks = []
+    for group in groups:
+        members = [c for run in group for c in run]
+        best = min(members, key=lambda c: (c[2], -c[1]))
+        first = members[0][0]
+        blocks.append(Packed(
+            text=_render([[c[0] for c in run] for run in group]),
+            score=round(best[1], 4),
+            kind="episode" if all(c[0].type == "episode" for c in members) else best[0].type,
+            ts=iso(_when(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))
+    blocks.sort(key=lambda b: -b.score)
+    return blocks

@@ -1,0 +1,42 @@
+"""The layers point one way: a memory service can ship without the proxy (DESIGN.md, "Layers").
+
+Read from every import statement, inline imports included, so a lazy import cannot hide a
+dependency the wrong way.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {
+    "memplane_core": {"proxy", "memory_adapters", "manifests"},
+    "memory_adapters": {"proxy"},
+    "manifests": {"proxy", "memory_adapters"},
+}
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = path.relative_to(ROOT).with_suffix("").parts[:-node.level]
+                out.append((node.lineno, ".".join(base + ((node.module,) if node.module else ()))))
+            elif node.module:
+                out.append((node.lineno, node.module))
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_never_imports_a_layer_above_it(package):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for line, module in imported_modules(path)
+             if module.split(".")[0] in FORBIDDEN[package]]
+    assert wrong == []
