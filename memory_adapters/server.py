@@ -7,6 +7,8 @@ A backend implements recall/retain/forget on typed requests; this module does th
 from __future__ import annotations
 
 import hmac
+import json
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -32,6 +34,35 @@ class MemoryBackend(Protocol):
 OPEN_PATHS = frozenset({"/health", "/.claw-describe.json"})
 # The agent a per-agent token authenticated (typed request key where aiohttp has them).
 CALLER_AGENT = web.RequestKey("caller_agent", str) if hasattr(web, "RequestKey") else "caller_agent"
+# What a per-agent token was granted beyond its own agent ("global": write shared memories).
+CALLER_GRANTS = web.RequestKey("caller_grants", frozenset) if hasattr(web, "RequestKey") else "caller_grants"
+
+
+@dataclass(frozen=True)
+class AgentToken:
+    token: str
+    grants: frozenset[str] = frozenset()
+
+
+def load_agent_tokens(path: str | None) -> dict[str, AgentToken] | None:
+    """Per-agent tokens from a JSON file: `{agent: token}` or `{agent: {"token": t, "grants": ["global"]}}`."""
+    if not path:
+        return None
+    with open(path) as fh:
+        doc = json.load(fh)
+    out: dict[str, AgentToken] = {}
+    if isinstance(doc, dict):
+        for agent, value in doc.items():
+            if isinstance(value, str) and value:
+                out[agent] = AgentToken(value)
+            elif isinstance(value, dict) and isinstance(value.get("token"), str) and value["token"] \
+                    and all(isinstance(g, str) for g in value.get("grants", [])):
+                out[agent] = AgentToken(value["token"], frozenset(value.get("grants", [])))
+            else:
+                break
+        else:
+            return out
+    raise ValueError(f"{path}: must be a JSON object of agent id -> token or {{\"token\", \"grants\"}}")
 
 
 def json_error(status: int, message: str, field: str | None = None) -> web.Response:
@@ -41,11 +72,12 @@ def json_error(status: int, message: str, field: str | None = None) -> web.Respo
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def bearer_auth(token: str | None, agent_tokens: dict[str, str] | None = None):
+def bearer_auth(token: str | None, agent_tokens: dict[str, AgentToken | str] | None = None):
     """Require the service token on everything but health and the descriptor.
 
     With per-agent tokens, a caller authenticated as agent A may only name agent A.
     """
+    agent_tokens = {a: t if isinstance(t, AgentToken) else AgentToken(t) for a, t in (agent_tokens or {}).items()}
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -56,8 +88,9 @@ def bearer_auth(token: str | None, agent_tokens: dict[str, str] | None = None):
         if token and given and hmac.compare_digest(given.encode(), token.encode()):
             return await handler(request)
         for agent_id, agent_token in (agent_tokens or {}).items():
-            if given and hmac.compare_digest(given.encode(), agent_token.encode()):
+            if given and hmac.compare_digest(given.encode(), agent_token.token.encode()):
                 request[CALLER_AGENT] = agent_id
+                request[CALLER_GRANTS] = agent_token.grants
                 return await handler(request)
         return json_error(401, "missing or invalid bearer token")
 
@@ -91,7 +124,7 @@ async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
 
 
 def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
-                      agent_tokens: dict[str, str] | None = None) -> web.Application:
+                      agent_tokens: dict[str, AgentToken | str] | None = None) -> web.Application:
     app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
 
     async def recall(request: web.Request) -> web.Response:
@@ -111,7 +144,9 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
-        results = []
+        results: list[dict[str, Any]] = []
+        valid: list[tuple[int, RetainRequest]] = []
+        many = getattr(backend, "retain_many", None)
         for i, item in enumerate(batch.items):
             try:
                 # the batch's agent wins: a per-agent token must not retain into another agent
@@ -122,7 +157,14 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
                 results.append({"id": entry.get("id") if isinstance(entry, dict) else None, "code": 400,
                                 "error": text, "field": field})
                 continue
-            results.append({"id": req.entry["id"], "code": 202, "status": await backend.retain(req)})
+            if many is not None:
+                results.append({"id": req.entry["id"], "code": 202})
+                valid.append((len(results) - 1, req))
+            else:
+                results.append({"id": req.entry["id"], "code": 202, "status": await backend.retain(req)})
+        if valid:  # one store transaction for the whole batch
+            for (slot, _), outcome in zip(valid, await many([r for _, r in valid])):
+                results[slot]["status"] = outcome
         return web.Response(body=orjson.dumps({"results": results}), content_type="application/json")
 
     async def forget(request: web.Request) -> web.Response:

@@ -21,6 +21,9 @@ class RecallRequest(_Body):
     query: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     top_k: int | None = Field(default=None, ge=1, le=100)
+    # memplane's extension: what the proxy will inject at most, so a service can pack to fit
+    budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_blocks: int | None = Field(default=None, ge=1, le=1_000)
 
 
 class MemoryBlock(BaseModel):

@@ -8,9 +8,12 @@ from pathlib import Path
 import click
 
 from manifests.agents import memory_manifest, write_agent
+from memplane_core.contract import RETAIN_BATCH_PATH
 
 from . import runner
 from .config import DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, ProxySettings
+
+DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -21,8 +24,9 @@ def main() -> None:
 
 def _check_contexts(settings: ProxySettings) -> None:
     """Report every invalid manifest at start-up (the proxy still serves the rest)."""
-    from .context_store import ContextStore
     from memplane_core.telemetry import Telemetry
+
+    from .context_store import ContextStore
 
     store = ContextStore(settings.context_root, Telemetry())
     for agent_id in store.agent_ids():
@@ -59,8 +63,9 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float) -> None:
     """Run the memory proxy."""
-    from .app import build_app
     from memplane_core.redact import RedactionConfigError, Redactor
+
+    from .app import build_app
 
     settings = ProxySettings(
         context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,
@@ -96,8 +101,43 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
     from memory_adapters.reference.app import build_reference_app
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    _warn_if_open(host, token)
     click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
     runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token), host, port)]))
+
+
+@adapter.command("embedded")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST")
+@click.option("--port", default=8081, show_default=True, type=int, envvar="PORT")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".memplane/memory"),
+              show_default=True, envvar="MEMPLANE_MEMORY_DIR")
+@click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token (admin).")
+@click.option("--agent-tokens", default=None, envvar="MEMPLANE_ADAPTER_AGENT_TOKENS",
+              help="JSON file of per-agent tokens: {agent: token} or {agent: {token, grants}}.")
+@click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
+def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
+                     redaction_rules: Path | None) -> None:
+    """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
+    from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.server import load_agent_tokens
+    from memplane_core.redact import RedactionConfigError, Redactor
+    from memplane_core.telemetry import Telemetry
+
+    try:
+        redactor = Redactor.from_file(redaction_rules) if redaction_rules else Redactor()
+        tokens = load_agent_tokens(agent_tokens)
+    except (RedactionConfigError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _warn_if_open(host, token or tokens)
+    click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens)
+    runner.run(runner.serve([runner.Site(app, host, port)]))
+
+
+def _warn_if_open(host: str, auth) -> None:
+    if not auth and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: listening on {host} without a token: anyone who can reach it can read and "
+                   "write every agent's memory (set MEMPLANE_ADAPTER_TOKEN)", err=True)
 
 
 @adapter.group("tiered", invoke_without_command=True)
@@ -172,11 +212,13 @@ def agent() -> None:
 @click.argument("agent_id")
 @click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
               show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
-@click.option("--memory-url", default=None, help="Base URL of the agent's memory service.")
+@click.option("--memory-url", default=None,
+              help="Base URL of the agent's memory service (default: the embedded service `memplane up` runs).")
+@click.option("--no-memory", is_flag=True, help="Create the agent without memory (no memory.json).")
 @click.option("--memory-service", default="memory", show_default=True, help="Service name in memory.json.")
 @click.option("--memory-token", default=None, help="Bearer token for the memory service.")
 @click.option("--pod", default="", help="Pod name recorded in metadata.json.")
-def agent_add(agent_id: str, context_root: Path, memory_url: str | None, memory_service: str,
+def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memory: bool, memory_service: str,
               memory_token: str | None, pod: str) -> None:
     """Create (or update) an agent and print its token once."""
     from manifests.validate import ManifestError, validate
@@ -185,7 +227,13 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, memory_
         validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, "agent id")
     except ManifestError as exc:
         raise click.ClickException(f"invalid agent id {agent_id!r}: {exc}") from None
-    memory = memory_manifest(memory_service, memory_url, auth_token=memory_token) if memory_url else None
+    if no_memory:
+        memory = None
+    elif memory_url:
+        memory = memory_manifest(memory_service, memory_url, auth_token=memory_token)
+    else:  # the embedded engine that `memplane up` serves on its default port
+        memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
+                                 retain_batch_path=RETAIN_BATCH_PATH)
     token, created = write_agent(context_root, agent_id, pod=pod, memory=memory)
     if created:
         click.echo(token)

@@ -1,4 +1,4 @@
-"""`memplane up` (proxy + reference adapter on embedded defaults) and `memplane demo`."""
+"""`memplane up` (proxy + the embedded memory engine, no servers to run) and `memplane demo`."""
 
 from __future__ import annotations
 
@@ -25,16 +25,18 @@ from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
 @click.option("--adapter-port", default=8081, show_default=True, type=int, envvar="MEMPLANE_ADAPTER_PORT")
 @click.option("--agent", "agent_id", default="default", show_default=True, help="The agent created on first run.")
 def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> None:
-    """Run the proxy and the reference memory adapter together, no Redis or MongoDB needed."""
-    from memory_adapters.reference.app import build_reference_app
+    """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry
 
     from .app import build_app
 
-    context_root, history_root, data_dir = home / "context", home / "history", home / "reference-memory"
+    context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
     for d in (context_root, history_root, data_dir):
         d.mkdir(parents=True, exist_ok=True)
     token, created = write_agent(context_root, agent_id, pod="local",
-                                 memory=memory_manifest("reference", f"http://127.0.0.1:{adapter_port}",
+                                 memory=memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
                                                         retain_batch_path=RETAIN_BATCH_PATH))
     settings = ProxySettings(
         context_root=context_root, history_root=history_root,
@@ -46,7 +48,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
 
     def ready(ports: list[int]) -> None:
         click.echo(f"memplane is up: proxy http://{host}:{ports[0]}/v1 -> {settings.openai_base_url}; "
-                   f"reference memory http://127.0.0.1:{ports[1]} (data in {home})", err=True)
+                   f"embedded memory http://127.0.0.1:{ports[1]} (data in {home})", err=True)
         if created:
             click.echo(f"agent '{agent_id}' token (shown once, kept in {context_root / agent_id / 'token'}):",
                        err=True)
@@ -57,7 +59,8 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
                    f"OPENAI_API_KEY=<the token>", err=True)
 
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
-             runner.Site(build_reference_app(data_dir), "127.0.0.1", adapter_port, "reference")]
+             runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry()),
+                         "127.0.0.1", adapter_port, "embedded")]
     runner.run(runner.serve(sites, on_ready=ready))
 
 
@@ -70,10 +73,11 @@ def demo() -> None:
 async def _demo() -> None:
     from openai import AsyncOpenAI
 
-    from memory_adapters.reference.app import build_reference_app
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry, make_logger
 
     from .app import STATE, build_app
-    from memplane_core.telemetry import Telemetry, make_logger
     from .testing.fake_provider import FakeProvider
 
     log = io.StringIO()
@@ -82,9 +86,10 @@ async def _demo() -> None:
         root = Path(tmp)
         prov_runner, prov_port = await runner.start_site(runner.Site(provider.app(), "127.0.0.1", 0))
         ref_runner, ref_port = await runner.start_site(
-            runner.Site(build_reference_app(root / "memory"), "127.0.0.1", 0))
+            runner.Site(build_embedded_app(root / "memory", redactor=Redactor(), telemetry=Telemetry(make_logger(log))),
+                        "127.0.0.1", 0))
         token, _ = write_agent(root / "context", "demo-agent", pod="demo",
-                               memory=memory_manifest("reference", f"http://127.0.0.1:{ref_port}",
+                               memory=memory_manifest("embedded", f"http://127.0.0.1:{ref_port}",
                                                       retain_batch_path=RETAIN_BATCH_PATH))
         settings = ProxySettings(context_root=root / "context", history_root=root / "history",
                                  openai_base_url=f"http://127.0.0.1:{prov_port}/v1", openai_api_key="sk-operator")

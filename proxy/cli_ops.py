@@ -69,9 +69,10 @@ def memory_group() -> None:
 def forget_cmd(service: str, entry_ids: tuple[str, ...], reason: str, agents: tuple[str, ...],
                context_root: Path, history_root: Path) -> None:
     """Tombstone entries locally and ask the service to forget them."""
+    from memplane_core.telemetry import Telemetry
+
     from .context_store import ContextStore
     from .memory_ops import OperatorError, forget
-    from memplane_core.telemetry import Telemetry
 
     telemetry = Telemetry()
     try:
@@ -100,9 +101,10 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
 
     from tqdm import tqdm
 
+    from memplane_core.telemetry import Telemetry
+
     from .context_store import ContextStore
     from .memory_ops import OperatorError, backfill
-    from memplane_core.telemetry import Telemetry
 
     if after:
         try:

@@ -60,14 +60,18 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                             session_id: str | None) -> dict[str, Any]:
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
+    # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
+    redact = state.redactor
     payload: dict[str, Any] = {
         "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": fmt.recall_messages(body), "query": fmt.query(body),
+        "messages": redact.json(fmt.recall_messages(body))[0], "query": redact.text(fmt.query(body))[0],
         "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
+        # memplane's extension: how much the proxy will inject, so a service can pack to fit
+        "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
     }
     system = fmt.recall_system(body)
     if system is not None:
-        payload["system"] = system
+        payload["system"] = redact.json(system)[0]
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",

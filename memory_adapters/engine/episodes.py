@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from memplane_core.redact import Redactor
@@ -61,6 +61,33 @@ def episode_id(agent_id: str, entry_id: str) -> str:
     return "ep_" + hashlib.sha256(f"{agent_id}\0{entry_id}".encode()).hexdigest()[:32]
 
 
+_STAMP = re.compile(r"^\s*\[([^\]\n]{6,48})\]\s*")
+_STAMP_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on %B %d, %Y", "%Y-%m-%d %H:%M:%S",
+                  "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%d %B %Y", "%d %B, %Y",
+                  "%B %d, %Y", "%B %d %Y", "%a, %d %b %Y %H:%M:%S", "%d %b %Y %H:%M", "%d/%m/%Y %H:%M")
+
+
+def said_stamp(text: str) -> tuple[str, str | None, float | None]:
+    """Split a leading `[time stamp]` that agents and chat logs put before a message.
+
+    Returns the text without it, the stamp as written and its time; the text unchanged when it
+    has no stamp that reads as a date.
+    """
+    m = _STAMP.match(text)
+    if not m:
+        return text, None, None
+    label = m.group(1).strip()
+    for fmt in _STAMP_FORMATS:
+        try:
+            when = datetime.strptime(label, fmt)
+        except ValueError:
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return text[m.end():], label, when.timestamp()
+    return text, None, None
+
+
 def _epoch(ts: Any) -> float | None:
     if not isinstance(ts, str):
         return None
@@ -85,18 +112,22 @@ def episode_texts(entry: dict[str, Any]) -> list[str]:
 def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
                         redactor: Redactor) -> list[Memory]:
     """The episodes of one ledger entry (one per piece), secrets redacted; none for an empty turn."""
-    said_at = _epoch(entry.get("ts"))
+    logged_at = _epoch(entry.get("ts"))
     out = []
-    for n, raw in enumerate(episode_texts(entry)):
+    texts = episode_texts(entry)
+    body, label, said_at = said_stamp(texts[0]) if texts else ("", None, None)
+    if label is not None:
+        texts[0] = body
+    for n, raw in enumerate(texts):
         text, _ = redactor.text(raw)
         if not text.strip():
             continue
         suffix = f"#{n}" if n else ""
         m = Memory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
                    type="episode", importance=0.5, session_id=session_of(entry, metadata),
-                   id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at,
-                   source_entry_ids=[entry["id"]], metadata={"piece": n})
-        if said_at is not None:
-            m.created_at = m.updated_at = said_at
+                   id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at or logged_at,
+                   source_entry_ids=[entry["id"]], metadata={"piece": n, **({"said": label} if label else {})})
+        if logged_at is not None:
+            m.created_at = m.updated_at = logged_at
         out.append(m)
     return out

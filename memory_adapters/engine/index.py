@@ -27,8 +27,9 @@ def index_text(m: Memory) -> str:
     return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
 
 
-def _order_key(m: Memory) -> tuple[float, str]:
-    return (m.said_at or m.created_at, m.key)
+def _order_key(m: Memory) -> tuple[float, float, str]:
+    """When it was said, then when it was logged (turns of one dated session share a stamp)."""
+    return (m.said_at or m.created_at, m.created_at, m.key)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class AgentIndex:
     vectors: Any = None  # dense.VectorIndex when embeddings are on
     memories: dict[str, Memory] = field(default_factory=dict)
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
-    order: list[tuple[float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
+    order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -72,7 +73,7 @@ class AgentIndex:
         if self.vectors is not None:
             self.vectors.remove(memory_id)
         i = bisect.bisect_left(self.order, (*_order_key(m), m.id))
-        if i < len(self.order) and self.order[i][2] == m.id:
+        if i < len(self.order) and self.order[i][3] == m.id:
             del self.order[i]
         return m
 
@@ -87,7 +88,7 @@ class AgentIndex:
         out = []
         for j in [*range(i - 1, i - span - 1, -1), *range(i + 1, i + span + 1)]:
             if 0 <= j < len(self.order):
-                other = self.memories.get(self.order[j][2])
+                other = self.memories.get(self.order[j][3])
                 if other is not None and other.type == "episode" and other.session_id == m.session_id:
                     out.append(other)
         return out
@@ -115,7 +116,7 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = [(m, s) for m, s in self.rank(q.text, q.vector, visible=visible) if s > 0]
+        ranked = self.rank(q.text, q.vector, visible=visible)
         if not ranked:
             return []
         seen: set[str] = set()

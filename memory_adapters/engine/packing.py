@@ -21,6 +21,7 @@ from .record import Memory, iso
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
 MAX_HITS = 200  # ranked hits considered for one recall
+NEIGHBOURS_FOR = 10  # the best hits bring their neighbours; past them, breadth beats depth (bench/README.md)
 
 
 @dataclass
@@ -38,7 +39,9 @@ def _when(m: Memory) -> float:
 
 
 def _day(m: Memory) -> str:
-    return datetime.fromtimestamp(_when(m), timezone.utc).strftime("%Y-%m-%d")
+    """The date a run is filed under: the stamp the message carried, else the day it was logged."""
+    said = m.metadata.get("said") if isinstance(m.metadata, dict) else None
+    return said if isinstance(said, str) else datetime.fromtimestamp(_when(m), timezone.utc).strftime("%Y-%m-%d")
 
 
 def _line(m: Memory) -> str:
@@ -71,7 +74,7 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
     chosen: dict[str, tuple[Memory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
     used = 0
     for rank, (hit, score) in enumerate(ranked[:MAX_HITS]):
-        for m in (hit, *neighbours(hit)):
+        for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
             if m.id in chosen:
                 continue
             cost = len(_line(m)) + 2

@@ -10,15 +10,24 @@ from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from ..server import build_adapter_app
-from .api import add_api_routes, ltm_unavailable_middleware
+from ..rest_api import add_api_routes
+from ..server import build_adapter_app, json_error
 from .config import TieredSettings
 from .consolidate import consolidate
-from .ltm import MongoLTM
+from .ltm import LTMUnavailable, MongoLTM
 from .service import TieredMemory
 from .stm import RedisSTM
 
 TIERED_SERVICE = web.AppKey("tiered_service", TieredMemory)
+
+
+@web.middleware
+async def ltm_unavailable_middleware(request: web.Request, handler):
+    """MongoDB down: a clear 503, never a traceback; nothing was half-written (Mongo goes first)."""
+    try:
+        return await handler(request)
+    except LTMUnavailable:
+        return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")
 
 
 def build_service(settings: TieredSettings, telemetry: Telemetry | None = None) -> TieredMemory:

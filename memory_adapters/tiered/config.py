@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
-
-def load_agent_tokens(path: str | None) -> dict[str, str] | None:
-    """Per-agent adapter tokens: a JSON file mapping agent id to the bearer token it must use."""
-    if not path:
-        return None
-    with open(path) as fh:
-        doc = json.load(fh)
-    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
-        raise ValueError(f"{path}: must be a JSON object of agent id -> token")
-    return doc
+from ..server import AgentToken, load_agent_tokens
 
 
 def _int(name: str, default: int) -> int:
@@ -40,7 +30,7 @@ class TieredSettings:
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
     ranking: str = "lexical,embeddings,importance,dates,expansion"  # MEMPLANE_RANKING: components (ablation)
-    agent_tokens: dict[str, str] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
+    agent_tokens: dict[str, AgentToken] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
 
     @classmethod
     def from_env(cls, **overrides) -> "TieredSettings":

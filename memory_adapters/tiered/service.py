@@ -25,11 +25,11 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
+from ..engine.lexical import LexicalIndex, terms
+from ..engine.record import GLOBAL_AGENT, Memory, iso
 from .config import TieredSettings
 from .extract import memories_from_entry
-from ..engine.lexical import LexicalIndex, terms
 from .ltm import LTMUnavailable, MongoLTM
-from ..engine.record import GLOBAL_AGENT, Memory, iso
 from .stm import RedisSTM
 
 RELEVANCE_WEIGHT = 0.7
@@ -289,6 +289,31 @@ class TieredMemory:
             await self.stm.remove(stored.agent_id, removed)
         await self._after_write(stored.agent_id, [stored], removed)
         return stored, created
+
+    # -- the REST API's operations (memory_adapters/rest_api.py) --
+
+    async def store_memory(self, m: Memory) -> tuple[Memory, bool]:
+        return await self.store(m)
+
+    async def get_memory(self, memory_id: str) -> Memory | None:
+        return await self.ltm.get(memory_id)
+
+    async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
+                   limit: int, after: tuple[float, str] | None) -> list[Memory]:
+        query: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": time.time()}}
+        for name, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
+            if value is not None:
+                query[name] = value
+        return await self.ltm.page(query, limit, after)
+
+    async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
+                     type_filter: set[str] | None = None, min_importance: float | None = None
+                     ) -> list[tuple[Memory, float]]:
+        return await self.rank(agent_id, query, session_id=session_id, top_k=top_k, type_filter=type_filter,
+                               min_importance=min_importance, include_recent=False)
+
+    async def delete_memory(self, memory_id: str) -> bool:
+        return await self.delete(memory_id)
 
     async def delete(self, memory_id: str) -> bool:
         m = await self.ltm.get(memory_id)

@@ -1,11 +1,18 @@
-"""The REST API for people and tools: /api/memories (store, list, get, search, delete)."""
+"""The REST API for people and tools: /api/memories (store, list, get, search, delete).
+
+One API over any store that offers `MemoryRest` (embedded and tiered do). Who may do what:
+the service token (`MEMPLANE_ADAPTER_TOKEN`) is the admin and may do everything; a per-agent
+token reads and writes only its own agent's memories, reads global ones, and writes or deletes
+global ones only with a grant in the tokens file. The author of a memory is the identity of the
+token that wrote it, never a body field.
+"""
 
 from __future__ import annotations
 
 import base64
 import time
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
 
 import orjson
 from aiohttp import web
@@ -13,10 +20,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from memplane_core.ids import AGENT_ID_PATTERN
 
-from ..server import CALLER_AGENT, json_error, parse
-from .ltm import LTMUnavailable
-from ..engine.record import GLOBAL_AGENT, Memory
-from .service import TieredMemory
+from .engine.record import GLOBAL_AGENT, Memory
+from .server import CALLER_AGENT, CALLER_GRANTS, json_error, parse
+
+
+class MemoryRest(Protocol):
+    """What a store offers for the REST API (embedded and tiered implement it)."""
+
+    async def store_memory(self, m: Memory) -> tuple[Memory, bool]: ...
+    async def get_memory(self, memory_id: str) -> Memory | None: ...
+    async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
+                   limit: int, after: tuple[float, str] | None) -> list[Memory]: ...
+    async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
+                     type_filter: set[str] | None = None, min_importance: float | None = None
+                     ) -> list[tuple[Memory, float]]: ...
+    async def delete_memory(self, memory_id: str) -> bool: ...
+
+
+MAX_TTL_S = 100 * 365 * 86_400
 
 
 class StoreBody(BaseModel):
@@ -40,10 +61,16 @@ class StoreBody(BaseModel):
     @field_validator("ttl")
     @classmethod
     def _ttl(cls, v: int | str | None) -> int | str | None:
-        if isinstance(v, int) and v <= 0:
-            raise ValueError("ttl seconds must be positive")
+        if isinstance(v, int) and not 0 < v <= MAX_TTL_S:
+            raise ValueError(f"ttl seconds must be from 1 to {MAX_TTL_S}")
         if isinstance(v, str):
-            datetime.fromisoformat(v.replace("Z", "+00:00"))
+            try:
+                when = datetime.fromisoformat(v.replace("Z", "+00:00"))
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=timezone.utc)
+                when.timestamp()
+            except (ValueError, OverflowError, OSError):
+                raise ValueError("ttl must be seconds or an RFC 3339 time") from None
         return v
 
     def expires_at(self) -> float | None:
@@ -85,22 +112,38 @@ def _forbidden(request: web.Request, agent_id: str) -> web.Response | None:
     return None
 
 
-def _owned(request: web.Request, m: Memory | None) -> bool:
+def _author(request: web.Request) -> str:
     caller = request.get(CALLER_AGENT)
-    return m is not None and (caller is None or m.agent_id == caller or m.metadata.get("author") == caller)
+    return caller if caller is not None else "admin"
 
 
-def add_api_routes(app: web.Application, service: TieredMemory) -> None:
+def _may_write(request: web.Request, m: Memory) -> bool:
+    """The admin writes anything; an agent its own memories, and global ones only with a grant."""
+    caller = request.get(CALLER_AGENT)
+    if caller is None:
+        return True
+    if m.scope == "global" or m.agent_id == GLOBAL_AGENT:
+        return "global" in request.get(CALLER_GRANTS, ())
+    return m.agent_id == caller
+
+
+def _may_read(request: web.Request, m: Memory | None) -> bool:
+    caller = request.get(CALLER_AGENT)
+    return m is not None and (caller is None or m.agent_id == caller or m.scope == "global")
+
+
+def add_api_routes(app: web.Application, service: MemoryRest) -> None:
     async def store(request: web.Request) -> web.Response:
         body = await parse(request, StoreBody)  # 400 naming the field; 403 for another agent's id
         agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
-        meta = dict(body.metadata)
-        if body.scope == "global":
-            meta.setdefault("author", body.agent_id)
+        meta = {k: v for k, v in body.metadata.items() if k != "author"}
+        meta["author"] = _author(request)
         m = Memory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
                    importance=body.importance, session_id=body.session_id if body.scope == "session" else None,
                    expires_at=body.expires_at(), metadata=meta)
-        stored, created = await service.store(m)
+        if not _may_write(request, m):
+            return json_error(403, "writing global memories needs the admin token or a global grant", "scope")
+        stored, created = await service.store_memory(m)
         return _json(stored.public(), 201 if created else 200)
 
     async def list_memories(request: web.Request) -> web.Response:
@@ -116,42 +159,40 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
                 raise ValueError
         except ValueError:
             return json_error(400, "limit: must be an integer from 1 to 500", "limit")
-        query: dict[str, Any] = {"agent_id": GLOBAL_AGENT if q.get("scope") == "global" else agent_id}
-        if q.get("scope"):
-            if q["scope"] not in ("session", "agent", "global"):
-                return json_error(400, "scope: must be session, agent or global", "scope")
-            query["scope"] = q["scope"]
-        if q.get("type"):
-            query["type"] = q["type"]
-        if q.get("session_id"):
-            query["session_id"] = q["session_id"]
-        query["live_until"] = {"$gt": time.time()}
+        scope = q.get("scope") or None
+        if scope is not None and scope not in ("session", "agent", "global"):
+            return json_error(400, "scope: must be session, agent or global", "scope")
         try:
             after = _cursor_in(q["cursor"]) if q.get("cursor") else None
         except (ValueError, TypeError, orjson.JSONDecodeError):
             return json_error(400, "cursor: not a cursor this API issued", "cursor")
-        page = await service.ltm.page(query, limit + 1, after)
+        page = await service.page(agent_id=GLOBAL_AGENT if scope == "global" else agent_id, scope=scope,
+                                  type_=q.get("type") or None, session_id=q.get("session_id") or None,
+                                  limit=limit + 1, after=after)
         more = len(page) > limit
         page = page[:limit]
         return _json({"memories": [m.public() for m in page], "next_cursor": _cursor_out(page[-1]) if more else None})
 
     async def get_one(request: web.Request) -> web.Response:
-        m = await service.ltm.get(request.match_info["id"])
-        if m is None or m.expired() or not (_owned(request, m) or m.scope == "global"):
+        m = await service.get_memory(request.match_info["id"])
+        if m is None or m.expired() or not _may_read(request, m):
             return json_error(404, "memory not found")
         return _json(m.public())
 
     async def search(request: web.Request) -> web.Response:
         body = await parse(request, SearchBody)
         types = {body.type_filter} if isinstance(body.type_filter, str) else set(body.type_filter or ())
-        ranked = await service.rank(body.agent_id, body.query, session_id=body.session_id, top_k=body.top_k,
-                                    type_filter=types or None, min_importance=body.min_importance,
-                                    include_recent=False)
+        ranked = await service.search(body.agent_id, body.query, session_id=body.session_id, top_k=body.top_k,
+                                      type_filter=types or None, min_importance=body.min_importance)
         return _json({"results": [{**m.public(), "score": round(s, 4)} for m, s in ranked]})
 
     async def delete(request: web.Request) -> web.Response:
-        m = await service.ltm.get(request.match_info["id"])
-        if not _owned(request, m) or not await service.delete(m.id):
+        m = await service.get_memory(request.match_info["id"])
+        if m is None or not _may_read(request, m):
+            return json_error(404, "memory not found")
+        if not _may_write(request, m):
+            return json_error(403, "deleting global memories needs the admin token or a global grant")
+        if not await service.delete_memory(m.id):
             return json_error(404, "memory not found")
         return web.Response(status=204)
 
@@ -160,12 +201,3 @@ def add_api_routes(app: web.Application, service: TieredMemory) -> None:
     app.router.add_post("/api/memories/search", search)
     app.router.add_get("/api/memories/{id}", get_one)
     app.router.add_delete("/api/memories/{id}", delete)
-
-
-@web.middleware
-async def ltm_unavailable_middleware(request: web.Request, handler):
-    """MongoDB down: a clear 503, never a traceback; nothing was half-written (Mongo goes first)."""
-    try:
-        return await handler(request)
-    except LTMUnavailable:
-        return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")

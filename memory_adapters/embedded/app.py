@@ -1,0 +1,58 @@
+"""Build the embedded adapter's aiohttp app: contract endpoints, batched retain, REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from memplane_core.contract import describe
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+
+from ..rest_api import add_api_routes
+from ..server import AgentToken, build_adapter_app
+from .service import EmbeddedMemory
+from .sqlite_store import SQLiteStore
+
+EMBEDDED_SERVICE = web.AppKey("embedded_service", EmbeddedMemory)
+
+
+async def load_embedder(mode: str, telemetry: Telemetry):
+    """MiniLM when the embeddings extra is installed and `mode` is not 'off'; else None (words only)."""
+    if mode == "off":
+        telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
+        return None
+    try:
+        from ..engine.dense import Embedder
+        embedder = await asyncio.to_thread(Embedder.load)
+    except Exception as exc:  # ImportError without the extra, or a broken install
+        telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
+                          detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
+        return None
+    telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=embedder.dim, engine=embedder.engine)
+    return embedder
+
+
+def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
+                       agent_tokens: dict[str, AgentToken] | None = None,
+                       embeddings: str | None = None) -> web.Application:
+    """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS."""
+    mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
+    service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
+    app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens)
+    add_api_routes(app, service)
+    app[EMBEDDED_SERVICE] = service
+
+    async def start(app: web.Application) -> None:
+        service.embedder = await load_embedder(mode, telemetry)
+        await service.start()
+
+    async def stop(app: web.Application) -> None:
+        await service.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app

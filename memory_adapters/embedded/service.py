@@ -1,0 +1,259 @@
+"""The embedded memory service: contract operations and the REST operations over the engine.
+
+Each agent's memories are loaded from SQLite into an engine `AgentIndex` on first use and kept
+current by every write. A retain is durable when it returns (one SQLite transaction per call or
+batch) and searchable by words at once; its embedding is computed in the background, in batches
+on a worker thread, so ingest keeps up with talk (a memory without a vector yet is ranked by its
+words alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+
+from memplane_core.contract import (
+    ForgetRequest,
+    MemoryBlock,
+    RecallRequest,
+    RetainRequest,
+)
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+from memplane_core.turn_text import query_from
+
+from ..engine.episodes import episodes_from_entry
+from ..engine.index import AgentIndex, RecallQuery
+from ..engine.record import GLOBAL_AGENT, Memory
+from .sqlite_store import SQLiteStore
+
+DEFAULT_BUDGET_TOKENS = 3000
+DEFAULT_MAX_BLOCKS = 8
+EMBED_BATCH = 64
+
+
+class EmbeddedMemory:
+    def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry, embedder: Any = None) -> None:
+        self.store = store
+        self.redactor = redactor
+        self.telemetry = telemetry
+        self.embedder = embedder  # engine.dense.Embedder, or None for lexical recall only
+        self._indexes: dict[str, AgentIndex] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tombstones: dict[str, set[str]] = {}
+        self._pending: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (agent, memory id) to embed
+        self._embedder_task: asyncio.Task | None = None
+
+    # -- lifecycle --
+
+    async def start(self) -> None:
+        await self.store.open()
+        if self.embedder is not None:
+            self._embedder_task = asyncio.create_task(self._embed_forever())
+
+    async def close(self) -> None:
+        if self._embedder_task is not None:
+            self._embedder_task.cancel()
+            await asyncio.gather(self._embedder_task, return_exceptions=True)
+        await self.store.close()
+
+    @property
+    def embedding_backlog(self) -> int:
+        return self._pending.qsize()
+
+    # -- the per-agent index --
+
+    def _new_index(self) -> AgentIndex:
+        if self.embedder is None:
+            return AgentIndex()
+        from ..engine.dense import VectorIndex
+        return AgentIndex(vectors=VectorIndex(self.embedder.dim))
+
+    async def _index(self, agent_id: str) -> AgentIndex:
+        idx = self._indexes.get(agent_id)
+        if idx is not None:
+            return idx
+        async with self._loading.setdefault(agent_id, asyncio.Lock()):
+            if agent_id not in self._indexes:
+                idx = self._new_index()
+                for m, vector in await self.store.load(agent_id):
+                    vec = np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None
+                    idx.put(m, vec)
+                    if vec is None and self.embedder is not None:
+                        self._pending.put_nowait((agent_id, m.id))
+                self._tombstones[agent_id] = await self.store.tombstones(agent_id)
+                self._indexes[agent_id] = idx
+        return self._indexes[agent_id]
+
+    def _lock(self, agent_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(agent_id, asyncio.Lock())
+
+    async def _embed_forever(self) -> None:
+        """Embed new memories in batches on a worker thread; store the vectors."""
+        while True:
+            batch = [await self._pending.get()]
+            while len(batch) < EMBED_BATCH and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            todo = [(a, self._indexes[a].memories[i]) for a, i in batch
+                    if a in self._indexes and i in self._indexes[a].memories]
+            if not todo:
+                continue
+            try:
+                vecs = await asyncio.to_thread(self.embedder.embed, [m.value for _, m in todo])
+            except Exception as exc:  # a broken model must not stop retains: words still find memories
+                self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+                continue
+            for (agent_id, m), vec in zip(todo, vecs):
+                self._indexes[agent_id].add_vector(m.id, vec)
+            try:
+                await self.store.set_vectors([(m.id, np.asarray(v, dtype=np.float32).tobytes())
+                                              for (_, m), v in zip(todo, vecs)])
+            except Exception as exc:
+                self.telemetry.warning("embedding_not_saved", error=f"{type(exc).__name__}: {exc}"[:200])
+
+    # -- contract --
+
+    async def retain(self, req: RetainRequest) -> str:
+        return (await self.retain_many([req]))[0]
+
+    async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
+        """Several of one agent's retains in one transaction; an outcome per request, in order."""
+        if not reqs:
+            return []
+        agent_id = reqs[0].agent_id
+        idx = await self._index(agent_id)
+        async with self._lock(agent_id):
+            ids = [r.entry["id"] for r in reqs]
+            done = await self.store.retained(agent_id, ids)
+            tomb = self._tombstones.setdefault(agent_id, set())
+            outcomes: list[str] = []
+            put: list[Memory] = []
+            marks: list[tuple[str, str]] = []
+            seen: set[str] = set()
+            for req, eid in zip(reqs, ids):
+                if eid in tomb:
+                    outcomes.append("tombstoned")
+                elif eid in done or eid in seen:
+                    outcomes.append("duplicate")
+                else:
+                    seen.add(eid)
+                    made = episodes_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+                    put += made
+                    marks.append((agent_id, eid))
+                    outcomes.append("stored" if made else "empty")
+            if marks:
+                await self.store.write(put, retained=marks)
+                for m in put:
+                    idx.put(m)
+                    if self.embedder is not None:
+                        self._pending.put_nowait((agent_id, m.id))
+            return outcomes
+
+    async def forget(self, req: ForgetRequest) -> int:
+        idx = await self._index(req.agent_id)
+        async with self._lock(req.agent_id):
+            removed = await self.store.forget(req.agent_id, req.entry_ids, req.reason, time.time())
+            self._tombstones.setdefault(req.agent_id, set()).update(req.entry_ids)
+            for memory_id in removed:
+                idx.drop(memory_id)
+            return len(removed)
+
+    async def _query_vector(self, text: str) -> Any:
+        if self.embedder is None or not text.strip():
+            return None
+        return await asyncio.to_thread(self.embedder.embed_query, text)
+
+    async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+        text = req.query if req.query is not None else query_from(req.messages)
+        if not text.strip():
+            return []
+        idx = await self._index(req.agent_id)
+        session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
+        budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
+        max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
+        vector = await self._query_vector(text)
+        # shared rules first (they are few and bind every agent), then the agent's own memories
+        shared: list[MemoryBlock] = []
+        if GLOBAL_AGENT in self._indexes or await self.store.count(GLOBAL_AGENT):
+            gidx = await self._index(GLOBAL_AGENT)
+            for m, score in gidx.rank(text, vector)[:2]:
+                if score > 0:
+                    shared.append(MemoryBlock(text=f"{m.type} ({m.key}): {m.value}", score=round(score, 4),
+                                              kind=m.type, source="embedded", id=m.id))
+        visible = _visible_in(session_id)
+        shared_tokens = sum((len(b.text) + 3) // 4 for b in shared)
+        packed = idx.recall(RecallQuery(text, budget_tokens=budget - shared_tokens,
+                                        max_blocks=max_blocks - len(shared), session_id=session_id,
+                                        vector=vector), visible=visible)
+        return shared + [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
+                         for p in packed]
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),
+                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog}
+
+    # -- REST operations (memory_adapters/rest_api.py) --
+
+    async def store_memory(self, m: Memory) -> tuple[Memory, bool]:
+        """Upsert by (agent, scope, session, key): the same key replaces the value, keeps the id."""
+        idx = await self._index(m.agent_id)
+        async with self._lock(m.agent_id):
+            old = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
+            if old is not None:
+                m.id, m.created_at = old.id, old.created_at
+            m.value, _ = self.redactor.text(m.value)
+            await self.store.write([m])
+            idx.put(m)
+            if self.embedder is not None:
+                self._pending.put_nowait((m.agent_id, m.id))
+            return m, old is None
+
+    async def get_memory(self, memory_id: str) -> Memory | None:
+        return await self.store.get(memory_id)
+
+    async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
+                   limit: int, after: tuple[float, str] | None) -> list[Memory]:
+        return await self.store.page(agent_id=agent_id, scope=scope, type_=type_, session_id=session_id,
+                                     now=time.time(), limit=limit, after=after)
+
+    async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
+                     type_filter: set[str] | None = None, min_importance: float | None = None
+                     ) -> list[tuple[Memory, float]]:
+        idx = await self._index(agent_id)
+        vector = await self._query_vector(query)
+        visible = _visible_in(session_id)
+        out = []
+        for m, score in idx.rank(query, vector, visible=visible):
+            if type_filter and m.type not in type_filter:
+                continue
+            if min_importance is not None and m.importance < min_importance:
+                continue
+            out.append((m, score))
+            if len(out) >= top_k:
+                break
+        return out
+
+    async def delete_memory(self, memory_id: str) -> bool:
+        m = await self.store.get(memory_id)
+        if m is None:
+            return False
+        async with self._lock(m.agent_id):
+            await self.store.write([], dropped=[memory_id])
+            if m.agent_id in self._indexes:
+                self._indexes[m.agent_id].drop(memory_id)
+        return True
+
+
+def _positive(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _visible_in(session_id: str | None):
+    """Session-scoped memories are seen only in their own session."""
+    def visible(m: Memory) -> bool:
+        return m.scope != "session" or (session_id is not None and m.session_id == session_id)
+    return visible
