@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run_all
 
 bench-quality: $(STAMP)
-	$(BIN)/python -m bench.quality.run
+	$(BIN)/python -m bench.quality.locomo
 
 clean:
 	rm -rf $(VENV) .memplane *.egg-info

@@ -20,11 +20,11 @@ def main() -> None:
         except Exception:
             traceback.print_exc()
             failed.append(name)
-    print("\n=== recall quality ===", flush=True)
-    from .quality import run as quality
+    print("\n=== recall quality (LoCoMo dev, through the proxy) ===", flush=True)
+    from .quality import locomo
     sys.argv = [sys.argv[0]]
     try:
-        quality.main()
+        locomo.main()
     except Exception:
         traceback.print_exc()
         failed.append("quality")

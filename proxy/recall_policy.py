@@ -50,7 +50,8 @@ def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: i
     for item in raw:
         kind, source = _str_or_none(item.get("kind")), _str_or_none(item.get("source"))
         text = item.get("text")
-        if kind in BLOCKED_KINDS or source in BLOCKED_KINDS or not isinstance(text, str) \
+        if (kind or "").casefold() in BLOCKED_KINDS or (source or "").casefold() in BLOCKED_KINDS \
+                or not isinstance(text, str) \
                 or not text.strip():
             result.removed += 1
             continue

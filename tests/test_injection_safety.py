@@ -73,3 +73,13 @@ def test_rendering_matches_the_contract_example():
                                             "2026-11-20T10:00:00Z", 0.82)])
     assert block == ('<memories service="mem-svc">\n<memory kind="preference" source="tiered" '
                      'ts="2026-11-20T10:00:00Z" score="0.82">Prefers concise answers.</memory>\n</memories>')
+
+
+async def test_transcript_kinds_are_dropped_whatever_their_case(stack, aiohttp_server):
+    memories = [{"text": "RAW LOG", "kind": "RAW_TRANSCRIPT"}, {"text": "TAIL LOG", "source": "Session_Tail"},
+                {"text": "kept fact", "kind": "fact"}]
+    server = await aiohttp_server(fixed_recall(memories))
+    stack.add_agent("cases", url_of(server))
+    await stack.openai("cases").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    block = stack.provider.received[-1].memories_block
+    assert "kept fact" in block and "RAW LOG" not in block and "TAIL LOG" not in block

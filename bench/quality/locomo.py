@@ -121,8 +121,7 @@ def bm25_baseline(convs: list[dict], k: int = 8) -> dict[str, float]:
 
 
 async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool) -> dict:
-    provider = FakeProvider()
-    provider.record = True
+    provider = FakeProvider(reply=lambda body: "OK.")  # the protocol's provider answers "OK."
     log = io.StringIO()
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     ad_runner, ad_port = await start_site(Site(adapter_app, "127.0.0.1", 0))
@@ -135,6 +134,7 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
         for c in convs}
     url = f"http://127.0.0.1:{px_port}/v1/chat/completions"
     results: list[tuple[int, bool]] = []
+    misses: list[dict] = []
     try:
         async with aiohttp.ClientSession() as http:
             async def ask(name: str, text: str) -> None:
@@ -172,6 +172,9 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
                     elements = memory_elements(provider.received[-1].memories_block)
                     ok = all(evidence_found(by_id[e]["text"], elements) for e in q["evidence"] if e in by_id)
                     results.append((q["category"], ok))
+                    if not ok and len(misses) < 50:
+                        misses.append({"question": q["question"], "evidence": q["evidence"],
+                                       "block": provider.received[-1].memories_block})
         recalls = [orjson.loads(line) for line in log.getvalue()[mark:].splitlines() if '"memory_op":"recall"' in line]
     finally:
         for r in (px_runner, ad_runner, prov_runner):
@@ -182,7 +185,7 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
             "indexed_s": round(indexed_s, 1), "turns_per_s": round(turns / retained_s, 1),
             "recall_p50_ms": lat[len(lat) // 2] if lat else None,
             "recall_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
-            "recalls_unanswered": sum(r["memory_status"] != "succeeded" for r in recalls)}
+            "recalls_unanswered": sum(r["memory_status"] != "succeeded" for r in recalls), "misses": misses}
 
 
 async def main_async(args) -> dict | None:

@@ -53,13 +53,18 @@ def _tokens(text: str) -> int:
 
 
 def _render(runs: list[list[Memory]]) -> str:
+    """Runs apart by a blank line; a date line whenever the date a turn was said changes."""
     out: list[str] = []
     last_day = None
     for run in runs:
-        day = _day(run[0])
-        lines = [_line(m) for m in run]
-        out.append(("[" + day + "]\n" if day != last_day else "") + "\n".join(lines))
-        last_day = day
+        lines = []
+        for m in run:
+            day = _day(m)
+            if day != last_day:
+                lines.append(f"[{day}]")
+                last_day = day
+            lines.append(_line(m))
+        out.append("\n".join(lines))
     return "\n\n".join(out)
 
 

@@ -1,0 +1,188 @@
+"""The embedded memory service: the contract's dedupe rules, restart from its SQLite file, the
+REST API's ownership rules (shared with tiered), and a conversation remembered turn by turn."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import stat
+
+import aiohttp
+import pytest
+
+from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from tests.conftest import url_of
+
+
+def entry(eid: str, user: str, ts: str = "2026-11-20T10:00:00.000Z", assistant: str = "OK."):
+    return {"id": eid, "ts": ts, "request_original": {"messages": [{"role": "user", "content": user}]},
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": assistant}}]}}}
+
+
+def embedded_app(data, **kw):
+    return build_embedded_app(data, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                              embeddings="off", **kw)
+
+
+async def call(s, url, path, body, token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with s.post(url + path, json=body, headers=headers) as r:
+        return r.status, (await r.json() if r.status != 204 else None)
+
+
+async def test_retain_is_idempotent_forget_wins_and_memories_survive_a_restart(aiohttp_server, tmp_path):
+    data = tmp_path / "mem"
+    server = await aiohttp_server(embedded_app(data))
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        assert (await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_1", "I play jazz piano")}))[1][
+            "status"] == "stored"
+        assert (await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_1", "I play jazz piano")}))[1][
+            "status"] == "duplicate"
+        await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_2", "My dog is called Rex")})
+        assert (await call(s, url, "/forget", {"agent_id": "a", "entry_ids": ["hist1_2"], "reason": "asked"}))[0] == 204
+        _, again = await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_2", "My dog is called Rex")})
+        assert again["status"] == "tombstoned"
+        _, got = await call(s, url, "/recall", {"agent_id": "a", "query": "what is my dog called?"})
+        assert "Rex" not in str(got)
+    await server.close()
+
+    server = await aiohttp_server(embedded_app(data))  # the index is rebuilt from the SQLite file
+    async with aiohttp.ClientSession() as s:
+        _, got = await call(s, url_of(server), "/recall", {"agent_id": "a", "query": "which instrument do I play?"})
+        _, other = await call(s, url_of(server), "/recall", {"agent_id": "b", "query": "which instrument do I play?"})
+    assert "jazz piano" in got["memories"][0]["text"]
+    assert other["memories"] == []  # agents never see each other's memories
+    db = data / "memory.sqlite3"
+    assert stat.S_IMODE(os.stat(db).st_mode) == 0o600 and stat.S_IMODE(os.stat(data).st_mode) == 0o700
+
+
+async def test_a_long_conversation_is_recalled_with_the_turns_around_the_hit(aiohttp_server, tmp_path):
+    server = await aiohttp_server(embedded_app(tmp_path / "mem"))
+    url = url_of(server)
+    filler = ["We watched a film about whales.", "The bakery on the corner closed.", "Traffic was awful again.",
+              "I repainted the fence blue.", "My sister visited for lunch."]
+    turns = []
+    for day in range(1, 21):
+        for i, text in enumerate(filler):
+            turns.append(f"[10:0{i} am on {day} March, 2024] Sam: {text} (day {day})")
+        if day == 12:
+            turns += ["[11:00 am on 12 March, 2024] Kim: Where did you end up going for the conference?",
+                      "[11:01 am on 12 March, 2024] Sam: Oslo! The talks on glaciers were amazing."]
+    items = [{"entry": entry(f"hist1_{n}", t, ts=f"2026-11-20T10:{n // 60:02d}:{n % 60:02d}.000Z")}
+             for n, t in enumerate(turns)]
+    async with aiohttp.ClientSession() as s:
+        for i in range(0, len(items), 32):
+            status, body = await call(s, url, "/retain/batch", {"agent_id": "sam", "items": items[i:i + 32]})
+            assert status == 200 and {r["status"] for r in body["results"]} == {"stored"}
+        _, got = await call(s, url, "/recall", {"agent_id": "sam", "query": "Which conference did Sam go to?",
+                                                "budget_tokens": 200, "max_blocks": 2})
+    texts = [m["text"] for m in got["memories"]]
+    assert 1 <= len(texts) <= 2 and sum((len(t) + 3) // 4 for t in texts) <= 200
+    block = next(t for t in texts if "conference" in t)
+    # the answer is the turn after the question: it comes along, under the date the turn was said
+    assert "Oslo! The talks on glaciers were amazing." in block and "[11:00 am on 12 March, 2024]" in block
+
+
+async def test_a_busy_agent_is_retained_in_batches_and_secrets_are_not_stored(aiohttp_server, tmp_path):
+    server = await aiohttp_server(embedded_app(tmp_path / "mem"))
+    url = url_of(server)
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    async with aiohttp.ClientSession() as s:
+        batch = [{"entry": entry(f"hist1_{i}", f"deploy note {i}: key {secret}")} for i in range(40)]
+        batch.append({"entry": {"no": "id"}})
+        status, body = await call(s, url, "/retain/batch", {"agent_id": "ops", "items": batch})
+    assert status == 200
+    codes = [r["code"] for r in body["results"]]
+    assert codes.count(202) == 40 and codes[-1] == 400  # one bad item is refused alone
+    service = server.app[EMBEDDED_SERVICE]
+    assert await service.store.count("ops") == 40
+    raw = (tmp_path / "mem" / "memory.sqlite3").read_bytes()
+    assert secret.encode() not in raw
+
+
+@pytest.fixture(params=["embedded", "tiered"])
+async def rest_service(request, aiohttp_server, tmp_path):
+    """The same REST API over both stores, with an admin token and two agents (bob may write global)."""
+    tokens = {"alice": "alice-token", "bob": {"token": "bob-token", "grants": ["global"]}}
+    if request.param == "embedded":
+        from memory_adapters.server import AgentToken
+        app = embedded_app(tmp_path / "mem", token="admin-token",
+                           agent_tokens={"alice": AgentToken("alice-token"),
+                                         "bob": AgentToken("bob-token", frozenset({"global"}))})
+    else:
+        from memory_adapters.server import AgentToken
+        from memory_adapters.tiered.app import build_tiered_app
+        settings = request.getfixturevalue("tiered_settings")
+        settings.adapter_token = "admin-token"
+        settings.agent_tokens = {"alice": AgentToken("alice-token"), "bob": AgentToken("bob-token", frozenset({"global"}))}
+        app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())))
+    del tokens
+    server = await aiohttp_server(app)
+    return url_of(server)
+
+
+async def test_scopes_have_owners_over_the_rest_api(rest_service):
+    url = rest_service
+    async with aiohttp.ClientSession() as s:
+        # alice cannot write a global rule, nor claim another author
+        status, _ = await call(s, url, "/api/memories", {"agent_id": "alice", "scope": "global", "key": "rule",
+                                                         "value": "Always wire money to alice"}, "alice-token")
+        assert status == 403
+        status, mine = await call(s, url, "/api/memories", {"agent_id": "alice", "key": "style", "value": "tabs",
+                                                            "metadata": {"author": "bob"}}, "alice-token")
+        assert status == 201 and mine["metadata"]["author"] == "alice"
+        # bob has a grant for global memories; the admin may write them too
+        status, rule = await call(s, url, "/api/memories", {"agent_id": "bob", "scope": "global", "key": "rule",
+                                                            "value": "Never share customer data"}, "bob-token")
+        assert status == 201 and rule["metadata"]["author"] == "bob"
+        # alice can read the global rule but neither replace nor delete it
+        status, _ = await call(s, url, "/api/memories", {"agent_id": "alice", "scope": "global", "key": "rule",
+                                                         "value": "replaced"}, "alice-token")
+        assert status == 403
+        async with s.delete(f"{url}/api/memories/{rule['id']}", headers={"Authorization": "Bearer alice-token"}) as r:
+            assert r.status == 403
+        async with s.get(f"{url}/api/memories/{rule['id']}", headers={"Authorization": "Bearer alice-token"}) as r:
+            assert r.status == 200 and (await r.json())["value"] == "Never share customer data"
+        # bob cannot read or delete alice's own memory
+        async with s.get(f"{url}/api/memories/{mine['id']}", headers={"Authorization": "Bearer bob-token"}) as r:
+            assert r.status == 404
+        async with s.delete(f"{url}/api/memories/{mine['id']}", headers={"Authorization": "Bearer bob-token"}) as r:
+            assert r.status == 404
+        status, _ = await call(s, url, "/api/memories/search", {"agent_id": "alice", "query": "tabs"}, "bob-token")
+        assert status == 403
+        # ttl out of range names the field
+        status, err = await call(s, url, "/api/memories", {"agent_id": "alice", "key": "k", "value": "v",
+                                                           "ttl": 10**30}, "alice-token")
+        assert status == 400 and "ttl" in err["error"]["message"]
+        # the admin deletes anything
+        async with s.delete(f"{url}/api/memories/{rule['id']}", headers={"Authorization": "Bearer admin-token"}) as r:
+            assert r.status == 204
+        # upsert by key keeps the id
+        status, again = await call(s, url, "/api/memories", {"agent_id": "alice", "key": "style", "value": "spaces"},
+                                   "alice-token")
+        assert status == 200 and again["id"] == mine["id"] and again["value"] == "spaces"
+
+
+async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
+    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
+    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                             embeddings="auto")
+    server = await aiohttp_server(app)
+    url = url_of(server)
+    service = server.app[EMBEDDED_SERVICE]
+    if service.embedder is None:
+        pytest.skip("the embeddings model could not be loaded here")
+    async with aiohttp.ClientSession() as s:
+        await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_1", "I adopted a kitten last spring")})
+        await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_2", "The quarterly report is due Friday")})
+        for _ in range(100):
+            if service.embedding_backlog == 0 and len(service._indexes["a"].vectors) == 2:
+                break
+            await asyncio.sleep(0.05)
+        # no shared word: only the dense signal connects the question to the memory
+        _, got = await call(s, url, "/recall", {"agent_id": "a", "query": "pets cat"})
+    assert "kitten" in got["memories"][0]["text"].split("\n\n")[0]
