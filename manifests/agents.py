@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 from pathlib import Path
 from typing import Any
+
+from memplane_core.private_files import private_dir, write_private
 
 
 def token_digest(token: str) -> str:
@@ -22,20 +23,14 @@ def new_token(agent_id: str) -> str:
     return f"{agent_id}:{secrets.token_urlsafe(32)}"
 
 
-def write_json(path: Path, doc: dict[str, Any], mode: int = 0o644) -> None:
-    """Write atomically (temp file + rename) so a reloading proxy never reads half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+def write_json(path: Path, doc: dict[str, Any], mode: int = 0o600) -> None:
+    """Write atomically (a fresh temp file + rename) so a reloading proxy never reads half a file
+    and a planted symlink is never written through."""
+    write_private(path, (json.dumps(doc, indent=2) + "\n").encode(), mode)
 
 
 def write_token(path: Path, token: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    os.replace(tmp, path)
+    write_private(path, (token + "\n").encode())
 
 
 def read_token(path: Path) -> str | None:
@@ -69,8 +64,7 @@ def write_agent(context_root: Path, agent_id: str, *, pod: str = "",
                 memory: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
                 token: str | None = None) -> tuple[str, bool]:
     """Write an agent's dir. Keeps an existing token; returns (token, created_new_token)."""
-    agent_dir = context_root / agent_id
-    agent_dir.mkdir(parents=True, exist_ok=True)
+    agent_dir = private_dir(Path(context_root) / agent_id)
     token_file = agent_dir / "token"
     existing = token or read_token(token_file)
     created = existing is None

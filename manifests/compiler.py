@@ -182,9 +182,12 @@ def plan(pod_file: Path, *, pod_dir: Path | None = None,
         for key in ("type", "timezone"):
             if claw.get(key):
                 extra[key] = str(claw[key])
-        models = claw.get("models") or claw.get("allowed-models")
-        if models:
-            extra["allowed_models"] = [str(m) for m in models]
+        models = claw.get("models", claw.get("allowed-models"))
+        if models is not None:
+            if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+                raise _fail(pod_file, f"{where}.models", f"agent '{agent_id}': models must be a list of model names")
+            if models:
+                extra["allowed_models"] = list(models)
         result.agents.append(CompiledAgent(agent_id, name, extra, memory))
     return result
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from memplane_core.redact import Redactor
@@ -18,6 +20,7 @@ from .errors import ProxyError, dialect_for_path, error_response
 from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
 from .ledger import Ledger
 from .rate_limit import RateLimiter
+from .routing import allowed, check_raw_path, parse_allow_list, require_model_allowed
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import returned_headers, upstream_headers, upstream_target
@@ -27,9 +30,12 @@ STATE = web.AppKey("memplane_state", ProxyState)
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler):
-    """Every failure leaves as a JSON error in the caller's provider dialect, never a traceback."""
+    """Every failure leaves as a JSON error in the caller's provider dialect, never a traceback.
+
+    A path that could be read two ways is refused here, before routing or authentication."""
     dialect = dialect_for_path(request.path)
     try:
+        check_raw_path(request.raw_path)
         return await handler(request)
     except ProxyError as err:
         return error_response(dialect, err)
@@ -60,13 +66,28 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other /v1/* call goes to the provider as-is, with the operator's key."""
+    """A /v1/* call on the operator's allow-list goes to the provider as-is, with the operator's key;
+    anything else is 404. Each one is logged (`request`, with the agent and path)."""
     state = request.app[STATE]
-    authenticate(request, state)
+    started = time.perf_counter()
+    ctx = authenticate(request, state)
     path = request.path
+    if not allowed(state.passthrough, request.method, path):
+        state.telemetry.request(claw_id=ctx.agent_id, path=path, method=request.method, status_code=404,
+                                passthrough=True, refused="not on the pass-through allow-list")
+        raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
     provider = "anthropic" if path.startswith("/v1/messages") else "openai"
     rel = path if provider == "anthropic" else path[len("/v1"):]
     body = await request.read()
+    if body and request.content_type == "application/json":
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            require_model_allowed(ctx.metadata.allowed_models, doc.get("model"))
+    if request.match_info.get("tail", "").startswith("models/"):
+        require_model_allowed(ctx.metadata.allowed_models, path.rsplit("/", 1)[-1])
     headers = upstream_headers(state.settings, provider, request.headers)
     if request.content_type and body:
         headers["Content-Type"] = request.content_type
@@ -78,6 +99,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         async for chunk in upstream.content.iter_any():
             await resp.write(chunk)
         await resp.write_eof()
+    state.telemetry.request(claw_id=ctx.agent_id, path=path, method=request.method, status_code=upstream.status,
+                            passthrough=True, latency_ms=round((time.perf_counter() - started) * 1000, 3))
     return resp
 
 
@@ -91,6 +114,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         redactor=Redactor.from_file(settings.redaction_rules),
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
         upstream_slots=asyncio.Semaphore(settings.max_concurrent_upstream),
+        passthrough=parse_allow_list(settings.passthrough),
     )
 
 

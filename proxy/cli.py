@@ -12,6 +12,7 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 
 from . import runner
 from .config import DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, ProxySettings
+from .routing import DEFAULT_PASSTHROUGH, parse_allow_list
 
 DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
 
@@ -58,10 +59,14 @@ def _check_contexts(settings: ProxySettings) -> None:
 @click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
               help="YAML file of extra redaction rules and allow-list patterns.")
 @click.option("--shutdown-grace", default=30.0, show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
+@click.option("--passthrough", default=None, envvar="MEMPLANE_PASSTHROUGH",
+              help="Comma-separated 'METHOD /v1/path' entries forwarded besides the turn endpoints "
+                   "({id} matches one segment). Default: " + ", ".join(DEFAULT_PASSTHROUGH))
 def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
           upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
-          rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float) -> None:
+          rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
+          passthrough: str | None) -> None:
     """Run the memory proxy."""
     from memplane_core.redact import RedactionConfigError, Redactor
 
@@ -74,10 +79,12 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
         max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
+        passthrough=passthrough,
     )
     try:
         Redactor.from_file(redaction_rules)
-    except RedactionConfigError as exc:
+        parse_allow_list(passthrough)
+    except (RedactionConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     _check_contexts(settings)
     app = build_app(settings)

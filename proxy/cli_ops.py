@@ -92,11 +92,27 @@ def forget_cmd(service: str, entry_ids: tuple[str, ...], reason: str, agents: tu
 @click.option("--url", default=None, help="Override the retain endpoint URL.")
 @click.option("--auth-token", default=None, help="Override the bearer token used for retain.")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 256))
+@click.option("--dead-letters", is_flag=True, help="Replay only the entries delivery parked in retain.dead.jsonl.")
+@click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
+              help="The operator's extra redaction rules (as `memplane serve` uses them).")
 @CONTEXT_ROOT
 @HISTORY_ROOT
 def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str, ...], url: str | None,
-                 auth_token: str | None, concurrency: int, context_root: Path, history_root: Path) -> None:
+                 auth_token: str | None, concurrency: int, dead_letters: bool, redaction_rules: str | None,
+                 context_root: Path, history_root: Path) -> None:
     """Replay the ledger into a service's retain endpoint (skips tombstoned ids)."""
+    from urllib.parse import urlsplit
+
+    from memplane_core.redact import RedactionConfigError, Redactor
+
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise click.BadParameter(f"{url!r} is not an http(s) URL with a host", param_hint="--url")
+    try:
+        redactor = Redactor.from_file(redaction_rules)
+    except RedactionConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     from datetime import datetime
 
     from tqdm import tqdm
@@ -122,7 +138,7 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
         stats = asyncio.run(backfill(ContextStore(context_root, telemetry), history_root, service, after=after,
                                      limit=limit, agents=agents, url=url, auth_token=auth_token,
                                      concurrency=concurrency, telemetry=telemetry, progress=bar.update,
-                                     total_hint=grow))
+                                     total_hint=grow, redactor=redactor, dead_letters=dead_letters))
     except OperatorError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -60,7 +60,10 @@ class ContextStore:
         if cached and cached[0] == stamp:
             return cached[1]
         ctx = self._load(agent_dir, stamp)
-        self._cache[agent_id] = (stamp, ctx)
+        if ctx is not None:  # only known agents are cached: random ids cannot grow memory
+            self._cache[agent_id] = (stamp, ctx)
+        else:
+            self._cache.pop(agent_id, None)
         return ctx
 
     def _load(self, agent_dir: Path, stamp: tuple[int | None, int | None]) -> AgentContext | None:

@@ -11,7 +11,6 @@ so at-least-once is exactly-once in effect.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from memplane_core.private_files import append_private, write_private
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
@@ -35,6 +35,7 @@ from .retain import (
 )
 
 CURSOR_FILE = "retain.cursor"
+DEAD_LETTER_FILE = "retain.dead.jsonl"
 SAVE_EVERY_S = 0.5
 
 
@@ -51,6 +52,7 @@ class Lane:
     saved: int = -1  # cursor value last written to disk
     saved_at: float = 0.0
     flush: asyncio.TimerHandle | None = None  # a pending deferred cursor save
+    retry_after: float = 0.0  # seconds a busy service asked us to wait (Retry-After)
 
 
 class RetainDelivery:
@@ -78,6 +80,7 @@ class RetainDelivery:
         self._slots = asyncio.Semaphore(max_in_flight)
         self._buffered = 0
         self._closing = False
+        self.dead_letters = 0  # entries parked in retain.dead.jsonl since start
 
     # -- lifecycle --
 
@@ -91,11 +94,7 @@ class RetainDelivery:
             return 0
 
     def _write_cursor(self, agent_id: str, offset: int) -> None:
-        path = self._cursor_path(agent_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(CURSOR_FILE + ".tmp")
-        tmp.write_bytes(orjson.dumps({"offset": offset, "ts": time.time()}))
-        os.replace(tmp, path)
+        write_private(self._cursor_path(agent_id), orjson.dumps({"offset": offset, "ts": time.time()}))
 
     async def start(self) -> None:
         """Resume every agent whose ledger holds entries not yet acknowledged."""
@@ -120,8 +119,25 @@ class RetainDelivery:
                 self._write_cursor(agent_id, cursor)
             lane = Lane(agent_id, cursor=cursor, saved=cursor)
             self.lanes[agent_id] = lane
-            lane.task = asyncio.create_task(self._run(lane))
+            lane.task = asyncio.create_task(self._supervise(lane))
         return lane
+
+    async def _supervise(self, lane: Lane) -> None:
+        """A lane never dies: whatever ends its loop is logged and the loop starts again."""
+        restarts = 0
+        while not self._closing:
+            try:
+                await self._run(lane)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                restarts += 1
+                lane.state = "backoff"
+                self.telemetry.log.error("retain_lane_restarted", claw_id=lane.agent_id, restarts=restarts,
+                                         error=f"{type(exc).__name__}: {exc}"[:300])
+                await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** min(restarts, 8)))
+                lane.from_file = True  # start again from the durable cursor
+                lane.wake.set()
 
     def prepare(self, agent_id: str) -> None:
         """Call before ledgering an agent's entry: a new lane starts at the ledger's current end,
@@ -269,10 +285,10 @@ class RetainDelivery:
                 lane.failures += 1
                 lane.state = "backoff"
                 delay = min(self.max_backoff_s, self.backoff_s * 2 ** min(lane.failures - 1, 10))
-                try:
-                    await asyncio.sleep(delay)
-                except asyncio.CancelledError:
-                    raise
+                if lane.retry_after:  # the service said when to come back
+                    delay = min(self.max_backoff_s, lane.retry_after)
+                    lane.retry_after = 0.0
+                await asyncio.sleep(delay)
                 lane.state = "busy"
                 ctx = self.contexts.get(lane.agent_id)
                 manifest = ctx.memory if ctx is not None else None
@@ -281,6 +297,22 @@ class RetainDelivery:
         if not todo:
             lane.cursor = max(lane.cursor, batch[-1][1])
             await self._save(lane)
+
+    def _dead_letter(self, lane: Lane, manifest, entry: Any, reason: str) -> bool:
+        """Park one entry that cannot be delivered (it could not be scrubbed or serialised, or the
+        service's answer made no sense) in `retain.dead.jsonl`, log it, and go on with the next.
+        `memplane memory backfill --dead-letters` replays the file."""
+        entry_id = entry.get("id") if isinstance(entry, dict) else None
+        self.dead_letters += 1
+        self.telemetry.memory_op(claw_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
+                                 status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
+                                 dead_letter=True)
+        try:
+            append_dead_letter(self.ledger.root, lane.agent_id, entry_id, reason)
+        except OSError as exc:
+            self.telemetry.log.error("dead_letter_not_written", claw_id=lane.agent_id, entry_id=entry_id,
+                                     error=type(exc).__name__)
+        return True
 
     def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
         meta = ctx.memory_metadata(_api_name(entry.get("path", "")), entry.get("requested_model"),
@@ -300,20 +332,41 @@ class RetainDelivery:
         return list(await asyncio.gather(*(self._deliver_one(lane, ctx, manifest, e) for e in entries)))
 
     async def _deliver_together(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
-        """One call for many entries; each still gets its own memory_op line."""
-        jobs = [self._job(lane, ctx, manifest, e) for e in entries]
-        async with self._slots:
-            started = time.perf_counter()
+        """One call for many entries; each still gets its own memory_op line. An entry that cannot
+        be prepared is dead-lettered alone; a batch that cannot be sent is sent entry by entry."""
+        done: list[bool | None] = [None] * len(entries)
+        jobs: list[tuple[int, RetainJob]] = []
+        for i, entry in enumerate(entries):
             try:
-                codes: list[int | None] = await post_retain_batch(self.session, jobs)
-                error = ""
-            except RetryableRetainError as exc:
-                codes, error = [None] * len(jobs), str(exc)
-        latency_ms = (time.perf_counter() - started) * 1000
-        done = []
-        for job, code in zip(jobs, codes):
-            done.append(self._report(lane, manifest, job, code, error, latency_ms, batch_size=len(jobs)))
-        return done
+                jobs.append((i, self._job(lane, ctx, manifest, entry)))
+            except Exception as exc:
+                done[i] = self._dead_letter(lane, manifest, entry, f"could not prepare: {type(exc).__name__}: {exc}")
+        if jobs:
+            async with self._slots:
+                started = time.perf_counter()
+                try:
+                    codes: list[int | None] = await post_retain_batch(self.session, [j for _, j in jobs])
+                    error = ""
+                except RetryableRetainError as exc:
+                    codes, error = [None] * len(jobs), str(exc)
+                    self._note_retry_after(lane, exc)
+                except BatchUnsupported:
+                    raise
+                except Exception:  # e.g. one entry that serialises alone but not inside the batch
+                    codes = None
+            if codes is None:
+                singles = await asyncio.gather(*(self._deliver_one(lane, ctx, manifest, entries[i]) for i, _ in jobs))
+                for (i, _), ok in zip(jobs, singles):
+                    done[i] = ok
+            else:
+                latency_ms = (time.perf_counter() - started) * 1000
+                for (i, job), code in zip(jobs, codes):
+                    done[i] = self._report(lane, manifest, job, code, error, latency_ms, batch_size=len(jobs))
+        return [bool(d) for d in done]
+
+    def _note_retry_after(self, lane: Lane, exc: RetryableRetainError) -> None:
+        if exc.retry_after is not None:
+            lane.retry_after = max(lane.retry_after, exc.retry_after)
 
     def _report(self, lane: Lane, manifest, job: RetainJob, status: int | None, error: str, latency_ms: float,
                 **extra: Any) -> bool:
@@ -332,8 +385,11 @@ class RetainDelivery:
         return True
 
     async def _deliver_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
-        """True when acknowledged (2xx) or permanently refused (4xx); False to retry."""
-        job = self._job(lane, ctx, manifest, entry)
+        """True when acknowledged (2xx), permanently refused (4xx) or dead-lettered; False to retry."""
+        try:
+            job = self._job(lane, ctx, manifest, entry)
+        except Exception as exc:
+            return self._dead_letter(lane, manifest, entry, f"could not prepare: {type(exc).__name__}: {exc}")
         status: int | None = None
         error = ""
         async with self._slots:
@@ -342,7 +398,16 @@ class RetainDelivery:
                 status = await post_retain(self.session, job)
             except RetryableRetainError as exc:
                 error = str(exc)
+                self._note_retry_after(lane, exc)
+            except Exception as exc:  # the payload cannot be serialised, or anything unforeseen
+                return self._dead_letter(lane, manifest, entry, f"could not send: {type(exc).__name__}: {exc}")
         return self._report(lane, manifest, job, status, error, (time.perf_counter() - started) * 1000)
+
+
+def append_dead_letter(history_root, agent_id: str, entry_id: str | None, reason: str) -> None:
+    """One line per undeliverable entry: its id (the ledger holds the turn) and why."""
+    line = orjson.dumps({"entry_id": entry_id, "reason": reason[:500], "ts": time.time()}) + b"\n"
+    append_private(history_root / agent_id / DEAD_LETTER_FILE, line)
 
 
 def _api_name(path: str) -> str:

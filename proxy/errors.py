@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from enum import Enum
 
 import orjson
@@ -71,4 +72,6 @@ def error_response(dialect: Dialect, err: ProxyError) -> web.Response:
 
 
 def dialect_for_path(path: str) -> Dialect:
-    return Dialect.ANTHROPIC if path.startswith("/v1/messages") else Dialect.OPENAI
+    """Anthropic's shape for /v1/messages (also when written with dot segments, which are then
+    refused in that shape), OpenAI's for everything else."""
+    return Dialect.ANTHROPIC if posixpath.normpath(path or "/").startswith("/v1/messages") else Dialect.OPENAI

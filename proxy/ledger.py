@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from memplane_core.clock import now_rfc3339
+from memplane_core.private_files import append_private, open_append, write_private
 
 LEDGER_FILE = "history.jsonl"
 INDEX_FILE = "history.idx"
@@ -110,8 +111,7 @@ class Ledger:
         fh = self._files.get(agent_id)
         if fh is None:
             p = self.path(agent_id)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(p, "ab", buffering=0)
+            fh = open_append(p)
             # A torn line left by a crash must not glue itself to the next entry.
             if fh.tell() > 0:
                 with open(p, "rb") as rf:
@@ -229,12 +229,9 @@ class Ledger:
                 points.append((ref.entry.get("ts", ""), ref.offset))
             count += 1
             scanned_to = ref.end
-        tmp = ip.with_suffix(".idx.tmp")
-        with open(tmp, "wb") as fh:
-            for ts, off in points:
-                fh.write(orjson.dumps({"ts": ts, "offset": off}) + b"\n")
-            fh.write(orjson.dumps({"scanned_to": scanned_to, "count": count}) + b"\n")
-        os.replace(tmp, ip)
+        lines = [orjson.dumps({"ts": ts, "offset": off}) + b"\n" for ts, off in points]
+        lines.append(orjson.dumps({"scanned_to": scanned_to, "count": count}) + b"\n")
+        write_private(ip, b"".join(lines))
         return points
 
     def seek_offset(self, agent_id: str, after: str) -> int:
@@ -261,9 +258,6 @@ def read_tombstones(root: Path, agent_id: str) -> set[str]:
 
 
 def append_tombstones(root: Path, agent_id: str, entry_ids: list[str], reason: str) -> None:
-    p = Path(root) / agent_id / TOMBSTONE_FILE
-    p.parent.mkdir(parents=True, exist_ok=True)
     ts = now_rfc3339()
-    with open(p, "ab") as fh:
-        for eid in entry_ids:
-            fh.write(orjson.dumps({"entry_id": eid, "reason": reason, "ts": ts}) + b"\n")
+    append_private(Path(root) / agent_id / TOMBSTONE_FILE,
+                   b"".join(orjson.dumps({"entry_id": eid, "reason": reason, "ts": ts}) + b"\n" for eid in entry_ids))

@@ -12,12 +12,28 @@ import aiohttp
 import orjson
 
 from manifests.models import MemoryManifest
+from memplane_core.ids import is_agent_id
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
+from .delivery import DEAD_LETTER_FILE
 from .ledger import Ledger, append_tombstones, read_tombstones
 from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
+
+
+def read_dead_letters(history_root: Path, agent_id: str) -> set[str]:
+    path = Path(history_root) / agent_id / DEAD_LETTER_FILE
+    ids: set[str] = set()
+    if path.exists():
+        for raw in path.read_bytes().splitlines():
+            try:
+                entry_id = orjson.loads(raw).get("entry_id")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(entry_id, str):
+                ids.add(entry_id)
+    return ids
 
 
 class OperatorError(Exception):
@@ -44,22 +60,36 @@ class ForgetOutcome:
 
 
 async def forget(contexts: ContextStore, history_root: Path, service: str, entry_ids: list[str], reason: str,
-                 *, agents: tuple[str, ...] = (), telemetry: Telemetry | None = None) -> list[ForgetOutcome]:
+                 *, agents: tuple[str, ...] = (), telemetry: Telemetry) -> list[ForgetOutcome]:
     """Tombstone locally first (so backfill can never resurrect), then call the service."""
-    telemetry = telemetry or Telemetry()
+    for agent_id in agents:
+        if not is_agent_id(agent_id):
+            raise OperatorError(f"invalid agent id {agent_id!r}")
+        if contexts.get(agent_id) is None and not (Path(history_root) / agent_id).is_dir():
+            raise OperatorError(f"unknown agent {agent_id!r}: no context directory and no ledger")
     targets = subscribers(contexts, service, agents)
-    if not agents:
-        ledger = Ledger(history_root)
-        owners = {a for a in targets if any(ref.entry.get("id") in entry_ids for ref in ledger.read(a))}
-        targets = {a: m for a, m in targets.items() if a in owners} or targets
     if not targets:
         raise OperatorError(f"no agent subscribes to memory service '{service}'; name one with --agent")
+    # only the agents whose ledger holds an id get its tombstone; an id in no ledger is an error
+    ledger = Ledger(history_root)
+    wanted = set(entry_ids)
+    found: dict[str, set[str]] = {}
+    for agent_id in targets:
+        hits = {ref.entry.get("id") for ref in ledger.read(agent_id)} & wanted
+        if hits:
+            found[agent_id] = hits
+    missing = wanted - set().union(*found.values()) if found else wanted
+    if missing:
+        where = f"agent {', '.join(agents)}" if agents else f"any ledger of '{service}' subscribers"
+        raise OperatorError(f"entry id(s) not found in {where}: {', '.join(sorted(missing))}")
+    targets = {a: m for a, m in targets.items() if a in found}
     outcomes = []
     async with aiohttp.ClientSession() as session:
         for agent_id, manifest in targets.items():
-            append_tombstones(history_root, agent_id, entry_ids, reason)
-            remote = await _remote_forget(session, agent_id, contexts, manifest, entry_ids, reason, telemetry, service)
-            outcomes.append(ForgetOutcome(agent_id, len(entry_ids), remote))
+            ids = sorted(found[agent_id])
+            append_tombstones(history_root, agent_id, ids, reason)
+            remote = await _remote_forget(session, agent_id, contexts, manifest, ids, reason, telemetry, service)
+            outcomes.append(ForgetOutcome(agent_id, len(ids), remote))
     return outcomes
 
 
@@ -98,12 +128,15 @@ class BackfillStats:
 
 async def backfill(contexts: ContextStore, history_root: Path, service: str, *, after: str | None = None,
                    limit: int = 0, agents: tuple[str, ...] = (), url: str | None = None,
-                   auth_token: str | None = None, concurrency: int = 8, redactor: Redactor | None = None,
-                   telemetry: Telemetry | None = None, progress: Callable[[int], None] | None = None,
-                   total_hint: Callable[[int], None] | None = None) -> BackfillStats:
-    """Replay ledger entries into the retain endpoint with the ids live retain used."""
-    telemetry = telemetry or Telemetry()
-    redactor = redactor or Redactor()
+                   auth_token: str | None = None, concurrency: int = 8, redactor: Redactor,
+                   telemetry: Telemetry, progress: Callable[[int], None] | None = None,
+                   total_hint: Callable[[int], None] | None = None, dead_letters: bool = False) -> BackfillStats:
+    """Replay ledger entries into the retain endpoint with the ids live retain used, scrubbed by
+    the operator's redaction rules as live retain does. With `dead_letters`, only the entries
+    delivery parked in `retain.dead.jsonl` are replayed."""
+    for agent_id in agents:
+        if not is_agent_id(agent_id):
+            raise OperatorError(f"invalid agent id {agent_id!r}")
     ledger = Ledger(history_root)
     targets = subscribers(contexts, service, agents)
     if url:  # an explicit URL can replay agents that have a ledger but no manifest for the service
@@ -126,8 +159,11 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             counts = {"sent": 0, "skipped_tombstoned": 0, "failed": 0}
             start = ledger.seek_offset(agent_id, after) if after else 0
             jobs = []
+            parked = read_dead_letters(history_root, agent_id) if dead_letters else None
             for ref in ledger.read(agent_id, start_offset=start):
                 entry = ref.entry
+                if parked is not None and entry.get("id") not in parked:
+                    continue
                 if after and str(entry.get("ts", "")) <= after:
                     continue
                 if entry.get("id") in tombstones:
@@ -141,13 +177,17 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             started = time.perf_counter()
 
             async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts):
-                job = scrub_job(redactor, RetainJob(agent_id, pod, manifest, entry,
-                                                    {"service": service, "backfill": True}, op="backfill"))
                 async with sem:
                     try:
+                        job = scrub_job(redactor, RetainJob(agent_id, pod, manifest, entry,
+                                                            {"service": service, "backfill": True}, op="backfill"))
                         status = await post_retain(session, job, url=url, token=auth_token)
                         ok = 200 <= status < 300
                     except RetryableRetainError:
+                        ok = False
+                    except Exception as exc:  # one entry that cannot be sent never stops the rest
+                        telemetry.warning("backfill_entry_failed", claw_id=agent_id, entry_id=entry.get("id"),
+                                          error=f"{type(exc).__name__}: {exc}"[:200])
                         ok = False
                 counts["sent" if ok else "failed"] += 1
                 if progress:

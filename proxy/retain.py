@@ -18,7 +18,20 @@ from memplane_core.redact import Redactor
 
 
 class RetryableRetainError(Exception):
-    """A 5xx, 429 or transport failure: worth another try."""
+    """A 5xx, 429 or transport failure: worth another try (after `retry_after` seconds when the
+    service said so in a Retry-After header)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= 3600 else None
 
 
 @dataclass
@@ -66,7 +79,7 @@ async def _post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise RetryableRetainError(type(exc).__name__) from None
     if resp.status >= 500 or resp.status == 429:
-        raise RetryableRetainError(f"status {resp.status}")
+        raise RetryableRetainError(f"status {resp.status}", _retry_after(resp.headers.get("Retry-After")))
     return resp.status, body
 
 

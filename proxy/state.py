@@ -15,6 +15,7 @@ from .context_store import ContextStore
 from .delivery import RetainDelivery
 from .ledger import Ledger
 from .rate_limit import RateLimiter
+from .routing import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 
 
 @dataclass
@@ -26,6 +27,7 @@ class ProxyState:
     redactor: Redactor
     rate_limiter: RateLimiter
     upstream_slots: asyncio.Semaphore
+    passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

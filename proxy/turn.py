@@ -18,6 +18,7 @@ from .ledger import build_entry
 from .rate_limit import retry_after_header
 from .recall import call_recall
 from .recall_policy import apply_policy
+from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
@@ -45,6 +46,10 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
         raise ProxyError(400, f"The request body is not valid JSON: {exc.msg}.") from None
     if not isinstance(body, dict):
         raise ProxyError(400, "The request body must be a JSON object.")
+    try:  # the ledger and a batched retain nest the body a few levels deeper: it must still serialise
+        orjson.dumps([[[[[[[[body]]]]]]]])
+    except orjson.JSONEncodeError:
+        raise ProxyError(400, "The request body is nested too deeply to be forwarded and recorded.") from None
     return body
 
 
@@ -128,6 +133,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     ctx = authenticate(request, state)
     body = await read_json_body(request)
     fmt.validate(body)
+    require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
     effective = body
     if ctx.memory is not None and ctx.memory.recall is not None:
@@ -173,16 +179,32 @@ async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, f
     return resp
 
 
+def _safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
+    """Parsing for the ledger is best effort: an event of an unexpected shape is relayed as it is."""
+    try:
+        return fmt.feed_event(state, event, data, hidden_usage)
+    except Exception:
+        state.extra["unparsed_events"] = state.extra.get("unparsed_events", 0) + 1
+        return True
+
+
 def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
         return {"response": {"format": "text", "text": data.decode("utf-8", "replace")}, "usage": None, "model": None}
-    _, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
-    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage,
-                              "model": doc.get("model") if isinstance(doc, dict) else None}
+    usage = None
+    try:  # an answer of an unexpected shape is still ledgered, whole, as the JSON it was
+        _, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
+    except Exception:
+        usage = None
+    model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
+    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model}
     if isinstance(fmt, AnthropicMessages) and isinstance(doc, dict):
-        cites = fmt.citations(doc)
+        try:
+            cites = fmt.citations(doc)
+        except Exception:
+            cites = None
         if cites:
             record["citations"] = cites
     return record
@@ -211,7 +233,7 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
             # to drop the usage chunk memplane asked for on the agent's behalf
             events = splitter.feed(chunk)
             kept = [raw for raw in events if b'"choices":[]' not in raw
-                    or fmt.feed_event(StreamState(), *parse_event(raw), True)]
+                    or _safe_feed(fmt, StreamState(), *parse_event(raw), True)]
             if kept:
                 await resp.write(b"".join(kept))
         tail = splitter.flush()
@@ -224,6 +246,8 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
         raise
     except (asyncio.TimeoutError, aiohttp.ClientError):
         incomplete = "upstream_broke_off"
+    except Exception as exc:  # headers are sent: never a second response inside this one
+        incomplete = f"relay_failed: {type(exc).__name__}"
     await finish(_stream_record(fmt, received, hidden_usage, incomplete))
     if incomplete != "client_disconnected":
         try:
@@ -236,9 +260,12 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
 def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
                    incomplete: str | None) -> dict[str, Any]:
     st = StreamState()
-    for raw in SSESplitter().feed(b"".join(received) + b"\n\n"):
-        fmt.feed_event(st, *parse_event(raw), hidden_usage)
+    body = b"".join(received)
+    for raw in SSESplitter().feed(body + b"\n\n"):
+        _safe_feed(fmt, st, *parse_event(raw), hidden_usage)
     response: dict[str, Any] = {"format": "sse", "text": st.text}
+    if not st.text and not st.extra.get("tool_calls"):
+        response["raw"] = body.decode("utf-8", "replace")  # nothing could be read out: keep what was relayed
     if st.extra.get("tool_calls"):
         response["tool_calls"] = list(st.extra["tool_calls"].values())
     if incomplete:

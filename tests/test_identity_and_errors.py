@@ -88,3 +88,27 @@ async def test_upstream_errors_pass_through_and_are_not_ledgered(stack):
         await stack.openai("unlucky").chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     await stack.settle()
     assert stack.ledger("unlucky") == []
+
+
+async def test_unknown_agent_ids_are_not_remembered(stack):
+    import aiohttp
+    async with aiohttp.ClientSession() as s:
+        for i in range(300):
+            async with s.get(f"{stack.proxy_url}/v1/models", headers={"Authorization": f"Bearer ghost{i}:x"}) as r:
+                assert r.status == 401
+    assert len(stack.state.contexts._cache) == 0  # nothing grows with ids that do not exist
+
+
+async def test_an_oversized_authorization_header_is_refused_without_logging_the_token(stack, caplog):
+    import asyncio
+    from urllib.parse import urlsplit
+    token = stack.add_agent("big")
+    parts = urlsplit(stack.proxy_url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    writer.write(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}{'A' * 20000}\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.read(200), 10)
+    writer.close()
+    assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0]
+    secret = token.split(":", 1)[1]
+    assert secret not in caplog.text and secret not in stack.log.getvalue()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from memplane_core.contract import RecallRequest
+from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from proxy.audit import summarize
 from proxy.cli import main
 from proxy.context_store import ContextStore
-from proxy.memory_ops import backfill, forget
+from proxy.memory_ops import OperatorError, backfill, forget
 from proxy.runner import free_port
 
 
@@ -29,7 +31,8 @@ async def test_forget_then_backfill_does_not_resurrect(stack, reference, aiohttp
     assert store.count("ops") == 3
     contexts = ContextStore(stack.context_root, Telemetry())
     forgotten = entries[0]["id"]
-    [outcome] = await forget(contexts, stack.history_root, "mem-svc", [forgotten], "user asked")
+    [outcome] = await forget(contexts, stack.history_root, "mem-svc", [forgotten], "user asked",
+                               telemetry=Telemetry())
     assert outcome.remote == "ok" and store.count("ops") == 2
     assert forgotten in (stack.history_root / "ops" / "tombstones.jsonl").read_text()
 
@@ -38,11 +41,11 @@ async def test_forget_then_backfill_does_not_resurrect(stack, reference, aiohttp
     fresh_app = build_reference_app(tmp_path / "fresh")
     fresh = await aiohttp_server(fresh_app)
     url = f"http://{fresh.host}:{fresh.port}/retain"
-    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url)
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, redactor=Redactor(), telemetry=Telemetry())
     assert (stats.sent, stats.skipped_tombstoned, stats.failed) == (2, 1, 0)
     fresh_store = fresh_app[REFERENCE_STORE]
     assert fresh_store.count("ops") == 2
-    again = await backfill(contexts, stack.history_root, "mem-svc", url=url)
+    again = await backfill(contexts, stack.history_root, "mem-svc", url=url, redactor=Redactor(), telemetry=Telemetry())
     assert again.sent == 2 and fresh_store.count("ops") == 2  # nothing new created
     recalled = await fresh_store.recall(RecallRequest(
         agent_id="ops", query="PIN hint birds"))
@@ -58,19 +61,41 @@ async def test_backfill_after_and_limit(stack, reference, aiohttp_server, tmp_pa
     server = await aiohttp_server(app)
     url = f"http://{server.host}:{server.port}/retain"
     contexts = ContextStore(stack.context_root, Telemetry())
-    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, after=entries[2]["ts"])
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, after=entries[2]["ts"], redactor=Redactor(),
+                           telemetry=Telemetry())
     assert stats.sent == 3
-    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, limit=2, agents=("hist",))
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, limit=2, agents=("hist",), redactor=Redactor(),
+                           telemetry=Telemetry())
     assert stats.sent == 2
     assert app[REFERENCE_STORE].count("hist") == 5  # 3 after the cut + entries 0 and 1
 
 
 async def test_forget_with_service_down_still_tombstones(stack):
     stack.add_agent("offline", f"http://127.0.0.1:{free_port()}")
+    [entry] = await _turns(stack, "offline", ["my locker code is 4411"])
     contexts = ContextStore(stack.context_root, Telemetry())
-    [outcome] = await forget(contexts, stack.history_root, "mem-svc", ["hist1_abc"], "gdpr")
+    [outcome] = await forget(contexts, stack.history_root, "mem-svc", [entry["id"]], "gdpr", telemetry=Telemetry())
     assert outcome.remote.startswith("failed")
-    assert "hist1_abc" in (stack.history_root / "offline" / "tombstones.jsonl").read_text()
+    assert entry["id"] in (stack.history_root / "offline" / "tombstones.jsonl").read_text()
+
+
+async def test_forget_refuses_unknown_ids_and_agents_instead_of_tombstoning_everyone(stack, tmp_path):
+    stack.add_agent("one", f"http://127.0.0.1:{free_port()}")
+    stack.add_agent("two", f"http://127.0.0.1:{free_port()}")
+    [entry] = await _turns(stack, "one", ["first thing"])
+    contexts = ContextStore(stack.context_root, Telemetry())
+    with pytest.raises(OperatorError, match="hist1_nowhere"):
+        await forget(contexts, stack.history_root, "mem-svc", ["hist1_nowhere"], "r", telemetry=Telemetry())
+    with pytest.raises(OperatorError, match="invalid agent id"):
+        await forget(contexts, stack.history_root, "mem-svc", [entry["id"]], "r", agents=("../../escape",),
+                     telemetry=Telemetry())
+    with pytest.raises(OperatorError, match="unknown agent"):
+        await forget(contexts, stack.history_root, "mem-svc", [entry["id"]], "r", agents=("ghost",),
+                     telemetry=Telemetry())
+    [outcome] = await forget(contexts, stack.history_root, "mem-svc", [entry["id"]], "r", telemetry=Telemetry())
+    assert outcome.agent_id == "one"  # only the agent whose ledger holds it
+    assert not (stack.history_root / "two" / "tombstones.jsonl").exists()
+    assert not (tmp_path / "escape").exists() and not (stack.history_root.parent / "escape").exists()
 
 
 def test_cli_forget_and_backfill_report_to_the_operator(tmp_path):
@@ -80,12 +105,15 @@ def test_cli_forget_and_backfill_report_to_the_operator(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["memory", "forget", "mem-svc", "--entry-id", "hist1_x", "--reason", "r",
                                   "--context-root", str(ctx), "--history-root", str(hist)])
-    assert result.exit_code == 0 and "remote forget: failed" in result.stderr
+    assert result.exit_code == 1 and "hist1_x" in result.output and "not found" in result.output
     result = runner.invoke(main, ["memory", "backfill", "mem-svc", "--after", "yesterday",
                                   "--context-root", str(ctx), "--history-root", str(hist)])
     assert result.exit_code == 2 and "RFC3339" in result.output
     result = runner.invoke(main, ["memory", "backfill", "nobody", "--context-root", str(ctx), "--history-root", str(hist)])
     assert result.exit_code == 1 and "no agent subscribes" in result.output
+    result = runner.invoke(main, ["memory", "backfill", "mem-svc", "--url", "not-a-url", "--context-root", str(ctx),
+                                  "--history-root", str(hist)])
+    assert result.exit_code == 2 and "not an http(s) URL" in result.output
 
 
 def test_audit_summarizes_a_recorded_log(tmp_path):

@@ -9,9 +9,9 @@ import time
 import aiohttp
 import redis.asyncio as aioredis
 
+from memory_adapters.engine.record import Memory
 from memory_adapters.tiered.app import TIERED_SERVICE, build_service, build_tiered_app
 from memory_adapters.tiered.consolidate import consolidate
-from memory_adapters.engine.record import Memory
 from memplane_core.contract import ForgetRequest, RecallRequest, RetainRequest
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import free_port

@@ -28,6 +28,7 @@ from memplane_core.contract import (
     RecallRequest,
     RetainRequest,
 )
+from memplane_core.private_files import open_append
 from memplane_core.redact import Redactor
 from memplane_core.turn_text import assistant_text, query_from, session_of, user_text
 
@@ -124,9 +125,7 @@ class ReferenceStore:
         the handle stays open (an open and a mkdir per record cost more than the write)."""
         fh = self._files.get((agent_id, name))
         if fh is None:
-            path = self.data_dir / agent_id / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fh = self._files[(agent_id, name)] = open(path, "ab", buffering=0)
+            fh = self._files[(agent_id, name)] = open_append(self.data_dir / agent_id / name)
         fh.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
 
     def close(self) -> None:

@@ -25,6 +25,8 @@ class OpenAIChat:
                 "'messages' must be a non-empty array.", "messages")
         require(all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in body["messages"]),
                 "Each item of 'messages' must be an object with a string 'role'.", "messages")
+        require(body.get("stream_options") is None or isinstance(body["stream_options"], dict),
+                "'stream_options' must be an object.", "stream_options")
 
     def recall_messages(self, body: dict[str, Any]) -> list[Any]:
         return body["messages"]

@@ -1,0 +1,95 @@
+"""Every model call is a turn: raw paths that could be read two ways, the pass-through allow-list
+and `allowed_models`, driven over a raw socket the way an attacker would (no SDK normalising)."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+
+from manifests.agents import write_agent
+
+
+async def raw_request(url: str, method: str, path: str, token: str, body: bytes = b"") -> tuple[int, dict]:
+    """Send the request line exactly as given (like `curl --path-as-is`)."""
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    writer.write(head.encode() + body)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    status = int(data.split(b" ", 2)[1])
+    payload = data.split(b"\r\n\r\n", 1)[1]
+    if b"transfer-encoding: chunked" in data.split(b"\r\n\r\n", 1)[0].lower():
+        payload = b"".join(payload.split(b"\r\n")[1::2])
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        doc = {}
+    return status, doc
+
+
+CHAT = orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/chat/./completions", "/v1/chat/x/../completions", "/v1/./messages", "/v1/../admin",
+    "/v1/messages/../../secret", "/v1//chat/completions", "/v1/chat%2Fcompletions", "/v1/chat/%2e%2e/x",
+    "/v1/chat%5Ccompletions", "/v1/models/",
+])
+async def test_a_path_that_could_be_read_two_ways_is_refused_and_nothing_is_forwarded(stack, path):
+    token = stack.add_agent("mallory")
+    before = len(stack.provider.received)
+    status, doc = await raw_request(stack.proxy_url, "POST", path, token, CHAT)
+    assert status == 400
+    if path == "/v1/./messages":  # answered in the shape of the API it names
+        assert doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    else:
+        assert doc["error"]["type"] == "invalid_request_error"
+    assert len(stack.provider.received) == before
+    assert stack.ledger("mallory") == []
+
+
+async def test_only_the_allow_list_is_passed_through_and_each_call_is_logged(stack):
+    token = stack.add_agent("agent")
+    status, _ = await raw_request(stack.proxy_url, "GET", "/v1/models", token)
+    assert status == 200
+    for method, path in (("GET", "/v1/files"), ("POST", "/v1/fine_tuning/jobs"), ("GET", "/v1/batches"),
+                         ("DELETE", "/v1/models/gpt-4o")):
+        status, doc = await raw_request(stack.proxy_url, method, path, token)
+        assert status == 404 and doc["error"]["type"] == "not_found_error"
+    lines = [ln for ln in stack.log_lines() if ln.get("type") == "request" and ln.get("passthrough")]
+    assert [(ln["path"], ln["status_code"], ln["claw_id"]) for ln in lines] == [
+        ("/v1/models", 200, "agent"), ("/v1/files", 404, "agent"), ("/v1/fine_tuning/jobs", 404, "agent"),
+        ("/v1/batches", 404, "agent"), ("/v1/models/gpt-4o", 404, "agent")]
+
+
+async def test_the_operator_can_widen_the_allow_list(make_stack):
+    stack = await make_stack(passthrough="GET /v1/models, GET /v1/files/{id}")
+    token = stack.add_agent("agent")
+    await raw_request(stack.proxy_url, "GET", "/v1/files/file-1", token)
+    assert (await raw_request(stack.proxy_url, "POST", "/v1/embeddings", token))[0] == 404
+    lines = [ln for ln in stack.log_lines() if ln.get("passthrough")]
+    assert [(ln["path"], "refused" in ln) for ln in lines] == [("/v1/files/file-1", False), ("/v1/embeddings", True)]
+
+
+async def test_allowed_models_are_enforced_on_turns_and_pass_through(stack):
+    token, _ = write_agent(stack.context_root, "limited", pod="p", extra={"allowed_models": ["gpt-4o-mini"]})
+    stack.tokens["limited"] = token
+    before = len(stack.provider.received)
+    status, doc = await raw_request(stack.proxy_url, "POST", "/v1/chat/completions", token, CHAT)
+    assert status == 403 and doc["error"]["code"] == "model_not_allowed"
+    status, doc = await raw_request(stack.proxy_url, "POST", "/v1/messages", token,
+                                    orjson.dumps({"model": "claude-x", "max_tokens": 5,
+                                                  "messages": [{"role": "user", "content": "hi"}]}))
+    assert status == 403 and doc["error"]["type"] == "permission_error"
+    status, _ = await raw_request(stack.proxy_url, "POST", "/v1/embeddings", token,
+                                  orjson.dumps({"model": "text-embedding-3-large", "input": "x"}))
+    assert status == 403
+    assert len(stack.provider.received) == before and stack.ledger("limited") == []
+    ok = orjson.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    assert (await raw_request(stack.proxy_url, "POST", "/v1/chat/completions", token, ok))[0] == 200
