@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from memplane_core.private_files import write_private
+
 from .agents import memory_manifest, read_token, write_agent
 from .validate import ManifestError, validate
 
@@ -227,11 +229,22 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
     return doc
 
 
+OUT_MARKER = ".memplane-compiled"
+
+
 def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
                 describe: dict[str, str] | None = None) -> CompileResult:
     """Plan, then write every agent dir into a staging dir that replaces `out` in one step."""
     result = plan(pod_file, pod_dir=pod_dir, describe=describe)
     out = Path(out)
+    if out.resolve() in (Path.cwd().resolve(), Path(pod_file).resolve().parent) or out.name in ("", ".", ".."):
+        raise CompileError(f"--out {out}: give a directory of its own for the compiled agents, "
+                           "not the current or the pod file's directory")
+    if out.is_symlink():
+        raise CompileError(f"--out {out}: is a symlink; give a real directory")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / OUT_MARKER).exists())):
+        raise CompileError(f"--out {out}: exists and was not made by `memplane compile` (no {OUT_MARKER}); "
+                           "refusing to replace it")
     staging = out.with_name(f".{out.name}.staging")
     old = out.with_name(f".{out.name}.old")
     shutil.rmtree(staging, ignore_errors=True)
@@ -243,6 +256,7 @@ def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
             agent.token, created = write_agent(staging, agent.agent_id, pod=result.pod, memory=agent.memory,
                                                extra=agent.metadata_extra, token=existing)
             agent.new_token = created
+        write_private(staging / OUT_MARKER, b"made by memplane compile; the whole directory is replaced on recompile\n")
         if out.exists():
             os.replace(out, old)
         os.replace(staging, out)

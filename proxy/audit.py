@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -39,10 +40,36 @@ class Row:
                 "blocks": self.blocks, "bytes": self.bytes, "removed": self.removed}
 
 
-def summarize(lines: Iterable[bytes | str], *, agent: str | None = None, since: str | None = None) -> dict[str, Any]:
+def _num(value: Any) -> float:
+    """A count or latency from a log line; anything else counts as 0 (odd lines never stop audit)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def parse_since(text: str) -> datetime:
+    """An RFC 3339 time (a date alone means its midnight UTC); ValueError names what is wrong."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an RFC3339 time: {text!r} (e.g. 2026-11-20T10:00:00Z)") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _after(ts: Any, since: datetime) -> bool:
+    if not isinstance(ts, str):
+        return False
+    try:
+        return parse_since(ts) >= since
+    except ValueError:
+        return False
+
+
+def summarize(lines: Iterable[bytes | str], *, agent: str | None = None,
+              since: str | datetime | None = None) -> dict[str, Any]:
     rows: dict[tuple[str, str, str], Row] = {}
     requests: dict[str, dict[str, Any]] = defaultdict(lambda: {"requests": 0, "errors": 0, "latencies": []})
     skipped = 0
+    if isinstance(since, str):
+        since = parse_since(since)
     for raw in lines:
         if not str(raw).strip():
             continue
@@ -54,24 +81,24 @@ def summarize(lines: Iterable[bytes | str], *, agent: str | None = None, since: 
         if not isinstance(ev, dict):
             continue
         claw = str(ev.get("claw_id", ""))
-        if (agent and claw != agent) or (since and str(ev.get("ts", "")) < since):
+        if (agent and claw != agent) or (since and not _after(ev.get("ts"), since)):
             continue
         if ev.get("type") == "memory_op":
             key = (claw, str(ev.get("memory_service", "")), str(ev.get("memory_op", "")))
             row = rows.setdefault(key, Row(*key))
             row.ops += 1
             status = ev.get("memory_status")
-            if status in row.statuses:
+            if isinstance(status, str) and status in row.statuses:
                 row.statuses[status] += 1
             if isinstance(ev.get("latency_ms"), (int, float)):
                 row.latencies.append(float(ev["latency_ms"]))
-            row.blocks += int(ev.get("memory_blocks") or 0)
-            row.bytes += int(ev.get("memory_bytes") or 0)
-            row.removed += int(ev.get("memory_removed") or 0)
+            row.blocks += int(_num(ev.get("memory_blocks")))
+            row.bytes += int(_num(ev.get("memory_bytes")))
+            row.removed += int(_num(ev.get("memory_removed")))
         elif ev.get("type") == "request":
             r = requests[claw]
             r["requests"] += 1
-            if int(ev.get("status_code") or 0) >= 400:
+            if _num(ev.get("status_code")) >= 400:
                 r["errors"] += 1
             if isinstance(ev.get("latency_ms"), (int, float)):
                 r["latencies"].append(float(ev["latency_ms"]))

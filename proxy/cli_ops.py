@@ -159,8 +159,13 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def audit_cmd(log_file: str, agent: str | None, since: str | None, as_json: bool) -> None:
     """Summarize memory_op and request logs per agent and service."""
-    from .audit import render_table, summarize
+    from .audit import parse_since, render_table, summarize
 
+    if since is not None:
+        try:
+            since = parse_since(since)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from None
     if log_file == "-":
         summary = summarize(sys.stdin.buffer, agent=agent, since=since)
     else:

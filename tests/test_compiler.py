@@ -142,3 +142,39 @@ def test_cli_compile_print_env_and_errors(tmp_path):
     bad = pod(tmp_path, BASE.replace("{service: mem-svc, timeout-ms: 5000}", "{service: ghost}"))
     result = runner.invoke(main, ["compile", str(bad), "--out", str(tmp_path / "out2")])
     assert result.exit_code != 0 and "ghost" in result.output and "Traceback" not in result.output
+
+
+def test_out_dir_that_compile_did_not_make_is_never_replaced(tmp_path, monkeypatch):
+    pod_file = pod(tmp_path, BASE)
+    mine = tmp_path / "work"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    with pytest.raises(CompileError, match="not made by"):
+        compile_pod(pod_file, mine)
+    assert (mine / "notes.txt").read_text() == "precious"
+    out = tmp_path / "ctx"
+    compile_pod(pod_file, out)
+    compile_pod(pod_file, out)  # its own output is replaced on recompile
+    assert (out / "analyst" / "metadata.json").exists()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compile", str(pod_file), "--out", "."])
+    assert result.exit_code == 1 and "Traceback" not in result.output and "--out" in result.output
+    models = BASE.replace("x-claw: {agent: ./r.md}", "x-claw: {agent: ./r.md, models: gpt-4o}")
+    with pytest.raises(CompileError, match="models must be a list"):
+        compile_pod(pod(tmp_path, models), tmp_path / "m")
+
+
+def test_agent_add_never_writes_through_a_planted_symlink(tmp_path):
+    ctx = tmp_path / "ctx"
+    (ctx / "victim").mkdir(parents=True)
+    target = tmp_path / "target.txt"
+    target.write_text("do not touch")
+    target.chmod(0o644)
+    for name in (".memory.json.tmp", ".token.tmp", ".metadata.json.tmp"):
+        (ctx / "victim" / name).symlink_to(target)
+    result = CliRunner().invoke(main, ["agent", "add", "victim", "--context-root", str(ctx)])
+    assert result.exit_code == 0
+    assert target.read_text() == "do not touch" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    for name in ("token", "metadata.json", "memory.json"):
+        assert stat.S_IMODE((ctx / "victim" / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE((ctx / "victim").stat().st_mode) == 0o700

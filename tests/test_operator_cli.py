@@ -146,3 +146,31 @@ def test_audit_summarizes_a_recorded_log(tmp_path):
     since = orjson.loads(piped.output)
     recall_since = next(r for r in since["memory"] if r["agent"] == "a")
     assert recall_since["ops"] == 1 and recall_since["timed_out"] == 1
+
+
+def test_audit_takes_odd_lines_and_refuses_a_bad_since(tmp_path):
+    log = tmp_path / "odd.log"
+    log.write_text("\n".join([
+        '{"type":"memory_op","claw_id":"a","memory_op":"recall","memory_status":["x"],"memory_blocks":"lots"}',
+        '{"type":"request","claw_id":"a","status_code":"teapot","latency_ms":"slow"}',
+        '[1,2,3]', '"string"', '{"type":"memory_op","claw_id":{"x":1},"ts":5}', "\x00\x01garbage"]))
+    runner = CliRunner()
+    result = runner.invoke(main, ["audit", str(log)])
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    result = runner.invoke(main, ["audit", str(log), "--since", "last tuesday"])
+    assert result.exit_code == 2 and "RFC3339" in result.output
+
+
+async def test_ledger_tombstones_and_cursor_are_private(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("private", ref_url)
+    [entry] = await _turns(stack, "private", ["my passport number is X123"])
+    contexts = ContextStore(stack.context_root, Telemetry())
+    await forget(contexts, stack.history_root, "mem-svc", [entry["id"]], "r", telemetry=Telemetry())
+    await stack.state.retain.close(1.0)
+    import os
+    import stat as st
+    agent_dir = stack.history_root / "private"
+    assert st.S_IMODE(os.stat(agent_dir).st_mode) == 0o700
+    for name in ("history.jsonl", "tombstones.jsonl", "retain.cursor"):
+        assert st.S_IMODE(os.stat(agent_dir / name).st_mode) == 0o600, name

@@ -185,7 +185,8 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
             "indexed_s": round(indexed_s, 1), "turns_per_s": round(turns / retained_s, 1),
             "recall_p50_ms": lat[len(lat) // 2] if lat else None,
             "recall_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
-            "recalls_unanswered": sum(r["memory_status"] != "succeeded" for r in recalls), "misses": misses}
+            "recalls_unanswered": sum(r["memory_status"] != "succeeded" for r in recalls),
+            "policy_removed": sum(int(r.get("memory_removed") or 0) for r in recalls), "misses": misses}
 
 
 async def main_async(args) -> dict | None:

@@ -21,6 +21,7 @@ CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
 
 
+
 def index_text(m: Memory) -> str:
     """A memory's searchable text: its value, plus its key when a person chose it."""
     derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
