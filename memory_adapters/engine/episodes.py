@@ -88,6 +88,54 @@ def said_stamp(text: str) -> tuple[str, str | None, float | None]:
     return text, None, None
 
 
+_DATE_PATTERNS = (
+    (re.compile(r"\b(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}))?"), ("%Y-%m-%d",)),
+    (re.compile(r"\b(\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|November|"
+                r"December),? \d{4})", re.I), ("%d %B %Y", "%d %B, %Y")),
+    (re.compile(r"\b((?:January|February|March|April|May|June|July|August|September|October|November|December)"
+                r" \d{1,2},? \d{4})", re.I), ("%B %d, %Y", "%B %d %Y")),
+)
+
+
+def _parse_date(text: str) -> float | None:
+    for pattern, formats in _DATE_PATTERNS:
+        m = pattern.search(text)
+        if not m:
+            continue
+        raw = m.group(1).replace(",", ",")
+        for fmt in formats:
+            try:
+                return datetime.strptime(raw, fmt).replace(tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def session_date(entry: dict[str, Any]) -> float | None:
+    """A date the conversation states (system prompt first), else the entry's own timestamp."""
+    req = entry.get("request_original") or {}
+    texts = []
+    if isinstance(req, dict):
+        if isinstance(req.get("system"), str):
+            texts.append(req["system"])
+        if isinstance(req.get("instructions"), str):
+            texts.append(req["instructions"])
+        for m in req.get("messages") or []:
+            if isinstance(m, dict) and m.get("role") in ("system", "developer") and isinstance(m.get("content"), str):
+                texts.append(m["content"])
+    for t in texts:
+        found = _parse_date(t)
+        if found:
+            return found
+    ts = entry.get("ts")
+    if isinstance(ts, str):
+        try:
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
 def _epoch(ts: Any) -> float | None:
     if not isinstance(ts, str):
         return None
@@ -116,6 +164,8 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
     out = []
     texts = episode_texts(entry)
     body, label, said_at = said_stamp(texts[0]) if texts else ("", None, None)
+    if said_at is None:  # no stamp on the message: a date the conversation states, else the ledger's
+        said_at = session_date(entry)
     if label is not None:
         texts[0] = body
     for n, raw in enumerate(texts):

@@ -25,9 +25,10 @@ class Signal:
     weight: float = 1.0
 
     def z(self, doc_id: str) -> float:
-        if self.std <= 1e-12:
-            return 0.0
-        return self.weight * (self.scores.get(doc_id, self.missing) - self.mean) / self.std
+        score = self.scores.get(doc_id, self.missing)
+        if self.std <= 1e-12:  # one memory, or all alike: a match is all this signal can tell
+            return self.weight if score > self.missing else 0.0
+        return self.weight * (score - self.mean) / self.std
 
 
 def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:

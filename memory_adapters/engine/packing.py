@@ -45,7 +45,12 @@ def _day(m: Memory) -> str:
 
 
 def _line(m: Memory) -> str:
-    return m.value if m.type == "episode" else f"{m.type} ({m.key}): {m.value}"
+    """An episode as said; a typed memory with its type, and its key when a person chose one."""
+    if m.type == "episode":
+        return m.value
+    if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
+        return f"{m.type}: {m.value}"
+    return f"{m.type} ({m.key}): {m.value}"
 
 
 def _tokens(text: str) -> int:

@@ -21,7 +21,7 @@ class TieredSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     mongo_url: str = "mongodb://127.0.0.1:27017/memplane"
     stm_max_entries: int = 20          # STM_MAX_ENTRIES: newest memories per agent kept in Redis
-    ltm_max_entries: int = 200         # LTM_MAX_ENTRIES: memories per agent in MongoDB, 0 = unlimited
+    ltm_max_entries: int = 0           # LTM_MAX_ENTRIES: memories per agent in MongoDB, 0 = unlimited (default)
     recall_top_k: int = 10             # RECALL_TOP_K
     recall_budget_tokens: int = 3000   # RECALL_BUDGET_TOKENS
     consolidation_threshold: float = 0.1  # CONSOLIDATION_THRESHOLD: prune below this composite importance

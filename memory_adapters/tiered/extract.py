@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
 from typing import Any
 
-from memplane_core.turn_text import session_of, user_text
+from memplane_core.redact import Redactor
+from memplane_core.turn_text import user_text
 
+from ..engine.episodes import episodes_from_entry
 from ..engine.lexical import terms
 from ..engine.record import Memory
 
@@ -25,13 +26,6 @@ _RULES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
                                    r"can't stand|don't like|do not like|want you to|favou?rite)\b|"
                                    r"\bmy favou?rite\b", re.I)),
     ("fact", 0.7, re.compile(r"^(?:please\s+)?(?:remember|note|keep in mind|don't forget|fyi)\b(?:\s+that)?", re.I)),
-)
-_DATE_PATTERNS = (
-    (re.compile(r"\b(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}))?"), ("%Y-%m-%d",)),
-    (re.compile(r"\b(\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|November|"
-                r"December),? \d{4})", re.I), ("%d %B %Y", "%d %B, %Y")),
-    (re.compile(r"\b((?:January|February|March|April|May|June|July|August|September|October|November|December)"
-                r" \d{1,2},? \d{4})", re.I), ("%B %d, %Y", "%B %d %Y")),
 )
 _PLACE = r"(?P<v>[A-Z][\w'-]+(?:[ -][A-Z][\w'-]+)*)"
 _ROLE = r"(?:an? )?(?P<v>[a-z][a-z -]{2,40}?)(?=[,.;!?]| at | for | in | with | which | and | this | last | since |$)"
@@ -67,45 +61,6 @@ def chunks(text: str, limit: int = EPISODE_CHARS) -> list[str]:
     return out
 
 
-def _parse_date(text: str) -> float | None:
-    for pattern, formats in _DATE_PATTERNS:
-        m = pattern.search(text)
-        if not m:
-            continue
-        raw = m.group(1).replace(",", ",")
-        for fmt in formats:
-            try:
-                return datetime.strptime(raw, fmt).replace(tzinfo=timezone.utc).timestamp()
-            except ValueError:
-                continue
-    return None
-
-
-def session_date(entry: dict[str, Any]) -> float | None:
-    """A date the conversation states (system prompt first), else the entry's own timestamp."""
-    req = entry.get("request_original") or {}
-    texts = []
-    if isinstance(req, dict):
-        if isinstance(req.get("system"), str):
-            texts.append(req["system"])
-        if isinstance(req.get("instructions"), str):
-            texts.append(req["instructions"])
-        for m in req.get("messages") or []:
-            if isinstance(m, dict) and m.get("role") in ("system", "developer") and isinstance(m.get("content"), str):
-                texts.append(m["content"])
-    for t in texts:
-        found = _parse_date(t)
-        if found:
-            return found
-    ts = entry.get("ts")
-    if isinstance(ts, str):
-        try:
-            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
 def slug(text: str, words: int = 6) -> str:
     t = terms(text)[:words]
     base = "-".join(t) or "note"
@@ -121,23 +76,24 @@ def profile_facts(text: str) -> list[tuple[str, str]]:
     return list(found.items())
 
 
-def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any]) -> list[Memory]:
+def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
+                        redactor: Redactor) -> list[Memory]:
+    """The engine's episodes for the turn (one per piece, speaker and time kept), plus keyed
+    profile facts (knowledge updates) and typed statements. A statement that is the whole turn
+    retypes its episode instead of storing the same text twice."""
+    episodes = episodes_from_entry(agent_id, entry, metadata, redactor)
+    if not episodes:
+        return []
     eid = entry["id"]
-    said = session_date(entry)
-    session_id = session_of(entry, metadata)
+    said = episodes[0].said_at
+    session_id = episodes[0].session_id
     meta = {"session_id": session_id} if session_id else {}
     user = " ".join(user_text(entry).split()) if user_text(entry) else ""
-    if not user or not terms(user):
-        return []  # nothing the user said: an assistant's "OK." is not a memory
-    out: list[Memory] = []
-    pieces = chunks(user)
-    for n, piece in enumerate(pieces):
-        key = f"episode:{eid}" if len(pieces) == 1 else f"episode:{eid}:{n}"
-        out.append(Memory(agent_id=agent_id, scope="agent", key=key, value=piece, type="episode",
-                          importance=0.5, said_at=said, metadata=dict(meta), source_entry_ids=[eid]))
+    out: list[Memory] = list(episodes)
     for slot, fact in profile_facts(user):
         out.append(Memory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
                           importance=0.8, said_at=said, metadata={**meta, "slot": slot}, source_entry_ids=[eid]))
+    whole = {" ".join(e.value.split()).casefold(): e for e in episodes}
     for s in sentences(user):
         for kind, importance, rule in _RULES:
             if rule.search(s):
@@ -145,8 +101,12 @@ def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
                 if kind == "fact":
                     text = rule.sub("", s).strip(" ,:") or s
                     text = text[0].upper() + text[1:]
-                out.append(Memory(agent_id=agent_id, scope="agent", key=f"{kind}:{slug(text)}", value=text,
-                                  type=kind, importance=importance, said_at=said, metadata=dict(meta),
-                                  source_entry_ids=[eid]))
+                same = whole.get(" ".join(s.split()).casefold())
+                if same is not None and kind != "fact":
+                    same.type, same.importance = kind, importance  # one memory per text
+                else:
+                    out.append(Memory(agent_id=agent_id, scope="agent", key=f"{kind}:{slug(text)}", value=text,
+                                      type=kind, importance=importance, said_at=said, metadata=dict(meta),
+                                      source_entry_ids=[eid]))
                 break
     return out

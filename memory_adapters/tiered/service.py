@@ -25,7 +25,9 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.lexical import LexicalIndex, terms
+from ..engine.index import AgentIndex as EngineIndex
+from ..engine.index import RecallQuery
+from ..engine.lexical import terms
 from ..engine.record import GLOBAL_AGENT, Memory, iso
 from .config import TieredSettings
 from .extract import memories_from_entry
@@ -33,6 +35,7 @@ from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
 
 RELEVANCE_WEIGHT = 0.7
+DEFAULT_MAX_BLOCKS = 8
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 
 
@@ -89,21 +92,14 @@ def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[t
 INDEX_MAX_AGE_S = 30.0
 
 
-def index_text(m: Memory) -> str:
-    """A memory's searchable text: its value, plus its key when a person chose it."""
-    derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
-    return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
-
-
 def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
 @dataclass
-class AgentIndex:
-    memories: dict[str, Memory] = field(default_factory=dict)
-    lexical: LexicalIndex = field(default_factory=LexicalIndex)
-    vectors: Any = None  # VectorIndex when embeddings are on
+class AgentIndex(EngineIndex):
+    """The engine's index of one agent, plus what keeps it coherent across adapter processes."""
+
     version: int | None = None
     loaded_at: float = 0.0
     own: set[int] = field(default_factory=set)  # version bumps this process made
@@ -112,24 +108,19 @@ class AgentIndex:
     recent: list[Memory] = field(default_factory=list)  # Redis's newest, as of recent_version
     recent_version: int | None = None
 
-    def put(self, m: Memory) -> None:
-        old = self.memories.get(m.id)
-        if old is not None:
-            self.by_type.get(old.type, set()).discard(m.id)
-        self.memories[m.id] = m
+    def put(self, m: Memory, vector: Any = None) -> None:
+        if vector is None and m.embedding is not None and self.vectors is not None:
+            import numpy as np  # present whenever vectors are
+            vector = np.asarray(m.embedding, dtype=np.float32)
+        super().put(m, vector)
+        m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
         self.by_type.setdefault(m.type, set()).add(m.id)
-        self.lexical.add(m.id, index_text(m))
-        if self.vectors is not None and m.embedding is not None:
-            self.vectors.add(m.id, m.embedding)
-            m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
 
-    def drop(self, memory_id: str) -> None:
-        old = self.memories.pop(memory_id, None)
+    def drop(self, memory_id: str) -> Memory | None:
+        old = super().drop(memory_id)
         if old is not None:
             self.by_type.get(old.type, set()).discard(memory_id)
-        self.lexical.remove(memory_id)
-        if self.vectors is not None:
-            self.vectors.remove(memory_id)
+        return old
 
     def fresh_for(self, remote: int | None) -> bool:
         """Whether every write since our version was our own (so no reload is needed)."""
@@ -330,7 +321,7 @@ class TieredMemory:
         if seen:
             return seen
         stored = []
-        memories = memories_from_entry(req.agent_id, entry, req.metadata)
+        memories = memories_from_entry(req.agent_id, entry, req.metadata, self.redactor)
         await self._embed(memories)  # one batch for the whole turn
         for m in memories:
             stored.append((await self.store(m))[0])
@@ -478,19 +469,35 @@ class TieredMemory:
         return _distinct(scored, top_k)
 
     async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+        """The engine's recall (memory_adapters/engine): fused ranking, neighbours, dated blocks
+        packed to the proxy's budget; the two best matching global memories first."""
         query = req.query if req.query is not None else query_from(req.messages)
+        if not query.strip():
+            return []
+        now = time.time()
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
-        top_k = req.top_k or self.settings.recall_top_k
-        ranked = await self.rank(req.agent_id, query, session_id=session_id, top_k=top_k)
-        blocks, used, picked = [], 0, []
-        for m, score in ranked:
-            cost = estimate_tokens(m.value)
-            if used + cost > self.settings.recall_budget_tokens:
-                continue
-            used += cost
-            picked.append(m)
-            blocks.append(MemoryBlock(text=m.value, score=round(score, 4), kind=m.type, source="tiered",
-                                      ts=iso(m.said_at or m.created_at), id=m.id))
+        budget = req.budget_tokens or self.settings.recall_budget_tokens
+        max_blocks = req.max_blocks or DEFAULT_MAX_BLOCKS
+        remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
+        idx = await self._index(req.agent_id, remote)
+        gidx = await self._index(GLOBAL_AGENT, gremote)
+        vector = None
+        if self.embedder is not None:
+            vector = await asyncio.to_thread(self.embedder.embed_query, query)
+
+        def visible(m: Memory) -> bool:
+            return self._visible(m, session_id, now)
+
+        shared = [(m, s) for m, s in gidx.rank(query, vector, visible=visible)[:2] if s > 0] if len(gidx) else []
+        blocks = [MemoryBlock(text=f"{m.type} ({m.key}): {m.value}", score=round(s, 4), kind=m.type, source="tiered",
+                              ts=iso(m.said_at or m.created_at), id=m.id) for m, s in shared]
+        used = sum(estimate_tokens(b.text) for b in blocks)
+        packed = idx.recall(RecallQuery(query, budget_tokens=budget - used, max_blocks=max_blocks - len(blocks),
+                                        session_id=session_id, vector=vector), visible=visible)
+        blocks += [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
+                   for p in packed]
+        picked = [m for m, _ in shared] + [idx.memories[i] for p in packed for i in p.memory_ids
+                                           if i in idx.memories]
         if picked:
             await self._bump(picked)
         return blocks
