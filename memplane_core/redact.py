@@ -40,15 +40,23 @@ def shannon_entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+_TEMPLATE = re.compile(r"^(?:<[^<>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|%\(\w+\)s|\[redacted:[a-z_]+\])$",
+                       re.S)
+
+
 def looks_placeholder(value: str) -> bool:
-    """True for values that only stand in for a secret: `sk-...`, `<YOUR_KEY>`, `xxxx`, `${VAR}`."""
+    """True for values that only stand in for a secret: `sk-...`, `<YOUR_KEY>`, `xxxx`, `${VAR}`,
+    `your-api-key-here`. A real secret that happens to contain a word such as "example" is not
+    one: only values with no digits or symbols beyond separators count as words."""
     v = value.strip().strip("\"'")
     low = v.lower()
     if not v or low.startswith(REDACTED_PREFIX) or low in _PLACEHOLDER_VALUES:
         return True
-    if any(word in low for word in _PLACEHOLDER_WORDS):
+    if _TEMPLATE.match(v) or "..." in v or "…" in v or "****" in v or "xxxx" in low:
         return True
-    if v.startswith("$") and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", v):
+    if any(marker in v for marker in ("${", "{{", "%(", "<", ">")):
+        return True
+    if re.fullmatch(r"[A-Za-z_\-]+", v) and any(word in low for word in _PLACEHOLDER_WORDS):
         return True
     core = re.sub(r"^[a-z]+[-_]", "", low)  # drop a vendor prefix such as sk- or ghp_
     return len(set(core.replace("-", "").replace("_", ""))) <= 2
@@ -84,8 +92,25 @@ _ASSIGN_KEYS = (
 )
 
 
+_CODE_REFERENCE = re.compile(
+    r"^(?:(?:os|process|sys|env|environ|config|settings|secrets|vault|self|this|ctx|app|params|args|opts|"
+    r"options|request|req|cfg|conf)\b|[A-Za-z_$][\w$]*\(|[a-z_$][a-z0-9_$]*(?:\.[A-Za-z_$][\w$]*)+\(?$)")
+
+
 def _assignment_check(value: str) -> bool:
-    return not looks_placeholder(value) and len(value) >= 6 and shannon_entropy(value) >= 2.5
+    """A value worth redacting: not a placeholder, not code that reads the secret from elsewhere
+    (`os.environ[...]`, `getpass()`, `config.db_password`), not a comment."""
+    if looks_placeholder(value) or value.startswith(("#", "//")) or _CODE_REFERENCE.match(value):
+        return False
+    return len(value) >= 6 and shannon_entropy(value) >= 2.5
+
+
+def _bearer_check(value: str) -> bool:
+    """A bearer credential is long and random; prose ('Bearer authentication') is neither."""
+    token = value.split(":", 1)[-1]
+    if looks_placeholder(value) or len(token) < 16:
+        return False
+    return any(c.isdigit() for c in token) or shannon_entropy(token) >= 3.5
 
 
 # Order matters: specific vendor formats first, generic shapes (bearer, assignments) last,
@@ -101,9 +126,16 @@ BUILTIN_RULES: tuple[Rule, ...] = (
        ["AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA", "APKA"],
        check=lambda v: not looks_placeholder(v)),
     _r("aws_secret_access_key",
-       r"(?i)(?:aws[_\-]?secret[_\-]?access[_\-]?key|aws[_\-]?secret[_\-]?key|secret[_\-]?access[_\-]?key|aws[_\-]?secret)"
-       r"[\"']?\s*(?::|=|=>)\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+       r"(?i)(?:aws[_\-\s]?secret[_\-\s]?access[_\-\s]?key|aws[_\-\s]?secret[_\-\s]?key|secret[_\-\s]?access[_\-\s]?key|"
+       r"aws[_\-\s]?secret|secretaccesskey)"
+       r"(?:[\"']?\s*(?::|=|=>|\bis\b|\bwas\b|\bof\b)?\s*[\"'`(]?\s*)([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
        ["secret"], icase=True, group=1, check=_random_enough),
+    _r("aws_session_token",
+       r"(?i)(?:aws[_\-\s]?session[_\-\s]?token|session[_\-\s]?token|security[_\-\s]?token|sessiontoken)"
+       r"(?:[\"']?\s*(?::|=|=>|\bis\b|\bwas\b)?\s*[\"'`]?\s*)([A-Za-z0-9/+=]{100,})",
+       ["token"], icase=True, group=1, check=_random_enough),
+    _r("aws_session_token", r"\b(?:FwoGZXIvYXdzE|IQoJb3JpZ2luX2Vj|FQoGZXIvYXdzE)[A-Za-z0-9/+=]{40,}",
+       ["FwoGZXIvYXdz", "IQoJb3JpZ2lu", "FQoGZXIvYXdz"]),
     _r("github", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b", ["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]),
     _r("github", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b", ["github_pat_"]),
     _r("gitlab", r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ffct)-[A-Za-z0-9_\-]{20,}", ["glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-"]),
@@ -115,6 +147,22 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     _r("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])", ["AIza"]),
     _r("sendgrid", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}\b", ["SG."]),
     _r("twilio", r"\bSK[0-9a-f]{32}\b", ["SK"]),
+    _r("twilio",
+       r"(?i)twilio\b[^\n]{0,60}?\b(?:auth[_\-\s]?token|api[_\-\s]?(?:key[_\-\s]?)?secret|secret|token)\b"
+       r"(?:[\"']?\s*(?::|=|=>|\bis\b|\bwas\b)?\s*[\"'`]?\s*)([A-Za-z0-9]{32})\b",
+       ["twilio"], icase=True, group=1, check=_random_enough),
+    _r("mailgun", r"\bkey-[0-9a-f]{32}\b", ["key-"]),
+    _r("digitalocean", r"\bdo[opr]_v1_[0-9a-f]{64}\b", ["_v1_"]),
+    _r("shopify", r"\bshp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}\b", ["shp"]),
+    _r("databricks", r"\bdapi[0-9a-f]{32}(?:-\d)?\b", ["dapi"]),
+    _r("doppler", r"\bdp\.(?:st|ct|sa|scim|audit)\.[A-Za-z0-9_\-.]{40,}", ["dp."]),
+    _r("telegram", r"\b\d{8,10}:AA[A-Za-z0-9_\-]{33}\b", [":AA"]),
+    _r("discord", r"\b[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}\b", ["."],
+       check=_random_enough),
+    _r("square", r"\bEAAA[A-Za-z0-9_\-]{60}\b", ["EAAA"]),
+    _r("linear", r"\blin_api_[A-Za-z0-9]{40}\b", ["lin_api_"]),
+    _r("atlassian", r"\bATATT3[A-Za-z0-9_\-=]{180,}", ["ATATT3"]),
+    _r("newrelic", r"\bNRAK-[A-Z0-9]{27}\b", ["NRAK-"]),
     _r("npm", r"\bnpm_[A-Za-z0-9]{36}\b", ["npm_"]),
     _r("pypi", r"\bpypi-AgE[A-Za-z0-9_\-]{50,}", ["pypi-"]),
     _r("huggingface", r"\bhf_[A-Za-z0-9]{30,}\b", ["hf_"], check=_random_enough),
@@ -122,20 +170,38 @@ BUILTIN_RULES: tuple[Rule, ...] = (
        ["key="], icase=True, group=1),
     _r("azure_storage", r"(?i)[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})", ["sig="], icase=True, group=1),
     _r("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", ["eyJ"]),
-    _r("url_password", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]+:([^\s@/\"'<>]+)@", ["://"],
+    _r("url_password", r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s@/\"'<>]+)@", ["://"],
        group=1, check=lambda v: not looks_placeholder(v)),
-    _r("bearer", r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{8,}=*)", ["bearer"], icase=True, group=1,
-       check=lambda v: not looks_placeholder(v)),
+    _r("bearer", r"(?i)\bbearer\s+((?:[A-Za-z0-9._\-]{1,128}:)?[A-Za-z0-9._~+/\-]{8,}=*)", ["bearer"], icase=True,
+       group=1, check=_bearer_check),
     _r("basic_auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})(?![A-Za-z0-9+/=])", ["basic"],
        icase=True, group=1, check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 3.0),
     _r("credential_assignment",
-       rf"(?i)(?<![A-Za-z0-9]){_ASSIGN_KEYS}[\"']?\s*(?::=|=>|:|=)\s*([\"']?)([^\s\"',;{{}}\[\]]{{4,}})\1",
+       rf"(?i)(?<![A-Za-z0-9]){_ASSIGN_KEYS}[\"']?[ \t]*(?::=|=>|:|=)[ \t]*([\"']?)([^\s\"',;{{}}\[\]]{{4,}})\1",
        ["pass", "pwd", "secret", "key", "token", "credential"], icase=True, group=2,
        check=_assignment_check),
+    # a password or key stated in prose: "the database password is Xy7…"
+    _r("credential_assignment",
+       r"(?i)\b(?:password|passphrase|passwd|secret|api[ _\-]?key|access[ _\-]?key|auth[ _\-]?token|token)"
+       r"\s+(?:is|was|=|:)\s+[\"'`]?([^\s\"'`,;]{6,}?)[\"'`]?(?=[,.;:!?)]*(?:\s|$))",
+       ["pass", "secret", "key", "token"], icase=True, group=1,
+       check=lambda v: _assignment_check(v) and any(c.isdigit() for c in v) and any(c.isalpha() for c in v)),
+    # a secret-named key in a mapping: env["MYSQL_PWD"] = "…", settings['api_key'] = '…'
+    _r("credential_assignment",
+       r"(?i)\[\s*[\"'][A-Za-z0-9_.\-]*(?:password|passwd|pwd|secret|token|api_?key|auth)[A-Za-z0-9_.\-]*[\"']\s*\]"
+       r"\s*=\s*([\"'])([^\"'\s]{4,})\1",
+       ["pass", "pwd", "secret", "token", "key", "auth"], icase=True, group=2, check=_assignment_check),
+    # environment-style names that end in a secret word: PGPASSWORD=…, MYSQL_PWD=…, REDISCLI_AUTH=…
+    _r("credential_assignment",
+       r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*(?:PASSWORD|PASSWD|PWD|SECRET|TOKEN|APIKEY|API_KEY|_AUTH|_PASS|CREDENTIALS?)"
+       r"[A-Z0-9_]*[ \t]*=[ \t]*([\"']?)([^\s\"']{4,})\1",
+       ["PASS", "PWD", "SECRET", "TOKEN", "KEY", "AUTH", "CREDENTIAL"], group=2, check=_assignment_check),
 )
 
 _SENSITIVE_KEY = re.compile(
-    r"(?i)^(?:authorization|proxy[_\-]authorization|x[_\-]api[_\-]key|api[_\-]?key|apikey|password|passwd|"
+    r"(?i)^(?:[a-z0-9]+[_\-.])*(?:password|passwd|pwd|secret|secret[_\-]?key|api[_\-]?key|auth[_\-]?token|"
+    r"access[_\-]?token|refresh[_\-]?token|api[_\-]?token|client[_\-]?secret|private[_\-]?key)$|"
+    r"^(?:authorization|proxy[_\-]authorization|x[_\-]api[_\-]key|api[_\-]?key|apikey|password|passwd|"
     r"pwd|secret|client[_\-]?secret|secret[_\-]?key|private[_\-]?key|access[_\-]?token|refresh[_\-]?token|"
     r"auth[_\-]?token|api[_\-]?token|id[_\-]?token|aws[_\-]?secret[_\-]?access[_\-]?key|connection[_\-]?string)$"
 )

@@ -109,3 +109,29 @@ async def test_retain_is_scrubbed_and_nothing_secret_reaches_logs(stack, aiohttp
     # the operator's provider key never shows up in the ledger or the logs either
     assert "sk-operator-openai-key" not in logs
     assert "sk-operator-openai-key" not in (stack.history_root / "leaky" / "history.jsonl").read_text()
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("my AWS secret access key is wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm"),
+    ('{"SecretAccessKey" "wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm"}', "wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm"),
+    ("aws_session_token=IQoJb3JpZ2luX2VjEJr" + "aB3dE9fG2hJ7kL1mN5pQ8rS" * 6, "aB3dE9fG2hJ7kL1mN5pQ8rS"),
+    ("our Twilio auth token is 9f3c2b7a1e8d4f6a0b5c3d2e1f7a8b9c", "9f3c2b7a1e8d4f6a0b5c3d2e1f7a8b9c"),
+    ("the cache is redis://:Zx81kQpw7Lm2@cache:6379/0", "Zx81kQpw7Lm2"),
+    ("$ PGPASSWORD=Qm7vR2xLp9sT4 psql -h db", "Qm7vR2xLp9sT4"),
+    ("password: Example7cwALr@51", "Example7cwALr@51"),
+    ("curl -H 'Authorization: Bearer analyst:Yf3kQ9mZp2Lr8vX1cT6wN4bH7jD0sG5aE2uR9oI3lK8'",
+     "Yf3kQ9mZp2Lr8vX1cT6wN4bH7jD0sG5aE2uR9oI3lK8"),
+])
+def test_secret_classes_the_review_found_missing_are_redacted(text, secret):
+    out, counts = Redactor().text(text)
+    assert secret not in out and sum(counts.values()) >= 1
+
+
+@pytest.mark.parametrize("text", [
+    'password = os.environ["DB_PASSWORD"]',
+    "api_key = os.getenv('OPENAI_API_KEY')",
+    "DB_PASSWORD=  # set in the vault\nDEBUG=true",
+    "Use a Bearer token in the Authorization header; Bearer authentication is in RFC 6750.",
+])
+def test_code_and_prose_that_only_name_secrets_stay_intact(text):
+    assert Redactor().text(text)[0] == text

@@ -1,0 +1,120 @@
+"""Ingest and recall at the memory service, over HTTP, as the proxy's delivery drives it: ten
+agents' LoCoMo turns retained at once (batches of 32 where the service offers batched retain,
+else 8 concurrent single retains per agent), then recall latency with 8 questions in flight.
+
+Turns/s counts retains acknowledged (durable and searchable by their words); `vectors caught up`
+is when the embedded service's background embeddings finished too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.runner import Site, start_site
+
+from .harness import mongo, redis_url, table, write_results
+from .quality.locomo import DATASET, load
+
+
+def entries(conv: dict, agent: str) -> list[dict]:
+    return [{"id": f"hist1_{agent}_{n}", "ts": f"2026-11-20T10:{n // 3600 % 60:02d}:{n // 60 % 60:02d}.{n % 60:03d}Z",
+             "request_original": {"model": "m", "messages": [{"role": "user", "content": t["message"]}]},
+             "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+            for n, t in enumerate(conv["turns"])]
+
+
+async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> dict:
+    runner, port = await start_site(Site(app, "127.0.0.1", 0))
+    url = f"http://127.0.0.1:{port}"
+    work = {f"{label}-a{i}": entries(convs[i % len(convs)], f"a{i}") for i in range(agents)}
+    total = sum(len(v) for v in work.values())
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def feed(agent: str, items: list[dict]) -> None:
+                if batch:
+                    for i in range(0, len(items), 32):
+                        async with http.post(url + RETAIN_BATCH_PATH, json={"agent_id": agent, "items": [
+                                {"entry": e} for e in items[i:i + 32]]}) as r:
+                            assert r.status == 200, await r.text()
+                else:
+                    for i in range(0, len(items), 8):
+                        async def one(e):
+                            async with http.post(url + "/retain", json={"agent_id": agent, "entry": e}) as r:
+                                assert r.status < 300, await r.text()
+                        await asyncio.gather(*(one(e) for e in items[i:i + 8]))
+
+            started = time.perf_counter()
+            await asyncio.gather(*(feed(a, items) for a, items in work.items()))
+            retained_s = time.perf_counter() - started
+            while True:
+                async with http.get(url + "/health") as r:
+                    if not (await r.json()).get("embedding_backlog"):
+                        break
+                await asyncio.sleep(0.2)
+            caught_up_s = time.perf_counter() - started
+            questions = [(a, q["question"]) for a in list(work)[:3] for q in convs[int(a.rsplit("a", 1)[1]) % len(convs)]["questions"][:80]]
+            lat: list[float] = []
+            sem = asyncio.Semaphore(8)
+
+            async def ask(agent: str, q: str) -> None:
+                async with sem:
+                    t0 = time.perf_counter()
+                    async with http.post(url + "/recall", json={"agent_id": agent, "query": q, "budget_tokens": 3000,
+                                                                "max_blocks": 8}) as r:
+                        await r.read()
+                    lat.append((time.perf_counter() - t0) * 1000)
+            await asyncio.gather(*(ask(a, q) for a, q in questions))
+    finally:
+        await runner.cleanup()
+    lat.sort()
+    return {"turns": total, "retained_s": round(retained_s, 1), "turns_per_s": round(total / retained_s),
+            "vectors_caught_up_s": round(caught_up_s, 1), "recall_p50_ms": round(statistics.median(lat), 1),
+            "recall_p99_ms": round(lat[int(len(lat) * 0.99) - 1], 1)}
+
+
+async def main_async() -> None:
+    if not DATASET.is_dir():
+        print(f"ingest bench skipped: no data set at {DATASET}")
+        return
+    convs = load(DATASET)
+    agents = int(os.environ.get("INGEST_AGENTS", 10))
+    tmp = Path(tempfile.mkdtemp(prefix="memplane-ingest-"))
+    quiet = Telemetry(make_logger(io.StringIO()))
+    rows = {}
+    from memory_adapters.embedded.app import build_embedded_app
+    rows["embedded"] = await run(build_embedded_app(tmp / "emb", redactor=Redactor(), telemetry=quiet),
+                                 "emb", convs, agents, batch=True)
+    rurl = redis_url()
+    with mongo(tmp) as murl:
+        if rurl and murl and os.environ.get("INGEST_TIERED", "1") == "1":
+            import redis as redis_sync
+
+            from memory_adapters.tiered.app import build_tiered_app
+            from memory_adapters.tiered.config import TieredSettings
+            redis_sync.Redis.from_url(rurl).flushdb()
+            settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/ingest")
+            rows["tiered (Mongo stand-in)"] = await run(build_tiered_app(settings, quiet), "tie", convs, agents,
+                                                        batch=False)
+    print(table(["service", "turns", "retained s", "turns/s", "vectors caught up s", "recall p50 ms", "recall p99 ms"],
+                [[k, r["turns"], r["retained_s"], r["turns_per_s"], r["vectors_caught_up_s"], r["recall_p50_ms"],
+                  r["recall_p99_ms"]] for k, r in rows.items()]))
+    write_results("ingest", {"agents": agents, "rows": rows})
+
+
+def main() -> None:
+    asyncio.run(main_async())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Redaction quality on the labelled corpus (bench/redaction_corpus.py): recall over secrets and
+the false-positive rate over look-alikes, on the held-out third (never used to tune the rules),
+next to detect-secrets (a well-kept scanner) as a baseline row, plus throughput on mixed text."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+
+from memplane_core.redact import Redactor
+
+from .harness import table, write_results
+from .redaction_corpus import Sample, corpus
+
+
+def memplane_scan(redactor: Redactor):
+    def scan(sample: Sample) -> str:
+        try:
+            doc = json.loads(sample.text)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            return json.dumps(redactor.json(doc)[0])
+        return redactor.text(sample.text)[0]
+    return scan
+
+
+def detect_secrets_scan():
+    """detect-secrets' default plugins on each line; a found secret is blanked like a redaction."""
+    try:
+        from detect_secrets.core.scan import scan_line
+        from detect_secrets.settings import default_settings
+    except ImportError:
+        return None
+
+    def scan(sample: Sample) -> str:
+        out = sample.text
+        with default_settings():
+            for line in sample.text.splitlines() or [sample.text]:
+                for found in scan_line(line):
+                    value = found.secret_value
+                    if value:
+                        out = out.replace(value, "[redacted]")
+        return out
+    return scan
+
+
+def score(samples: list[Sample], scan) -> dict:
+    per_kind: dict[str, list[bool]] = defaultdict(list)
+    fp = 0
+    looks = 0
+    for s in samples:
+        out = scan(s)
+        if s.kind == "lookalike":
+            looks += 1
+            fp += out != s.text
+        else:
+            # every line of the secret must be gone (a PEM block counts as found when its body is)
+            body = [ln for ln in s.secret.splitlines() if ln and not ln.startswith("-----")] or [s.secret]
+            per_kind[s.kind].append(all(ln not in out for ln in body))
+    found = [ok for v in per_kind.values() for ok in v]
+    return {"secrets": len(found), "recall": sum(found) / len(found), "lookalikes": looks,
+            "false_positive_rate": fp / looks if looks else 0.0,
+            "missed_kinds": sorted(k for k, v in per_kind.items() if not all(v))}
+
+
+def throughput_mb_s(redactor: Redactor, samples: list[Sample]) -> float:
+    text = "\n".join(s.text for s in samples) + "\n" + ("ordinary chat text about the quarterly plan. " * 20000)
+    fresh = Redactor(rules=redactor.rules, allow=redactor.allow)  # no memo: every string new
+    started = time.perf_counter()
+    for i in range(0, len(text), 4096):
+        fresh.text(text[i:i + 4096])
+    return len(text.encode()) / (time.perf_counter() - started) / 1e6
+
+
+def main() -> None:
+    samples = corpus()
+    held = [s for s in samples if s.held_out]
+    tuning = [s for s in samples if not s.held_out]
+    kinds = {s.kind for s in samples if s.kind != "lookalike"}
+    redactor = Redactor()
+    rows = {"memplane (held-out)": score(held, memplane_scan(redactor)),
+            "memplane (tuning split)": score(tuning, memplane_scan(redactor))}
+    ds = detect_secrets_scan()
+    if ds is not None:
+        rows["detect-secrets 1.5 (held-out)"] = score(held, ds)
+    else:
+        print("detect-secrets row skipped: pip install detect-secrets")
+    mbs = throughput_mb_s(redactor, samples)
+    print(f"corpus: {sum(s.kind != 'lookalike' for s in samples)} secrets of {len(kinds)} kinds, "
+          f"{sum(s.kind == 'lookalike' for s in samples)} look-alikes; held-out {len(held)} samples")
+    print(table(["scanner", "secrets", "recall", "look-alikes", "false positives", "missed kinds"],
+                [[name, r["secrets"], f"{r['recall']:.3f}", r["lookalikes"], f"{r['false_positive_rate']:.3f}",
+                  ", ".join(r["missed_kinds"][:6])] for name, r in rows.items()]))
+    print(f"memplane throughput on mixed text (no memo): {mbs:.1f} MB/s")
+    write_results("redaction_quality", {"rows": rows, "throughput_mb_s": mbs})
+
+
+if __name__ == "__main__":
+    main()
