@@ -178,8 +178,8 @@ class EmbeddedMemory:
         vector = await self._query_vector(text)
         # shared rules first (they are few and bind every agent), then the agent's own memories
         shared: list[MemoryBlock] = []
-        if GLOBAL_AGENT in self._indexes or await self.store.count(GLOBAL_AGENT):
-            gidx = await self._index(GLOBAL_AGENT)
+        gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
+        if len(gidx):
             for m, score in gidx.rank(text, vector)[:2]:
                 if score > 0:
                     shared.append(MemoryBlock(text=f"{m.type} ({m.key}): {m.value}", score=round(score, 4),

@@ -14,7 +14,7 @@ from typing import Any
 
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
-from .packing import Packed, pack
+from .packing import MAX_HITS, Packed, pack
 from .record import Memory
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
@@ -103,10 +103,12 @@ class AgentIndex:
         if vector is not None and self.vectors is not None and len(self.vectors):
             dense_hits, d_mean, d_std = self.vectors.scored(vector, k)
             dense = dict(dense_hits)
-            for doc_id in dict(lex_hits):  # exact cosine for lexical candidates the dense top missed
-                row = self.vectors.rows.get(doc_id)
-                if row is not None and doc_id not in dense:
-                    dense[doc_id] = float(self.vectors.matrix[row] @ vector)
+            # exact cosine for the lexical candidates the dense top missed, in one product
+            rows = self.vectors.rows
+            todo = [(d, rows[d]) for d, _ in lex_hits if d not in dense and d in rows]
+            if todo:
+                cos = self.vectors.matrix[[r for _, r in todo]] @ vector
+                dense.update(zip((d for d, _ in todo), cos.tolist()))
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
         out = []
         for doc_id, score in z_fuse(signals):
@@ -122,7 +124,7 @@ class AgentIndex:
             return []
         seen: set[str] = set()
         distinct = []
-        for m, s in ranked:  # a user who repeats small talk should not fill the block
+        for m, s in ranked[:2 * MAX_HITS]:  # a user who repeats small talk should not fill the block
             norm = " ".join(m.value.casefold().split())
             if norm not in seen:
                 seen.add(norm)

@@ -100,9 +100,14 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
         tokens = sum(_tokens(b.text) for b in blocks)
         if size <= max_bytes and tokens <= budget_tokens:
             return blocks
-        # over a limit (wide characters, date headers): drop the lowest-ranked snippet and retry
-        worst = max(chosen.values(), key=lambda c: (c[2], -c[1]))
-        chosen.pop(worst[0].id)
+        # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
+        # the excess, then pack again
+        excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
+        for worst in sorted(chosen.values(), key=lambda c: (-c[2], c[1])):
+            chosen.pop(worst[0].id)
+            excess -= len(_line(worst[0]).encode()) + 1
+            if excess <= 0:
+                break
     return []
 
 
@@ -110,10 +115,11 @@ def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory],
            max_blocks: int) -> list[Packed]:
     """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
     similar size; the blocks are returned best first."""
-    chosen.sort(key=lambda c: (position(c[0]), c[0].id))
+    where = {c[0].id: position(c[0]) for c in chosen}
+    chosen.sort(key=lambda c: (where[c[0].id], c[0].id))
     runs: list[list[tuple[Memory, float, int]]] = []
     for c in chosen:
-        if runs and position(c[0]) == position(runs[-1][-1][0]) + 1:
+        if runs and where[c[0].id] == where[runs[-1][-1][0].id] + 1:
             runs[-1].append(c)
         else:
             runs.append([c])
