@@ -7,6 +7,7 @@ it at their own stream instead of stdout.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -40,6 +41,8 @@ class Telemetry:
     """Emits memory_op and request events through one structlog logger."""
 
     log: Any = field(default_factory=make_logger)
+    # called with every memory_op event (the proxy's Prometheus metrics listen here)
+    observers: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
     def memory_op(
         self,
@@ -77,6 +80,8 @@ class Telemetry:
             event["error"] = error
         event.update(extra)
         self.log.info("memory_op", **event)
+        for observe in self.observers:
+            observe(event)
 
     def request(self, **fields: Any) -> None:
         self.log.info("request", type="request", **fields)

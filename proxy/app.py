@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 import traceback
 
@@ -19,6 +20,7 @@ from .delivery import RetainDelivery
 from .errors import ProxyError, dialect_for_path, error_response
 from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
 from .ledger import Ledger
+from .metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from .rate_limit import RateLimiter
 from .routing import allowed, check_raw_path, parse_allow_list, require_model_allowed
 from .state import ProxyState
@@ -104,8 +106,50 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def admin_only(request: web.Request) -> None:
+    """Operator routes: the admin token when one is set (agent tokens never open them), else
+    loopback callers only."""
+    settings = request.app[STATE].settings
+    if settings.admin_token:
+        header = request.headers.get("Authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        if not given or not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
+            raise ProxyError(401, "This route needs the admin token (MEMPLANE_ADMIN_TOKEN).", code="invalid_api_key")
+        return
+    remote = request.remote or ""
+    if remote not in ("127.0.0.1", "::1") and not remote.startswith("127."):
+        raise ProxyError(403, "Operator routes answer only on loopback unless MEMPLANE_ADMIN_TOKEN is set.",
+                         code="forbidden")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    admin_only(request)
+    state = request.app[STATE]
+    return web.Response(body=state.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def explain_turn(request: web.Request) -> web.Response:
+    admin_only(request)
+    state = request.app[STATE]
+    doc = state.explanations.get(request.match_info["turn_id"])
+    if doc is None:
+        raise ProxyError(404, "No such turn (explanations are kept for the most recent turns).", code="not_found")
+    doc = dict(doc)
+    ctx = state.contexts.get(doc["agent_id"])
+    if doc.get("entry_id") and state.retain is not None and ctx is not None and ctx.memory is not None \
+            and ctx.memory.retain is not None:
+        doc["retain_state"] = state.retain.entry_state(doc["agent_id"], doc["entry_id"], doc.get("ledger_end", 0))
+    elif doc.get("entry_id"):
+        doc["retain_state"] = "not retained (no retain endpoint)"
+    else:
+        doc["retain_state"] = "not ledgered (the provider did not answer 2xx)"
+    return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+
 def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> ProxyState:
     telemetry = telemetry or Telemetry()
+    metrics_ = ProxyMetrics()
+    telemetry.observers.append(metrics_.observe_memory_op)
     return ProxyState(
         settings=settings,
         telemetry=telemetry,
@@ -115,6 +159,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
         upstream_slots=asyncio.Semaphore(settings.max_concurrent_upstream),
         passthrough=parse_allow_list(settings.passthrough),
+        metrics=metrics_,
     )
 
 
@@ -129,6 +174,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
         state.retain = RetainDelivery(state.session, state.telemetry, state.redactor, state.ledger, state.contexts,
                                       max_buffered=settings.retain_queue_size)
         await state.retain.start()
+        state.metrics.watch_backlog(state.retain.backlog)
 
     async def stop(app: web.Application) -> None:
         if state.retain is not None:
@@ -140,6 +186,8 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/memplane/turns/{turn_id}", explain_turn)
     app.router.add_post("/v1/chat/completions", _turn_route(OpenAIChat()))
     app.router.add_post("/v1/messages", _turn_route(AnthropicMessages()))
     app.router.add_post("/v1/responses", _turn_route(OpenAIResponses()))

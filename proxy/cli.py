@@ -59,6 +59,8 @@ def _check_contexts(settings: ProxySettings) -> None:
 @click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
               help="YAML file of extra redaction rules and allow-list patterns.")
 @click.option("--shutdown-grace", default=30.0, show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
+@click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN",
+              help="Bearer token for /metrics and /memplane/* (unset: those answer on loopback only).")
 @click.option("--passthrough", default=None, envvar="MEMPLANE_PASSTHROUGH",
               help="Comma-separated 'METHOD /v1/path' entries forwarded besides the turn endpoints "
                    "({id} matches one segment). Default: " + ", ".join(DEFAULT_PASSTHROUGH))
@@ -66,7 +68,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
           upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
-          passthrough: str | None) -> None:
+          admin_token: str | None, passthrough: str | None) -> None:
     """Run the memory proxy."""
     from memplane_core.redact import RedactionConfigError, Redactor
 
@@ -79,7 +81,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
         max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
-        passthrough=passthrough,
+        passthrough=passthrough, admin_token=admin_token,
     )
     try:
         Redactor.from_file(redaction_rules)
@@ -254,8 +256,9 @@ from .cli_local import demo, up  # noqa: E402  (commands that wire several parts
 main.add_command(up)
 main.add_command(demo)
 
-from .cli_ops import audit_cmd, compile_cmd, memory_group  # noqa: E402
+from .cli_ops import audit_cmd, compile_cmd, explain_cmd, memory_group  # noqa: E402
 
+main.add_command(explain_cmd)
 main.add_command(compile_cmd)
 main.add_command(memory_group)
 main.add_command(audit_cmd)

@@ -178,3 +178,32 @@ def audit_cmd(log_file: str, agent: str | None, since: str | None, as_json: bool
         click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(render_table(summary))
+
+
+@click.command("explain")
+@click.argument("turn_id")
+@click.option("--url", default="http://127.0.0.1:8080", show_default=True, envvar="MEMPLANE_URL",
+              help="The proxy to ask.")
+@click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN")
+@click.option("--json", "as_json", is_flag=True, help="The explanation as JSON.")
+def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) -> None:
+    """Why a turn got the memories it got (the id is in its X-Memplane-Turn-Id header)."""
+    import urllib.error
+    import urllib.request
+
+    from .explain import render_text
+
+    req = urllib.request.Request(f"{url.rstrip('/')}/memplane/turns/{turn_id}",
+                                 headers={"Authorization": f"Bearer {admin_token}"} if admin_token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            doc = orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = orjson.loads(exc.read())["error"]["message"]
+        except Exception:
+            message = exc.reason
+        raise click.ClickException(f"{exc.code}: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if as_json else render_text(doc))

@@ -27,7 +27,8 @@ class ProxySettings:
     redaction_rules: str | None = None
     shutdown_grace_s: float = 30.0
     ledger_fsync: bool = False
-    passthrough: str | None = None  # MEMPLANE_PASSTHROUGH; None = routing.DEFAULT_PASSTHROUGH
+    passthrough: str | None = None
+    admin_token: str | None = None  # MEMPLANE_ADMIN_TOKEN: opens /metrics and /memplane/*; unset = loopback only  # MEMPLANE_PASSTHROUGH; None = routing.DEFAULT_PASSTHROUGH
 
     def __post_init__(self) -> None:
         self.context_root = Path(self.context_root)

@@ -53,6 +53,7 @@ class Lane:
     saved_at: float = 0.0
     flush: asyncio.TimerHandle | None = None  # a pending deferred cursor save
     retry_after: float = 0.0  # seconds a busy service asked us to wait (Retry-After)
+    last_error: str = ""  # why the last attempt failed
 
 
 class RetainDelivery:
@@ -81,6 +82,9 @@ class RetainDelivery:
         self._buffered = 0
         self._closing = False
         self.dead_letters = 0  # entries parked in retain.dead.jsonl since start
+        self.dead_ids: set[str] = set()
+        self._submitted = 0  # entries handed over since start
+        self._settled = 0  # ... and acknowledged, refused or parked since start
 
     # -- lifecycle --
 
@@ -148,6 +152,7 @@ class RetainDelivery:
     def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
         """Hand over a freshly ledgered entry; never blocks, never raises."""
         lane = self._lane(agent_id, start_at=start)
+        self._submitted += 1
         if lane.from_file or self._buffered >= self.max_buffered:
             lane.from_file = True  # the ledger has it; the lane will read it from there
             self._drop_buffer(lane)
@@ -180,6 +185,24 @@ class RetainDelivery:
             self._write_cursor(lane.agent_id, lane.cursor)
         except OSError:
             pass
+
+    def entry_state(self, agent_id: str, entry_id: str, end: int) -> str:
+        """pending | delivered | dead-lettered | failed: <reason> (being retried) | not retained."""
+        lane = self.lanes.get(agent_id)
+        if entry_id in self.dead_ids:
+            return "dead-lettered"
+        if lane is None:
+            return "not retained"
+        if lane.cursor >= end:
+            return "delivered"
+        if lane.failures:
+            return f"failed: {lane.last_error or 'retrying'} (will retry)"
+        return "pending"
+
+    def backlog(self) -> float:
+        """Entries ledgered since start and not yet settled (a restart's leftovers settle first
+        and are not counted)."""
+        return float(max(0, self._submitted - self._settled))
 
     def caught_up(self) -> bool:
         """Every ledgered entry has been acknowledged by its memory service."""
@@ -295,6 +318,7 @@ class RetainDelivery:
             else:
                 lane.failures = 0
         if not todo:
+            self._settled += len(batch)
             lane.cursor = max(lane.cursor, batch[-1][1])
             await self._save(lane)
 
@@ -304,6 +328,8 @@ class RetainDelivery:
         `memplane memory backfill --dead-letters` replays the file."""
         entry_id = entry.get("id") if isinstance(entry, dict) else None
         self.dead_letters += 1
+        if entry_id:
+            self.dead_ids.add(entry_id)
         self.telemetry.memory_op(claw_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
                                  status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
                                  dead_letter=True)
@@ -373,6 +399,7 @@ class RetainDelivery:
         """Log one entry's retain; True when acknowledged (2xx) or permanently refused (4xx)."""
         entry_id = job.entry.get("id")
         if status is None or status >= 500 or status == 429:
+            lane.last_error = error or f"status {status}"
             self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
                                      latency_ms=latency_ms, error=error or f"status {status}", entry_id=entry_id,
                                      will_retry=True, **extra)

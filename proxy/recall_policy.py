@@ -31,6 +31,8 @@ class Memory:
 class PolicyResult:
     memories: list[Memory]
     removed: int = 0  # blocks dropped (transcripts, blanks, over limits)
+    reasons: Counter[str] = field(default_factory=Counter)  # why, per reason
+    decisions: list[str] = field(default_factory=list)  # per recalled item, in order: "injected" or the reason
     redactions: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -47,23 +49,36 @@ def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: i
     """Drop transcripts and blanks, redact secrets, keep the service's order within limits."""
     result = PolicyResult([])
     used = 0
+    seen: set[str] = set()
+
+    def drop(reason: str) -> None:
+        result.removed += 1
+        result.reasons[reason] += 1
+        result.decisions.append(reason)
+
     for item in raw:
         kind, source = _str_or_none(item.get("kind")), _str_or_none(item.get("source"))
         text = item.get("text")
-        if (kind or "").casefold() in BLOCKED_KINDS or (source or "").casefold() in BLOCKED_KINDS \
-                or not isinstance(text, str) \
-                or not text.strip():
-            result.removed += 1
+        if (kind or "").casefold() in BLOCKED_KINDS or (source or "").casefold() in BLOCKED_KINDS:
+            drop("transcript_kind")
+            continue
+        if not isinstance(text, str) or not text.strip():
+            drop("blank")
+            continue
+        if text.strip() in seen:
+            drop("duplicate")
             continue
         if len(result.memories) >= max_blocks:
-            result.removed += 1
+            drop("over_max_blocks")
             continue
+        seen.add(text.strip())
         text, _ = redactor.text(text.strip(), result.redactions)
         cost = estimate_tokens(text)
         if used + cost > budget_tokens:
-            result.removed += 1
+            drop("over_budget")
             continue
         used += cost
+        result.decisions.append("injected")
         score = item.get("score")
         result.memories.append(Memory(
             text=text, kind=kind, source=source, ts=_str_or_none(item.get("ts")),

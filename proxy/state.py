@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -13,7 +13,9 @@ from memplane_core.telemetry import Telemetry
 from .config import ProxySettings
 from .context_store import ContextStore
 from .delivery import RetainDelivery
+from .explain import TurnExplanations
 from .ledger import Ledger
+from .metrics import ProxyMetrics
 from .rate_limit import RateLimiter
 from .routing import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 
@@ -28,6 +30,8 @@ class ProxyState:
     rate_limiter: RateLimiter
     upstream_slots: asyncio.Semaphore
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
+    metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
+    explanations: TurnExplanations = field(default_factory=TurnExplanations)
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -14,10 +16,10 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import AnthropicMessages, StreamState, WireFormat
 from .inject import render_block
-from .ledger import build_entry
+from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import call_recall
-from .recall_policy import apply_policy
+from .recall_policy import apply_policy, estimate_tokens
 from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
@@ -61,10 +63,28 @@ def session_id_of(request: web.Request, body: dict[str, Any]) -> str | None:
     return sid
 
 
+@dataclass
+class RecallSummary:
+    """What memory did for one turn: the `X-Memplane-Recall` header."""
+
+    status: str = "off"  # succeeded | failed | timed_out | skipped | off
+    blocks: int = 0
+    removed: int = 0
+    latency_ms: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)  # for the turn's explanation (explain.py)
+
+    def header(self) -> str:
+        return f"{self.status}; blocks={self.blocks}; removed={self.removed}; latency_ms={self.latency_ms:.1f}"
+
+
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
-                            session_id: str | None) -> dict[str, Any]:
+                            session_id: str | None) -> tuple[dict[str, Any], RecallSummary]:
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
+    if not fmt.query(body).strip():  # nothing the user said to search with (tool results, images)
+        state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                                  error="no user text to recall with")
+        return body, RecallSummary("skipped", detail={"service": manifest.service})
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
     redact = state.redactor
     payload: dict[str, Any] = {
@@ -82,10 +102,13 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
                                   status=outcome.status, status_code=outcome.status_code,
                                   latency_ms=outcome.latency_ms, error=outcome.error)
-        return body
+        return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
+                                   detail={"service": manifest.service, "query": payload["query"],
+                                           "error": outcome.error})
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
-    injected = 0
+    injected = tokens = 0
+    block = placement = None
     if policy.memories:
         placement = manifest.placement
         if placement == "search_results" and not isinstance(fmt, AnthropicMessages):
@@ -93,12 +116,22 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         block = render_block(manifest.service, policy.memories)
         body = fmt.inject(body, block, policy.memories, manifest.service, placement)
         injected = len(block.encode())
-    extra = {"redactions": dict(policy.redactions)} if policy.redactions else {}
+        tokens = sum(estimate_tokens(m.text) for m in policy.memories)
+    extra: dict[str, Any] = {"memory_tokens": tokens}
+    if policy.redactions:
+        extra["redactions"] = dict(policy.redactions)
+    if policy.reasons:
+        extra["policy_reasons"] = dict(policy.reasons)
     state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
                               status="succeeded", status_code=outcome.status_code,
                               latency_ms=outcome.latency_ms, blocks=len(policy.memories),
                               bytes_=injected, removed=policy.memory_removed, **extra)
-    return body
+    detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
+              "redactions": dict(policy.redactions),
+              "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
+                            "id": m.get("id"), "text": str(m.get("text"))[:2000], "decision": decision}
+                           for m, decision in zip(outcome.memories, policy.decisions)]}
+    return body, RecallSummary("succeeded", len(policy.memories), policy.memory_removed, outcome.latency_ms, detail)
 
 
 def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:
@@ -122,10 +155,17 @@ async def open_upstream(state: ProxyState, method: str, url: str, *, data: bytes
 
 async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     state.active_turns += 1
+    status = 500
     try:
-        return await _turn(request, fmt, state)
+        resp = await _turn(request, fmt, state)
+        status = resp.status
+        return resp
+    except ProxyError as err:
+        status = err.status
+        raise
     finally:
         state.active_turns -= 1
+        state.metrics.turns.labels(fmt.name, str(status)).inc()
 
 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
@@ -135,9 +175,16 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
-    effective = body
+    turn_id = "turn_" + uuid.uuid4().hex[:24]
+    effective, recall = body, RecallSummary()
     if ctx.memory is not None and ctx.memory.recall is not None:
-        effective = await recall_and_inject(state, ctx, fmt, body, session_id)
+        effective, recall = await recall_and_inject(state, ctx, fmt, body, session_id)
+    said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
+    state.explanations.record(turn_id, {
+        "turn_id": turn_id, "agent_id": ctx.agent_id, "ts": now_rfc3339(), "format": fmt.name, "path": request.path,
+        "recall": {"status": recall.status, "blocks": recall.blocks, "removed": recall.removed,
+                   "latency_ms": round(recall.latency_ms, 3)},
+        "memories": [], **recall.detail})
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
@@ -146,16 +193,18 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     async def finish(record: dict[str, Any]) -> None:
         # shielded: a client that goes away mid-write must not cost the ledger its line
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
-                                         record, session_id))
+                                         record, session_id, turn_id))
 
     async with state.upstream_slots:
+        sent = time.perf_counter()
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers)
+        state.metrics.upstream_latency.observe(time.perf_counter() - sent)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said)
             else:
-                resp = await _relay_whole(request, upstream, fmt, finish)
+                resp = await _relay_whole(request, upstream, fmt, finish, said)
 
     state.telemetry.request(claw_id=ctx.agent_id, path=request.path, status_code=upstream.status,
                             stream=stream, latency_ms=round((time.perf_counter() - started) * 1000, 3))
@@ -163,7 +212,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
 
 async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
-                       finish) -> web.StreamResponse:
+                       finish, said: dict[str, str]) -> web.StreamResponse:
     """Read the whole answer, ledger it (2xx only), then send it: every answer seen is durable."""
     try:
         data = await upstream.read()
@@ -173,7 +222,7 @@ async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, f
     except aiohttp.ClientError as exc:
         raise ProxyError(502, f"The upstream provider broke off its answer ({type(exc).__name__}).",
                          code="upstream_unreachable") from None
-    resp = web.Response(status=upstream.status, body=data, headers=returned_headers(upstream.headers))
+    resp = web.Response(status=upstream.status, body=data, headers={**returned_headers(upstream.headers), **said})
     if 200 <= upstream.status < 300:
         await finish(_whole_record(fmt, data))
     return resp
@@ -211,13 +260,13 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
 
 
 async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
-                        hidden_usage: bool, finish) -> web.StreamResponse:
+                        hidden_usage: bool, finish, said: dict[str, str]) -> web.StreamResponse:
     """Forward SSE events as they arrive; ledger the assembled answer before closing the stream.
 
     A client that disconnects mid-stream ends the upstream call (leaving the loop closes it),
     and what was received is still ledgered, marked incomplete.
     """
-    resp = web.StreamResponse(status=upstream.status, headers=returned_headers(upstream.headers))
+    resp = web.StreamResponse(status=upstream.status, headers={**returned_headers(upstream.headers), **said})
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(request)
     splitter = SSESplitter()
@@ -278,9 +327,9 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
 
 async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, path: str,
                       original: dict[str, Any], effective: dict[str, Any], status: int, stream: bool,
-                      record: dict[str, Any], session_id: str | None) -> None:
+                      record: dict[str, Any], session_id: str | None, turn_id: str | None = None) -> None:
     """Ledger first (the durable record), then hand the entry to the retain queue."""
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"turn_id": turn_id} if turn_id else {}
     if session_id:
         extra["session_id"] = session_id
     if record.get("citations"):
@@ -295,6 +344,8 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     if retained:
         state.retain.prepare(ctx.agent_id)
     start, end = await state.ledger.append(ctx.agent_id, entry)
+    if turn_id:
+        state.explanations.update(turn_id, entry_id=entry["id"], ledger_end=end, status_code=status)
     if retained:
         state.retain.submit(ctx.agent_id, start, end, entry)
 

@@ -1,0 +1,60 @@
+"""Why a turn got the memories it got: a bounded record of recent turns' recall, kept in memory
+for `GET /memplane/turns/{turn_id}` and `memplane explain`.
+
+Recording is a dict insert per turn (the ledger already holds the turn itself); the oldest
+explanations are dropped past MAX_TURNS, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+MAX_TURNS = 5_000
+
+
+class TurnExplanations:
+    def __init__(self, max_turns: int = MAX_TURNS) -> None:
+        self.max_turns = max_turns
+        self._turns: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def record(self, turn_id: str, doc: dict[str, Any]) -> None:
+        self._turns[turn_id] = doc
+        while len(self._turns) > self.max_turns:
+            self._turns.popitem(last=False)
+
+    def update(self, turn_id: str, **fields: Any) -> None:
+        doc = self._turns.get(turn_id)
+        if doc is not None:
+            doc.update(fields)
+
+    def get(self, turn_id: str) -> dict[str, Any] | None:
+        return self._turns.get(turn_id)
+
+    def recent(self, agent_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        out = []
+        for doc in reversed(self._turns.values()):
+            if agent_id is None or doc.get("agent_id") == agent_id:
+                out.append(doc)
+                if len(out) >= limit:
+                    break
+        return out
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The explanation for people (what `memplane explain` prints)."""
+    lines = [f"turn {doc['turn_id']}  agent {doc['agent_id']}  {doc['ts']}  {doc['format']}",
+             f"recall: {doc['recall']['status']}  latency {doc['recall'].get('latency_ms', 0):.1f} ms"
+             f"  service {doc.get('service') or '-'}"]
+    if doc.get("query"):
+        lines.append(f"query: {doc['query'][:200]!r}")
+    for i, m in enumerate(doc.get("memories", []), 1):
+        lines.append(f"  {i:>2}. [{m['decision']}] kind={m.get('kind')} source={m.get('source')} "
+                     f"score={m.get('score')}  {str(m.get('text', ''))[:100]!r}")
+    if doc.get("redactions"):
+        lines.append("redacted: " + ", ".join(f"{k} x{n}" for k, n in doc["redactions"].items()))
+    if doc.get("block"):
+        lines.append(f"injected ({doc.get('placement')}):")
+        lines += ["  " + ln for ln in doc["block"].splitlines()]
+    lines.append(f"ledger entry: {doc.get('entry_id') or '-'}  retain: {doc.get('retain_state', '-')}")
+    return "\n".join(lines)

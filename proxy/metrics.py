@@ -1,0 +1,72 @@
+"""Prometheus metrics for the proxy (`GET /metrics`), produced by prometheus_client.
+
+One registry per app (tests run several apps in one process). No agent id is ever a label:
+agent ids are unbounded; per-agent figures belong in logs and `memplane audit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+
+__all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics"]
+
+
+class ProxyMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.turns = Counter("memplane_turns", "Model calls answered, by wire format and HTTP status.",
+                             ["format", "status"], registry=r)
+        self.upstream_latency = Histogram("memplane_upstream_latency_seconds",
+                                          "Time from sending a turn upstream to its response headers.",
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.memory_ops = Counter("memplane_memory_ops", "Memory operations, by op and status.", ["op", "status"],
+                                  registry=r)
+        self.recall_latency = Histogram("memplane_recall_latency_seconds", "Recall round trips to memory services.",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.injected_blocks = Counter("memplane_injected_blocks", "Memory blocks injected into prompts.", registry=r)
+        self.injected_tokens = Counter("memplane_injected_tokens", "Estimated tokens of injected memories.",
+                                       registry=r)
+        self.policy_removed = Counter("memplane_policy_removed", "Recalled blocks the policy dropped, by reason.",
+                                      ["reason"], registry=r)
+        self.redactions = Counter("memplane_redactions", "Secret-shaped values redacted, by kind.", ["kind"],
+                                  registry=r)
+        self.dead_letters = Counter("memplane_retain_dead_letters", "Entries parked in retain.dead.jsonl.",
+                                    registry=r)
+        self.backlog = Gauge("memplane_retain_backlog_entries",
+                             "Ledgered entries not yet acknowledged by their memory service (all agents).",
+                             registry=r)
+
+    def watch_backlog(self, read: Callable[[], float]) -> None:
+        self.backlog.set_function(read)
+
+    def observe_memory_op(self, event: dict[str, Any]) -> None:
+        """Fed with every memory_op log event (Telemetry calls it)."""
+        op, status = str(event.get("memory_op")), str(event.get("memory_status"))
+        self.memory_ops.labels(op, status).inc()
+        if event.get("dead_letter"):
+            self.dead_letters.inc()
+        for kind, n in (event.get("redactions") or {}).items():
+            self.redactions.labels(str(kind)).inc(n)
+        if op != "recall":
+            return
+        if isinstance(event.get("latency_ms"), (int, float)):
+            self.recall_latency.observe(event["latency_ms"] / 1000)
+        self.injected_blocks.inc(event.get("memory_blocks") or 0)
+        self.injected_tokens.inc(event.get("memory_tokens") or 0)
+        for reason, n in (event.get("policy_reasons") or {}).items():
+            self.policy_removed.labels(str(reason)).inc(n)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
