@@ -59,8 +59,8 @@ def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> 
 async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | None = None, seed: int = 1) -> None:
     """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
     (search cost does not depend on what a vector means)."""
-    from memory_adapters.tiered.ltm import MongoLTM
     from memory_adapters.engine.record import Memory
+    from memory_adapters.tiered.ltm import MongoLTM
 
     ltm = MongoLTM(mongo_url)
     await ltm.ensure_indexes()

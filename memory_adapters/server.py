@@ -13,6 +13,13 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from pydantic import BaseModel, ValidationError
 
 from memplane_core.contract import (
@@ -123,19 +130,40 @@ async def parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
     return parsed
 
 
+class AdapterMetrics:
+    """The service's own Prometheus metrics (`GET /metrics`, behind its token like every route)."""
+
+    def __init__(self, backend: Any) -> None:
+        r = self.registry = CollectorRegistry()
+        self.recall_latency = Histogram("memplane_adapter_recall_latency_seconds", "Recall handling time.",
+                                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0), registry=r)
+        self.retains = Counter("memplane_adapter_retains", "Retained entries by outcome "
+                               "(stored, duplicate, tombstoned, empty, refused).", ["outcome"], registry=r)
+        memories = Gauge("memplane_adapter_memories", "Memories in the loaded indexes.", registry=r)
+        memories.set_function(lambda: float(getattr(backend, "loaded_memories", lambda: 0)()))
+        queue = Gauge("memplane_adapter_ingest_queue_depth", "Memories waiting for their embedding.", registry=r)
+        queue.set_function(lambda: float(getattr(backend, "embedding_backlog", 0) or 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
 def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
                       agent_tokens: dict[str, AgentToken | str] | None = None) -> web.Application:
     app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
+    metrics = AdapterMetrics(backend)
 
     async def recall(request: web.Request) -> web.Response:
         req = await parse(request, RecallRequest)
-        blocks = await backend.recall(req)
+        with metrics.recall_latency.time():
+            blocks = await backend.recall(req)
         return web.Response(body=orjson.dumps({"memories": [b.model_dump(exclude_none=True) for b in blocks]}),
                             content_type="application/json")
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
         outcome = await backend.retain(req)
+        metrics.retains.labels(outcome).inc()
         return web.Response(status=202, body=orjson.dumps({"status": outcome, "id": req.entry["id"]}),
                             content_type="application/json")
 
@@ -156,6 +184,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
                 entry = item.get("entry")
                 results.append({"id": entry.get("id") if isinstance(entry, dict) else None, "code": 400,
                                 "error": text, "field": field})
+                metrics.retains.labels("refused").inc()
                 continue
             if many is not None:
                 results.append({"id": req.entry["id"], "code": 202})
@@ -165,6 +194,9 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         if valid:  # one store transaction for the whole batch
             for (slot, _), outcome in zip(valid, await many([r for _, r in valid])):
                 results[slot]["status"] = outcome
+        for r in results:
+            if r.get("status"):
+                metrics.retains.labels(r["status"]).inc()
         return web.Response(body=orjson.dumps({"results": results}), content_type="application/json")
 
     async def forget(request: web.Request) -> web.Response:
@@ -184,6 +216,10 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
             app.router.add_post(memory[name]["path"], handler)
     if memory.get("retain", {}).get("batch_path"):
         app.router.add_post(memory["retain"]["batch_path"], retain_batch)
+    async def metrics_route(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics_route)
     app.router.add_get("/.claw-describe.json", describe)
     return app

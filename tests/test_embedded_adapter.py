@@ -186,3 +186,20 @@ async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
         # no shared word: only the dense signal connects the question to the memory
         _, got = await call(s, url, "/recall", {"agent_id": "a", "query": "pets cat"})
     assert "kitten" in got["memories"][0]["text"].split("\n\n")[0]
+
+
+async def test_the_service_exposes_its_own_metrics_behind_its_token(aiohttp_server, tmp_path):
+    server = await aiohttp_server(embedded_app(tmp_path / "mem", token="svc-admin"))
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        await call(s, url, "/retain", {"agent_id": "m", "entry": entry("hist1_1", "I keep bees")}, "svc-admin")
+        await call(s, url, "/retain", {"agent_id": "m", "entry": entry("hist1_1", "I keep bees")}, "svc-admin")
+        await call(s, url, "/recall", {"agent_id": "m", "query": "bees"}, "svc-admin")
+        async with s.get(url + "/metrics") as r:
+            assert r.status == 401
+        async with s.get(url + "/metrics", headers={"Authorization": "Bearer svc-admin"}) as r:
+            text = await r.text()
+    assert 'memplane_adapter_retains_total{outcome="stored"} 1.0' in text
+    assert 'memplane_adapter_retains_total{outcome="duplicate"} 1.0' in text
+    assert "memplane_adapter_recall_latency_seconds_count 1.0" in text
+    assert "memplane_adapter_memories 1.0" in text and "memplane_adapter_ingest_queue_depth 0.0" in text

@@ -61,6 +61,9 @@ class EmbeddedMemory:
             await asyncio.gather(self._embedder_task, return_exceptions=True)
         await self.store.close()
 
+    def loaded_memories(self) -> int:
+        return sum(len(idx) for idx in self._indexes.values())
+
     @property
     def embedding_backlog(self) -> int:
         return self._pending.qsize()

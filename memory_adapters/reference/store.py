@@ -194,6 +194,9 @@ class ReferenceStore:
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "reference", "data_dir": str(self.data_dir)}
 
+    def loaded_memories(self) -> int:
+        return sum(len(a.records) for a in self._agents.values())
+
     def count(self, agent_id: str) -> int:
         agent = self._agents.get(agent_id)
         return len(agent.records) if agent else 0

@@ -518,6 +518,9 @@ class TieredMemory:
         pending, self._bumps = self._bumps, {}
         await self.ltm.bump_access(pending, time.time())
 
+    def loaded_memories(self) -> int:
+        return sum(len(idx) for idx in self._indexes.values())
+
     async def health(self) -> dict[str, Any]:
         mongo = await self.ltm.ping()
         redis_ok = await self.stm.version("_health") is not None
