@@ -83,3 +83,23 @@ async def test_transcript_kinds_are_dropped_whatever_their_case(stack, aiohttp_s
     await stack.openai("cases").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     block = stack.provider.received[-1].memories_block
     assert "kept fact" in block and "RAW LOG" not in block and "TAIL LOG" not in block
+
+
+async def test_recall_requests_carry_no_raw_secrets(stack, aiohttp_server):
+    seen: list[bytes] = []
+
+    async def recall(request: web.Request) -> web.Response:
+        seen.append(await request.read())
+        return web.json_response({"memories": []})
+
+    app = web.Application()
+    app.router.add_post("/recall", recall)
+    server = await aiohttp_server(app)
+    stack.add_agent("leaky", url_of(server))
+    key = "sk-proj-Zq8uN2vLm4Ab3dEf6hIj9kLm2nOp5qRs8tUv"
+    await stack.anthropic("leaky").messages.create(
+        model="m", max_tokens=10, system=f"deploy with AWS secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm",
+        messages=[{"role": "user", "content": f"my key is {key}, and PGPASSWORD=Qm7vR2xLp9sT4 — what now?"}])
+    [body] = seen
+    assert key.encode() not in body and b"Qm7vR2xLp9sT4" not in body and b"wJalrXUtnFEMI" not in body
+    assert b"[redacted:" in body

@@ -174,3 +174,24 @@ async def test_ledger_tombstones_and_cursor_are_private(stack, reference):
     assert st.S_IMODE(os.stat(agent_dir).st_mode) == 0o700
     for name in ("history.jsonl", "tombstones.jsonl", "retain.cursor"):
         assert st.S_IMODE(os.stat(agent_dir / name).st_mode) == 0o600, name
+
+
+async def test_backfill_applies_the_operators_redaction_rules(stack, aiohttp_server, tmp_path):
+    from aiohttp import web
+    got: list[bytes] = []
+
+    async def retain(request):
+        got.append(await request.read())
+        return web.json_response({}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/retain", retain)
+    server = await aiohttp_server(app)
+    stack.add_agent("rules", f"http://127.0.0.1:{free_port()}")
+    await _turns(stack, "rules", ["our ticket TKT-12345678 holds the plan"])
+    rules = tmp_path / "rules.yml"
+    rules.write_text("rules:\n  - kind: ticket\n    pattern: 'TKT-[0-9]{8}'\n    keywords: ['TKT-']\n")
+    contexts = ContextStore(stack.context_root, Telemetry())
+    stats = await backfill(contexts, stack.history_root, "mem-svc", url=f"http://{server.host}:{server.port}/retain",
+                           redactor=Redactor.from_file(rules), telemetry=Telemetry())
+    assert stats.sent == 1 and b"TKT-12345678" not in got[0] and b"[redacted:ticket]" in got[0]
