@@ -50,8 +50,14 @@ async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> d
                 else:
                     for i in range(0, len(items), 8):
                         async def one(e):
-                            async with http.post(url + "/retain", json={"agent_id": agent, "entry": e}) as r:
-                                assert r.status < 300, await r.text()
+                            for attempt in range(30):  # as delivery does: 5xx/429 are retried with backoff
+                                async with http.post(url + "/retain", json={"agent_id": agent, "entry": e}) as r:
+                                    if r.status < 300:
+                                        return
+                                    assert r.status >= 500 or r.status == 429, await r.text()
+                                    wait = float(r.headers.get("Retry-After", 0.2 * 2 ** min(attempt, 5)))
+                                await asyncio.sleep(wait)
+                            raise AssertionError("retain never acknowledged")
                         await asyncio.gather(*(one(e) for e in items[i:i + 8]))
 
             started = time.perf_counter()
@@ -93,8 +99,9 @@ async def main_async() -> None:
     quiet = Telemetry(make_logger(io.StringIO()))
     rows = {}
     from memory_adapters.embedded.app import build_embedded_app
-    rows["embedded"] = await run(build_embedded_app(tmp / "emb", redactor=Redactor(), telemetry=quiet),
-                                 "emb", convs, agents, batch=True)
+    if os.environ.get("INGEST_EMBEDDED", "1") == "1":
+        rows["embedded"] = await run(build_embedded_app(tmp / "emb", redactor=Redactor(), telemetry=quiet),
+                                     "emb", convs, agents, batch=True)
     rurl = redis_url()
     with mongo(tmp) as murl:
         if rurl and murl and os.environ.get("INGEST_TIERED", "1") == "1":

@@ -6,12 +6,13 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import ledger_index, overhead, recall_scale, redaction_speed, retain_cost
+from . import ingest, ledger_index, overhead, recall_scale, redaction_quality, redaction_speed, retain_cost
 
 
 def main() -> None:
     failed = []
-    for name, mod in (("redaction", redaction_speed), ("retain", retain_cost), ("ledger index", ledger_index),
+    for name, mod in (("redaction", redaction_speed), ("redaction quality", redaction_quality),
+                      ("retain", retain_cost), ("ledger index", ledger_index), ("ingest", ingest),
                       ("overhead", overhead),
                       ("recall scale", recall_scale)):
         print(f"\n=== {name} ===", flush=True)
