@@ -12,6 +12,7 @@ import click
 
 from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.private_files import private_dir
 
 from . import runner
 from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
@@ -33,8 +34,8 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
     from .app import build_app
 
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
-    for d in (context_root, history_root, data_dir):
-        d.mkdir(parents=True, exist_ok=True)
+    for d in (home, context_root, history_root, data_dir):
+        private_dir(d)  # turns, tokens and memories: 0700
     token, created = write_agent(context_root, agent_id, pod="local",
                                  memory=memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
                                                         retain_batch_path=RETAIN_BATCH_PATH))
