@@ -111,7 +111,7 @@ async def main_async() -> None:
             from memory_adapters.tiered.config import TieredSettings
             redis_sync.Redis.from_url(rurl).flushdb()
             settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/ingest")
-            rows["tiered (Mongo stand-in)"] = await run(build_tiered_app(settings, quiet), "tie", convs, agents,
+            rows["tiered (Mongo stand-in)"] = await run(build_tiered_app(settings, quiet, Redactor()), "tie", convs, agents,
                                                         batch=False)
     print(table(["service", "turns", "retained s", "turns/s", "vectors caught up s", "recall p50 ms", "recall p99 ms"],
                 [[k, r["turns"], r["retained_s"], r["turns_per_s"], r["vectors_caught_up_s"], r["recall_p50_ms"],

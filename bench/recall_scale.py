@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from memory_adapters.reference.app import build_reference_app
+from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import Site, start_site
 
@@ -56,14 +57,14 @@ async def main_async() -> dict:
     results: dict[str, dict] = {}
     for size in sizes:
         seed_reference(tmp / f"ref{size}", "one", size)
-        runner, port = await start_site(Site(build_reference_app(tmp / f"ref{size}"), "127.0.0.1", 0))
+        runner, port = await start_site(Site(build_reference_app(tmp / f"ref{size}", redactor=Redactor()), "127.0.0.1", 0))
         results[f"reference|1 agent x {size}"] = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
         print(f"reference 1 agent x {size}: {results[f'reference|1 agent x {size}']}", flush=True)
         await runner.cleanup()
     many = {f"agent{i:04d}": 100 for i in range(1000 if not QUICK else 200)}
     for agent in many:
         seed_reference(tmp / "refmany", agent, 100)
-    runner, port = await start_site(Site(build_reference_app(tmp / "refmany"), "127.0.0.1", 0))
+    runner, port = await start_site(Site(build_reference_app(tmp / "refmany", redactor=Redactor()), "127.0.0.1", 0))
     results[f"reference|{len(many)} agents x 100"] = await measure(f"http://127.0.0.1:{port}/recall", list(many), n)
     await runner.cleanup()
 
@@ -88,7 +89,7 @@ async def main_async() -> dict:
                 redis_sync.Redis.from_url(rurl).flushdb()
                 db = murl.rsplit("/", 1)[0] + f"/scale_{abs(hash(label)) % 10**8}"
                 settings = TieredSettings.from_env(redis_url=rurl, mongo_url=db, ltm_max_entries=0)
-                app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())))
+                app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())), Redactor())
                 from memory_adapters.tiered.app import TIERED_SERVICE
                 service = app[TIERED_SERVICE]
                 await service.load_embedder()

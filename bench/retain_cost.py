@@ -87,7 +87,7 @@ async def main_async() -> dict:
     path_cost = await response_path(n)
     tmp = Path(tempfile.mkdtemp(prefix="memplane-retain-"))
     rates = {}
-    runner, port = await start_site(Site(build_reference_app(tmp / "ref"), "127.0.0.1", 0))
+    runner, port = await start_site(Site(build_reference_app(tmp / "ref", redactor=Redactor()), "127.0.0.1", 0))
     rates["reference"] = await sustained(f"http://127.0.0.1:{port}/retain", n // 2)
     rates["reference, batches of 32"] = await sustained(f"http://127.0.0.1:{port}{RETAIN_BATCH_PATH}", n // 2,
                                                         concurrency=4, batch=32)
@@ -98,7 +98,7 @@ async def main_async() -> dict:
             from memory_adapters.tiered.app import build_tiered_app
             from memory_adapters.tiered.config import TieredSettings
             settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl, ltm_max_entries=0)
-            runner, port = await start_site(Site(build_tiered_app(settings, Telemetry(make_logger(io.StringIO()))),
+            runner, port = await start_site(Site(build_tiered_app(settings, Telemetry(make_logger(io.StringIO())), Redactor()),
                                                  "127.0.0.1", 0))
             rates["tiered"] = await sustained(f"http://127.0.0.1:{port}/retain", n // 5)
             await runner.cleanup()

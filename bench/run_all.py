@@ -6,7 +6,15 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import ingest, ledger_index, overhead, recall_scale, redaction_quality, redaction_speed, retain_cost
+from . import (
+    ingest,
+    ledger_index,
+    overhead,
+    recall_scale,
+    redaction_quality,
+    redaction_speed,
+    retain_cost,
+)
 
 
 def main() -> None:

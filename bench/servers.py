@@ -18,6 +18,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from memplane_core.redact import Redactor
+
 REPLY = ("The quarterly numbers look steady: revenue grew four percent, churn fell slightly, and the new "
          "onboarding flow cut time to first value by a third. ") * 6  # ~200 tokens
 
@@ -114,13 +116,13 @@ def main() -> None:
         app = memplane_app(a.upstream, a.context_root, a.history_root)
     elif a.role == "reference":
         from memory_adapters.reference.app import build_reference_app
-        app = build_reference_app(a.data_dir)
+        app = build_reference_app(a.data_dir, redactor=Redactor())
     else:
         from memory_adapters.tiered.app import build_tiered_app
         from memory_adapters.tiered.config import TieredSettings
         from memplane_core.telemetry import Telemetry, make_logger
         app = build_tiered_app(TieredSettings.from_env(redis_url=a.redis_url, mongo_url=a.mongo_url),
-                               Telemetry(make_logger(io.StringIO())))
+                               Telemetry(make_logger(io.StringIO())), Redactor())
     from proxy.runner import run
     run(serve(app, a.port))
 

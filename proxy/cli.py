@@ -9,6 +9,8 @@ import click
 
 from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
 
 from . import runner
 from .config import DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, ProxySettings
@@ -112,7 +114,7 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
     data_dir.mkdir(parents=True, exist_ok=True)
     _warn_if_open(host, token)
     click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
-    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token), host, port)]))
+    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES"))), host, port)]))
 
 
 @adapter.command("embedded")
@@ -167,7 +169,7 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
     from memory_adapters.tiered.app import build_tiered_app
 
     click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
-    runner.run(runner.serve([runner.Site(build_tiered_app(settings), host, port)]))
+    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES"))), host, port)]))
 
 
 @adapter_tiered.command("consolidate")
@@ -192,7 +194,7 @@ def tiered_consolidate(settings, agents: tuple[str, ...], threshold: float | Non
     settings.mongo_url = mongo_url or settings.mongo_url
 
     async def go():
-        service = build_service(settings)
+        service = build_service(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")))
         try:
             return await consolidate(service, list(agents) or None, threshold=threshold)
         finally:

@@ -7,6 +7,7 @@ import io
 import pytest
 
 from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
+from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
@@ -28,7 +29,7 @@ async def provider_server(aiohttp_server):
 @pytest.fixture
 async def reference(aiohttp_server, tmp_path):
     """A live reference adapter; yields (base_url, store)."""
-    app = build_reference_app(tmp_path / "reference-memory")
+    app = build_reference_app(tmp_path / "reference-memory", redactor=Redactor())
     server = await aiohttp_server(app)
     return url_of(server), app[REFERENCE_STORE]
 
@@ -163,6 +164,6 @@ def tiered_settings(redis_url, mongo_url):
 async def tiered(aiohttp_server, tiered_settings):
     """A live tiered adapter; returns (base_url, service)."""
     from memory_adapters.tiered.app import TIERED_SERVICE, build_tiered_app
-    app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())))
+    app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
     server = await aiohttp_server(app)
     return url_of(server), app[TIERED_SERVICE]

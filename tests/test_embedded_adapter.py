@@ -119,7 +119,7 @@ async def rest_service(request, aiohttp_server, tmp_path):
         settings = request.getfixturevalue("tiered_settings")
         settings.adapter_token = "admin-token"
         settings.agent_tokens = {"alice": AgentToken("alice-token"), "bob": AgentToken("bob-token", frozenset({"global"}))}
-        app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())))
+        app = build_tiered_app(settings, Telemetry(make_logger(io.StringIO())), Redactor())
     del tokens
     server = await aiohttp_server(app)
     return url_of(server)

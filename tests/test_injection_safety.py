@@ -98,7 +98,7 @@ async def test_recall_requests_carry_no_raw_secrets(stack, aiohttp_server):
     stack.add_agent("leaky", url_of(server))
     key = "sk-proj-Zq8uN2vLm4Ab3dEf6hIj9kLm2nOp5qRs8tUv"
     await stack.anthropic("leaky").messages.create(
-        model="m", max_tokens=10, system=f"deploy with AWS secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm",
+        model="m", max_tokens=10, system="deploy with AWS secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYz8Q2vKp3Lm",
         messages=[{"role": "user", "content": f"my key is {key}, and PGPASSWORD=Qm7vR2xLp9sT4 — what now?"}])
     [body] = seen
     assert key.encode() not in body and b"Qm7vR2xLp9sT4" not in body and b"wJalrXUtnFEMI" not in body

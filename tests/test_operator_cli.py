@@ -38,7 +38,7 @@ async def test_forget_then_backfill_does_not_resurrect(stack, reference, aiohttp
 
     # a brand-new reference service, filled from the ledger
     from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
-    fresh_app = build_reference_app(tmp_path / "fresh")
+    fresh_app = build_reference_app(tmp_path / "fresh", redactor=Redactor())
     fresh = await aiohttp_server(fresh_app)
     url = f"http://{fresh.host}:{fresh.port}/retain"
     stats = await backfill(contexts, stack.history_root, "mem-svc", url=url, redactor=Redactor(), telemetry=Telemetry())
@@ -57,7 +57,7 @@ async def test_backfill_after_and_limit(stack, reference, aiohttp_server, tmp_pa
     stack.add_agent("hist", ref_url)
     entries = await _turns(stack, "hist", [f"fact {i}" for i in range(6)])
     from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
-    app = build_reference_app(tmp_path / "fresh")
+    app = build_reference_app(tmp_path / "fresh", redactor=Redactor())
     server = await aiohttp_server(app)
     url = f"http://{server.host}:{server.port}/retain"
     contexts = ContextStore(stack.context_root, Telemetry())

@@ -7,6 +7,7 @@ import asyncio
 import aiohttp
 
 from memory_adapters.reference.app import build_reference_app
+from memplane_core.redact import Redactor
 from tests.conftest import url_of
 
 
@@ -22,7 +23,7 @@ async def call(session, url, path, body):
 
 async def test_retain_is_idempotent_forget_is_a_tombstone_and_data_survives_restart(aiohttp_server, tmp_path):
     data = tmp_path / "ref"
-    server = await aiohttp_server(build_reference_app(data))
+    server = await aiohttp_server(build_reference_app(data, redactor=Redactor()))
     url = url_of(server)
     async with aiohttp.ClientSession() as s:
         assert (await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_1", "I like jazz")}))[0] == 202
@@ -36,7 +37,7 @@ async def test_retain_is_idempotent_forget_is_a_tombstone_and_data_survives_rest
         assert [m["id"] for m in recalled["memories"]] == ["hist1_1"]
     await server.close()
 
-    server = await aiohttp_server(build_reference_app(data))
+    server = await aiohttp_server(build_reference_app(data, redactor=Redactor()))
     async with aiohttp.ClientSession() as s:
         _, recalled = await call(s, url_of(server), "/recall", {"agent_id": "a", "query": "jazz"})
     assert [m["text"] for m in recalled["memories"]] == ["User: I like jazz | Assistant: OK."]

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import build_app
 from proxy.config import ProxySettings
@@ -33,7 +34,7 @@ async def test_undelivered_retains_resume_after_a_restart(make_stack, aiohttp_se
     assert len(stack.ledger("durable")) == 5
     await stack.state.retain.close(1.0)  # the proxy stops; nothing was acknowledged
 
-    ref_app = build_reference_app(tmp_path / "ref")
+    ref_app = build_reference_app(tmp_path / "ref", redactor=Redactor())
     await aiohttp_server(ref_app, port=port)  # the service comes back on its address
     settings = stack.state.settings
     log = io.StringIO()
@@ -162,7 +163,7 @@ async def test_adapters_with_per_agent_tokens_refuse_other_agents(aiohttp_server
     from memory_adapters.reference.store import ReferenceStore
     from memory_adapters.server import build_adapter_app
     from memplane_core.contract import describe
-    app = build_adapter_app(ReferenceStore(tmp_path / "r"), describe(), token="ops-token",
+    app = build_adapter_app(ReferenceStore(tmp_path / "r", Redactor()), describe(), token="ops-token",
                             agent_tokens={"alice": "alice-token", "bob": "bob-token"})
     server = await aiohttp_server(app)
     url = url_of(server)
@@ -183,7 +184,7 @@ async def test_adapters_with_per_agent_tokens_refuse_other_agents(aiohttp_server
 async def test_tiered_rest_api_with_per_agent_tokens(aiohttp_server, tiered_settings):
     from memory_adapters.tiered.app import build_tiered_app
     tiered_settings.agent_tokens = {"alice": "alice-token", "bob": "bob-token"}
-    server = await aiohttp_server(build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO()))))
+    server = await aiohttp_server(build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor()))
     url = url_of(server)
     a, b = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
     async with aiohttp.ClientSession() as s:

@@ -13,6 +13,7 @@ from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
 from memory_adapters.reference.store import ReferenceStore
 from memory_adapters.server import build_adapter_app
 from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.redact import Redactor
 from tests.conftest import url_of
 
 BATCHED = {"path": "/retain", "timeout_ms": 2000, "batch_path": RETAIN_BATCH_PATH}
@@ -31,7 +32,7 @@ def counting(app: web.Application) -> Counter:
 
 
 async def test_a_busy_agent_is_retained_in_batches_each_turn_exactly_once(make_stack, aiohttp_server, tmp_path):
-    app = build_reference_app(tmp_path / "ref")
+    app = build_reference_app(tmp_path / "ref", redactor=Redactor())
     calls = counting(app)
     url = url_of(await aiohttp_server(app))
     stack = await make_stack()
@@ -49,7 +50,7 @@ async def test_a_busy_agent_is_retained_in_batches_each_turn_exactly_once(make_s
 
 
 async def test_a_service_without_a_batch_endpoint_gets_every_turn_one_by_one(make_stack, aiohttp_server, tmp_path):
-    store = ReferenceStore(tmp_path / "plain")
+    store = ReferenceStore(tmp_path / "plain", Redactor())
     plain = build_adapter_app(store, {"version": 2, "memory": {"retain": {"path": "/retain"},
                                                                "recall": {"path": "/recall"}}})
     calls = counting(plain)

@@ -13,6 +13,7 @@ from memory_adapters.engine.record import Memory
 from memory_adapters.tiered.app import TIERED_SERVICE, build_service, build_tiered_app
 from memory_adapters.tiered.consolidate import consolidate
 from memplane_core.contract import ForgetRequest, RecallRequest, RetainRequest
+from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import free_port
 from tests.conftest import url_of
@@ -48,7 +49,7 @@ async def test_upsert_by_agent_scope_key_updates_instead_of_duplicating(tiered):
 async def test_caps_on_both_tiers(aiohttp_server, tiered_settings):
     tiered_settings.ltm_max_entries = 5
     tiered_settings.stm_max_entries = 3
-    app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())))
+    app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
     server = await aiohttp_server(app)
     service = app[TIERED_SERVICE]
     async with aiohttp.ClientSession() as s:
@@ -103,7 +104,7 @@ async def test_scope_isolation_between_agents_and_sessions(tiered):
 async def test_redis_down_falls_back_to_mongo_and_says_so(tiered_settings, aiohttp_server):
     log = io.StringIO()
     tiered_settings.redis_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    app = build_tiered_app(tiered_settings, Telemetry(make_logger(log)))
+    app = build_tiered_app(tiered_settings, Telemetry(make_logger(log)), Redactor())
     server = await aiohttp_server(app)
     async with aiohttp.ClientSession() as s:
         st, _ = await api(s, "POST", url_of(server) + "/api/memories", json={"agent_id": "r", "key": "k", "value": "still works without redis"})
@@ -115,11 +116,11 @@ async def test_redis_down_falls_back_to_mongo_and_says_so(tiered_settings, aioht
 
 async def test_mongo_down_is_a_clear_503_and_nothing_reaches_redis(tiered_settings, aiohttp_server):
     tiered_settings.mongo_url = f"mongodb://127.0.0.1:{free_port()}/memplane"
-    service = build_service(tiered_settings, Telemetry(make_logger(io.StringIO())))
+    service = build_service(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
     service.ltm.client = type(service.ltm.client)(tiered_settings.mongo_url, serverSelectionTimeoutMS=300)
     db = service.ltm.client.get_default_database()
     service.ltm.memories, service.ltm.retained, service.ltm.tombstones = db["memories"], db["retained_entries"], db["tombstones"]
-    app = build_tiered_app(tiered_settings, service=service)
+    app = build_tiered_app(tiered_settings, Telemetry(), Redactor(), service=service)
     app.on_startup.clear()
     server = await aiohttp_server(app)
     async with aiohttp.ClientSession() as s:
@@ -130,7 +131,7 @@ async def test_mongo_down_is_a_clear_503_and_nothing_reaches_redis(tiered_settin
 
 
 async def test_warm_up_loads_newest_memories_into_redis(tiered_settings):
-    service = build_service(tiered_settings, Telemetry(make_logger(io.StringIO())))
+    service = build_service(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
     await service.ltm.ensure_indexes()
     for i in range(25):
         await service.ltm.upsert(Memory(agent_id="w", scope="agent", key=f"k{i}", value=f"v{i}",
@@ -202,7 +203,7 @@ async def test_rest_validation_names_the_field_and_pages_with_cursors(tiered):
 
 async def test_adapter_token_is_required_when_configured(aiohttp_server, tiered_settings):
     tiered_settings.adapter_token = "adapter-secret-123"
-    server = await aiohttp_server(build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO()))))
+    server = await aiohttp_server(build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor()))
     async with aiohttp.ClientSession() as s:
         st, _ = await api(s, "GET", url_of(server) + "/api/memories", params={"agent_id": "x"})
         st2, _ = await api(s, "GET", url_of(server) + "/api/memories", params={"agent_id": "x"},

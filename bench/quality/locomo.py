@@ -215,7 +215,7 @@ async def main_async(args) -> dict | None:
                 from memory_adapters.tiered.config import TieredSettings
                 redis_sync.Redis.from_url(rurl).flushdb()
                 settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/locomo")
-                rows["tiered"] = await replay(convs, build_tiered_app(settings, quiet), tmp, "tiered", batch=False)
+                rows["tiered"] = await replay(convs, build_tiered_app(settings, quiet, Redactor()), tmp, "tiered", batch=False)
             else:
                 print("tiered skipped: no Redis or Mongo-wire server")
     rows["baseline: BM25 top 8 over raw turns"] = {"scores": bm25_baseline(convs)}

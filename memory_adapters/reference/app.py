@@ -16,7 +16,7 @@ REFERENCE_STORE = web.AppKey("reference_store", ReferenceStore)
 
 
 def build_reference_app(data_dir: Path, *, token: str | None = None,
-                        redactor: Redactor | None = None) -> web.Application:
+                        redactor: Redactor) -> web.Application:
     store = ReferenceStore(Path(data_dir), redactor)
     app = build_adapter_app(store, describe(retain_batch=True), token=token)
     app[REFERENCE_STORE] = store

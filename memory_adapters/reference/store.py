@@ -91,9 +91,9 @@ class _Agent:
 
 
 class ReferenceStore:
-    def __init__(self, data_dir: Path, redactor: Redactor | None = None) -> None:
+    def __init__(self, data_dir: Path, redactor: Redactor) -> None:
         self.data_dir = Path(data_dir)
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor
         self._agents: dict[str, _Agent] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._files: dict[tuple[str, str], Any] = {}  # open append handles

@@ -30,8 +30,7 @@ async def ltm_unavailable_middleware(request: web.Request, handler):
         return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")
 
 
-def build_service(settings: TieredSettings, telemetry: Telemetry | None = None) -> TieredMemory:
-    telemetry = telemetry or Telemetry()
+def build_service(settings: TieredSettings, telemetry: Telemetry, redactor: Redactor) -> TieredMemory:
 
     def on_redis(ok: bool, error: str) -> None:
         if ok:
@@ -42,12 +41,14 @@ def build_service(settings: TieredSettings, telemetry: Telemetry | None = None) 
 
     stm = RedisSTM(settings.redis_url, max_entries=settings.stm_max_entries, prefix=settings.key_prefix,
                    on_state=on_redis)
-    return TieredMemory(settings, MongoLTM(settings.mongo_url), stm, telemetry=telemetry, redactor=Redactor())
+    return TieredMemory(settings, MongoLTM(settings.mongo_url), stm, telemetry=telemetry, redactor=redactor)
 
 
-def build_tiered_app(settings: TieredSettings, telemetry: Telemetry | None = None,
+def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: Redactor,
                      service: TieredMemory | None = None) -> web.Application:
-    service = service or build_service(settings, telemetry)
+    """`service`: an already built one (tests build it to reach its parts); else one from `settings`."""
+    if service is None:
+        service = build_service(settings, telemetry, redactor)
     app = build_adapter_app(service, describe(), token=settings.adapter_token, agent_tokens=settings.agent_tokens)
     app.middlewares.append(ltm_unavailable_middleware)
     add_api_routes(app, service)

@@ -137,12 +137,12 @@ class AgentIndex(EngineIndex):
 
 class TieredMemory:
     def __init__(self, settings: TieredSettings, ltm: MongoLTM, stm: RedisSTM, *,
-                 telemetry: Telemetry | None = None, redactor: Redactor | None = None) -> None:
+                 telemetry: Telemetry, redactor: Redactor) -> None:
         self.settings = settings
         self.ltm = ltm
         self.stm = stm
-        self.telemetry = telemetry or Telemetry()
-        self.redactor = redactor or Redactor()
+        self.telemetry = telemetry
+        self.redactor = redactor
         self._indexes: dict[str, AgentIndex] = {}
         self.embedder = None  # loaded at start when the embeddings extra is installed
         self.components = {c.strip() for c in settings.ranking.split(",") if c.strip()}
