@@ -51,6 +51,10 @@ class StoreBody(BaseModel):
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     ttl: int | str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # restoring an export (`memplane memory import`): when it was said and made, and from which turns
+    said_at: datetime | None = None
+    created_at: datetime | None = None
+    source_entry_ids: list[str] = Field(default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
     def _session_needs_id(self) -> "StoreBody":
@@ -89,6 +93,12 @@ class SearchBody(BaseModel):
     type_filter: list[str] | str | None = None
     min_importance: float | None = Field(default=None, ge=0.0, le=1.0)
     session_id: str | None = None
+
+
+def _epoch(when: datetime | None) -> float | None:
+    if when is None:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -140,7 +150,10 @@ def add_api_routes(app: web.Application, service: MemoryRest) -> None:
         meta["author"] = _author(request)
         m = Memory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
                    importance=body.importance, session_id=body.session_id if body.scope == "session" else None,
-                   expires_at=body.expires_at(), metadata=meta)
+                   expires_at=body.expires_at(), metadata=meta, source_entry_ids=list(body.source_entry_ids),
+                   said_at=_epoch(body.said_at))
+        if body.created_at is not None:
+            m.created_at = m.updated_at = _epoch(body.created_at)
         if not _may_write(request, m):
             return json_error(403, "writing global memories needs the admin token or a global grant", "scope")
         stored, created = await service.store_memory(m)

@@ -207,3 +207,114 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
     click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if as_json else render_text(doc))
+
+
+def _rest_target(service: str, url: str | None, token: str | None, context_root: Path, agent: str):
+    """The service's base URL and bearer token: flags first, else the agent's memory.json."""
+    from memplane_core.ids import is_agent_id
+    from memplane_core.telemetry import Telemetry
+
+    from .context_store import ContextStore
+
+    if not is_agent_id(agent):
+        raise click.BadParameter(f"invalid agent id {agent!r}", param_hint="--agent")
+    if url is None:
+        ctx = ContextStore(context_root, Telemetry()).get(agent)
+        if ctx is None or ctx.memory is None or ctx.memory.service != service:
+            raise click.ClickException(f"agent {agent!r} has no memory.json for service {service!r}; pass --url")
+        url, token = ctx.memory.base_url, token or ctx.memory.auth_token
+    return url.rstrip("/"), ({"Authorization": f"Bearer {token}"} if token else {})
+
+
+EXPORT_FIELDS = ("key", "scope", "session_id", "type", "value", "importance", "created_at", "updated_at", "said_at",
+                 "expires_at", "metadata", "source_entry_ids")
+
+
+@memory_group.command("export")
+@click.argument("service")
+@click.option("--agent", "agent", required=True, help="The agent whose memories to export.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="JSONL file (default stdout).")
+@click.option("--url", default=None, help="The service's base URL (default: from the agent's memory.json).")
+@click.option("--auth-token", default=None, help="Bearer token for the service's REST API.")
+@CONTEXT_ROOT
+def export_cmd(service: str, agent: str, out: Path | None, url: str | None, auth_token: str | None,
+               context_root: Path) -> None:
+    """Write an agent's memories as JSONL, one memory per line, with everything needed to restore them."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from memplane_core.private_files import write_private
+
+    base, headers = _rest_target(service, url, auth_token, context_root, agent)
+    lines: list[bytes] = []
+    cursor = None
+    for scope in ("agent", "session"):
+        cursor = None
+        while True:
+            query = {"agent_id": agent, "scope": scope, "limit": "500", **({"cursor": cursor} if cursor else {})}
+            req = urllib.request.Request(f"{base}/api/memories?{urllib.parse.urlencode(query)}", headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    page = orjson.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                raise click.ClickException(f"{base}: {exc.code} {exc.reason} (does it offer /api/memories?)") from None
+            except (urllib.error.URLError, OSError) as exc:
+                raise click.ClickException(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
+            for m in page.get("memories", []):
+                lines.append(orjson.dumps({k: m.get(k) for k in EXPORT_FIELDS}) + b"\n")
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+    if out is None:
+        sys.stdout.buffer.write(b"".join(lines))
+    else:
+        write_private(out, b"".join(lines))  # memories are what agents were told: 0600
+    click.echo(f"exported {len(lines)} memories of {agent} from {service}", err=True)
+
+
+@memory_group.command("import")
+@click.argument("service")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--agent", "agent", required=True, help="The agent the memories belong to.")
+@click.option("--url", default=None, help="The service's base URL (default: from the agent's memory.json).")
+@click.option("--auth-token", default=None, help="Bearer token for the service's REST API.")
+@CONTEXT_ROOT
+def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token: str | None,
+               context_root: Path) -> None:
+    """Restore exported memories into any store with the REST API; importing twice changes nothing
+    (memories are upserted by key)."""
+    import urllib.error
+    import urllib.request
+
+    base, headers = _rest_target(service, url, auth_token, context_root, agent)
+    done = failed = 0
+    for n, raw in enumerate(file.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            m = orjson.loads(raw)
+            body = {k: m[k] for k in ("key", "scope", "type", "value", "importance", "metadata", "source_entry_ids",
+                                      "said_at", "created_at") if m.get(k) is not None}
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            click.echo(f"line {n}: not an exported memory; skipped", err=True)
+            failed += 1
+            continue
+        body["agent_id"] = agent
+        if m.get("scope") == "session":
+            body["session_id"] = m.get("session_id")
+        if m.get("expires_at"):
+            body["ttl"] = m["expires_at"]
+        req = urllib.request.Request(f"{base}/api/memories", data=orjson.dumps(body), method="POST",
+                                     headers={**headers, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30):
+                done += 1
+        except urllib.error.HTTPError as exc:
+            click.echo(f"line {n}: refused ({exc.code}): {exc.read()[:200].decode('utf-8', 'replace')}", err=True)
+            failed += 1
+        except (urllib.error.URLError, OSError) as exc:
+            raise click.ClickException(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
+    click.echo(f"imported {done} memories into {service} for {agent}; {failed} skipped", err=True)
+    if failed:
+        sys.exit(1)

@@ -203,3 +203,41 @@ async def test_the_service_exposes_its_own_metrics_behind_its_token(aiohttp_serv
     assert 'memplane_adapter_retains_total{outcome="duplicate"} 1.0' in text
     assert "memplane_adapter_recall_latency_seconds_count 1.0" in text
     assert "memplane_adapter_memories 1.0" in text and "memplane_adapter_ingest_queue_depth 0.0" in text
+
+
+async def test_memories_round_trip_from_embedded_to_tiered(aiohttp_server, tmp_path, tiered):
+    from click.testing import CliRunner
+
+    from proxy.cli import main
+    tiered_url, _ = tiered
+    server = await aiohttp_server(embedded_app(tmp_path / "mem"))
+    url = url_of(server)
+    turns = ["[9:00 am on 3 May, 2024] Ana: I adopted a greyhound called Comet.",
+             "[9:01 am on 3 May, 2024] Ben: Lovely! How old is Comet?",
+             "[9:02 am on 3 May, 2024] Ana: Four, and he sleeps on the sofa all day."]
+    async with aiohttp.ClientSession() as s:
+        for n, t in enumerate(turns):
+            await call(s, url, "/retain", {"agent_id": "ana", "entry": entry(f"hist1_{n}", t,
+                                                                            ts=f"2026-11-20T10:00:0{n}.000Z")})
+        await call(s, url, "/api/memories", {"agent_id": "ana", "key": "style", "value": "Prefers short answers",
+                                             "type": "preference"})
+        _, before = await call(s, url, "/recall", {"agent_id": "ana", "query": "How old is Ana's dog?"})
+    out = tmp_path / "ana.jsonl"
+    runner = CliRunner()
+    result = await asyncio.to_thread(runner.invoke, main, ["memory", "export", "embedded", "--agent", "ana",
+                                                           "--url", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [__import__("orjson").loads(x) for x in out.read_bytes().splitlines()]
+    assert len(rows) == 4 and all(r["key"] and r["created_at"] for r in rows)
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    for _ in range(2):  # importing twice changes nothing
+        result = await asyncio.to_thread(runner.invoke, main, ["memory", "import", "tiered", str(out), "--agent", "ana",
+                                                               "--url", tiered_url])
+        assert result.exit_code == 0, result.output
+    async with aiohttp.ClientSession() as s:
+        _, after = await call(s, tiered_url, "/recall", {"agent_id": "ana", "query": "How old is Ana's dog?"})
+        async with s.get(tiered_url + "/api/memories", params={"agent_id": "ana"}) as r:
+            listed = (await r.json())["memories"]
+    assert len(listed) == 4
+    for said in ("Comet", "Four, and he sleeps on the sofa all day.", "[9:00 am on 3 May, 2024]"):
+        assert said in before["memories"][0]["text"] and said in "\n".join(m["text"] for m in after["memories"])
