@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 import traceback
 
@@ -14,10 +13,12 @@ from aiohttp import web
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from .admin import admin_only
 from .config import ProxySettings
 from .context_store import ContextStore
 from .delivery import RetainDelivery
 from .errors import ProxyError, dialect_for_path, error_response
+from .explain import explanation
 from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
 from .ledger import Ledger
 from .metrics import CONTENT_TYPE_LATEST, ProxyMetrics
@@ -25,6 +26,7 @@ from .rate_limit import RateLimiter
 from .routing import allowed, check_raw_path, parse_allow_list, require_model_allowed
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
+from .ui import add_ui_routes
 from .upstream import returned_headers, upstream_headers, upstream_target
 
 STATE = web.AppKey("memplane_state", ProxyState)
@@ -106,43 +108,17 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def admin_only(request: web.Request) -> None:
-    """Operator routes: the admin token when one is set (agent tokens never open them), else
-    loopback callers only."""
-    settings = request.app[STATE].settings
-    if settings.admin_token:
-        header = request.headers.get("Authorization", "")
-        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
-        if not given or not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
-            raise ProxyError(401, "This route needs the admin token (MEMPLANE_ADMIN_TOKEN).", code="invalid_api_key")
-        return
-    remote = request.remote or ""
-    if remote not in ("127.0.0.1", "::1") and not remote.startswith("127."):
-        raise ProxyError(403, "Operator routes answer only on loopback unless MEMPLANE_ADMIN_TOKEN is set.",
-                         code="forbidden")
-
-
 async def metrics(request: web.Request) -> web.Response:
-    admin_only(request)
+    admin_only(request, request.app[STATE].settings)
     state = request.app[STATE]
     return web.Response(body=state.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def explain_turn(request: web.Request) -> web.Response:
-    admin_only(request)
-    state = request.app[STATE]
-    doc = state.explanations.get(request.match_info["turn_id"])
+    admin_only(request, request.app[STATE].settings)
+    doc = explanation(request.app[STATE], request.match_info["turn_id"])
     if doc is None:
         raise ProxyError(404, "No such turn (explanations are kept for the most recent turns).", code="not_found")
-    doc = dict(doc)
-    ctx = state.contexts.get(doc["agent_id"])
-    if doc.get("entry_id") and state.retain is not None and ctx is not None and ctx.memory is not None \
-            and ctx.memory.retain is not None:
-        doc["retain_state"] = state.retain.entry_state(doc["agent_id"], doc["entry_id"], doc.get("ledger_end", 0))
-    elif doc.get("entry_id"):
-        doc["retain_state"] = "not retained (no retain endpoint)"
-    else:
-        doc["retain_state"] = "not ledgered (the provider did not answer 2xx)"
     return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
 
@@ -188,6 +164,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/memplane/turns/{turn_id}", explain_turn)
+    add_ui_routes(app, STATE)
     app.router.add_post("/v1/chat/completions", _turn_route(OpenAIChat()))
     app.router.add_post("/v1/messages", _turn_route(AnthropicMessages()))
     app.router.add_post("/v1/responses", _turn_route(OpenAIResponses()))

@@ -41,6 +41,23 @@ class TurnExplanations:
         return out
 
 
+def explanation(state: Any, turn_id: str) -> dict[str, Any] | None:
+    """A turn's explanation (from `state.explanations`) with its ledger entry's retain state as of now."""
+    doc = state.explanations.get(turn_id)
+    if doc is None:
+        return None
+    doc = dict(doc)
+    ctx = state.contexts.get(doc["agent_id"])
+    if doc.get("entry_id") and state.retain is not None and ctx is not None and ctx.memory is not None \
+            and ctx.memory.retain is not None:
+        doc["retain_state"] = state.retain.entry_state(doc["agent_id"], doc["entry_id"], doc.get("ledger_end", 0))
+    elif doc.get("entry_id"):
+        doc["retain_state"] = "not retained (no retain endpoint)"
+    else:
+        doc["retain_state"] = "not ledgered (the provider did not answer 2xx)"
+    return doc
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """The explanation for people (what `memplane explain` prints)."""
     lines = [f"turn {doc['turn_id']}  agent {doc['agent_id']}  {doc['ts']}  {doc['format']}",

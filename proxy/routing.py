@@ -25,6 +25,8 @@ def check_raw_path(raw_path: str) -> None:
         raise ProxyError(400, "The request path holds an encoded separator or dot; send the plain path.",
                          code="invalid_path")
     segments = path[1:].split("/")
+    if segments[-1] == "" and not path.startswith("/v1/"):
+        segments.pop()  # the operator's pages end in "/" (/memplane/ui/); nothing outside /v1/ is forwarded
     if path != "/" and any(s in ("", ".", "..") for s in segments):
         raise ProxyError(400, "The request path holds empty or dot segments; send the plain path.",
                          code="invalid_path")

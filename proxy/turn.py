@@ -127,6 +127,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                               latency_ms=outcome.latency_ms, blocks=len(policy.memories),
                               bytes_=injected, removed=policy.memory_removed, **extra)
     detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
+              "tokens": tokens,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
                             "id": m.get("id"), "text": str(m.get("text"))[:2000], "decision": decision}
@@ -181,7 +182,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         effective, recall = await recall_and_inject(state, ctx, fmt, body, session_id)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
     state.explanations.record(turn_id, {
-        "turn_id": turn_id, "agent_id": ctx.agent_id, "ts": now_rfc3339(), "format": fmt.name, "path": request.path,
+        "turn_id": turn_id, "agent_id": ctx.agent_id, "ts": now_rfc3339(), "_at": time.time(), "format": fmt.name,
+        "path": request.path, "tokens": recall.detail.get("tokens", 0),
         "recall": {"status": recall.status, "blocks": recall.blocks, "removed": recall.removed,
                    "latency_ms": round(recall.latency_ms, 3)},
         "memories": [], **recall.detail})
