@@ -49,7 +49,7 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
     """`service`: an already built one (tests build it to reach its parts); else one from `settings`."""
     if service is None:
         service = build_service(settings, telemetry, redactor)
-    app = build_adapter_app(service, describe(), token=settings.adapter_token, agent_tokens=settings.agent_tokens)
+    app = build_adapter_app(service, describe(retain_batch=True), token=settings.adapter_token, agent_tokens=settings.agent_tokens)
     app.middlewares.append(ltm_unavailable_middleware)
     add_api_routes(app, service)
     app[TIERED_SERVICE] = service

@@ -205,6 +205,47 @@ class MongoLTM:
             raise LTMUnavailable(str(exc)) from None
         return None
 
+    async def seen_entries(self, agent_id: str, entry_ids: list[str]) -> dict[str, str]:
+        """entry id → 'tombstoned' | 'duplicate' for the ids already seen (two queries for a batch)."""
+        try:
+            tomb = {d["entry_id"] async for d in self.tombstones.find(
+                {"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})}
+            done = {d["entry_id"] async for d in self.retained.find(
+                {"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})}
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return {**{e: "duplicate" for e in done}, **{e: "tombstoned" for e in tomb}}
+
+    async def upsert_many(self, memories: list[Memory]) -> None:
+        """Upsert by (agent, scope, session, key) in one unordered bulk write."""
+        if not memories:
+            return
+        ops = []
+        for m in memories:
+            doc = m.to_doc()
+            ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
+            on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
+            fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
+                      and k not in ("last_accessed_at", "source_entry_ids")}
+            ops.append(UpdateOne(ident, {"$set": fields, "$setOnInsert": on_insert,
+                                         "$addToSet": {"source_entry_ids": {"$each": m.source_entry_ids}}},
+                                 upsert=True))
+        try:
+            await self.memories.bulk_write(ops, ordered=False)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def mark_retained_many(self, agent_id: str, entry_ids: list[str]) -> None:
+        if not entry_ids:
+            return
+        now = time.time()
+        try:
+            await self.retained.bulk_write([UpdateOne({"agent_id": agent_id, "entry_id": e},
+                                                      {"$setOnInsert": {"ts": now}}, upsert=True)
+                                            for e in entry_ids], ordered=False)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
     async def mark_retained(self, agent_id: str, entry_id: str) -> None:
         try:
             await self.retained.update_one({"agent_id": agent_id, "entry_id": entry_id},

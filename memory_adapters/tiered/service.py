@@ -316,17 +316,42 @@ class TieredMemory:
         return True
 
     async def retain(self, req: RetainRequest) -> str:
-        entry = req.entry
-        seen = await self.ltm.seen_entry(req.agent_id, entry["id"])
-        if seen:
-            return seen
-        stored = []
-        memories = memories_from_entry(req.agent_id, entry, req.metadata, self.redactor)
-        await self._embed(memories)  # one batch for the whole turn
-        for m in memories:
-            stored.append((await self.store(m))[0])
-        await self.ltm.mark_retained(req.agent_id, entry["id"])
-        return "stored" if stored else "empty"
+        return (await self.retain_many([req]))[0]
+
+    async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
+        """One agent's retains together: one query for what was seen, one embedding call, one bulk
+        write to MongoDB, one Redis pipeline, one version bump. Keyed facts and typed statements go
+        through `store` one by one (they may replace older ones)."""
+        if not reqs:
+            return []
+        agent_id = reqs[0].agent_id
+        ids = [r.entry["id"] for r in reqs]
+        seen = await self.ltm.seen_entries(agent_id, ids)
+        outcomes: list[str] = []
+        episodes: list[Memory] = []
+        keyed: list[Memory] = []
+        fresh: list[str] = []
+        for req, eid in zip(reqs, ids):
+            if eid in seen or eid in fresh:
+                outcomes.append(seen.get(eid, "duplicate"))
+                continue
+            made = memories_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+            episodes += [m for m in made if m.key.startswith("episode:")]
+            keyed += [m for m in made if not m.key.startswith("episode:")]
+            fresh.append(eid)
+            outcomes.append("stored" if made else "empty")
+        await self._embed(episodes + keyed)  # one batch on a worker thread
+        await self.ltm.upsert_many(episodes)
+        removed = await self.ltm.enforce_cap(agent_id, self.settings.ltm_max_entries) if episodes else []
+        await self.stm.put(episodes)
+        if removed:
+            await self.stm.remove(agent_id, removed)
+        if episodes or removed:
+            await self._after_write(agent_id, episodes, removed)
+        for m in keyed:
+            await self.store(m)
+        await self.ltm.mark_retained_many(agent_id, fresh)
+        return outcomes
 
     async def forget(self, req: ForgetRequest) -> int:
         await self.ltm.tombstone(req.agent_id, req.entry_ids, req.reason)
