@@ -44,9 +44,14 @@ async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> d
             async def feed(agent: str, items: list[dict]) -> None:
                 if batch:
                     for i in range(0, len(items), 32):
-                        async with http.post(url + RETAIN_BATCH_PATH, json={"agent_id": agent, "items": [
-                                {"entry": e} for e in items[i:i + 32]]}) as r:
-                            assert r.status == 200, await r.text()
+                        body = {"agent_id": agent, "items": [{"entry": e} for e in items[i:i + 32]]}
+                        for attempt in range(30):  # as delivery does: 5xx/429 are retried with backoff
+                            async with http.post(url + RETAIN_BATCH_PATH, json=body) as r:
+                                if r.status == 200:
+                                    break
+                                assert r.status >= 500 or r.status == 429, await r.text()
+                                wait = float(r.headers.get("Retry-After", 0.2 * 2 ** min(attempt, 5)))
+                            await asyncio.sleep(wait)
                 else:
                     for i in range(0, len(items), 8):
                         async def one(e):
@@ -112,7 +117,7 @@ async def main_async() -> None:
             redis_sync.Redis.from_url(rurl).flushdb()
             settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/ingest")
             rows["tiered (Mongo stand-in)"] = await run(build_tiered_app(settings, quiet, Redactor()), "tie", convs, agents,
-                                                        batch=False)
+                                                        batch=True)
     print(table(["service", "turns", "retained s", "turns/s", "vectors caught up s", "recall p50 ms", "recall p99 ms"],
                 [[k, r["turns"], r["retained_s"], r["turns_per_s"], r["vectors_caught_up_s"], r["recall_p50_ms"],
                   r["recall_p99_ms"]] for k, r in rows.items()]))

@@ -34,7 +34,7 @@ STOPWORDS = frozenset(
 
 
 def stem(word: str) -> str:
-    """A light suffix strip so 'moved'/'moves'/'moving' and 'sisters'/'sister' meet."""
+    """A light suffix strip so 'moved'/'moves'/'moving'/'move' and 'sisters'/'sister' meet."""
     for suffix in ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             base = word[: -len(suffix)]
@@ -43,6 +43,8 @@ def stem(word: str) -> str:
             if suffix in ("ing", "ed") and len(base) > 3 and base[-1] == base[-2]:
                 return base[:-1]  # running -> run, planned -> plan
             return base
+    if len(word) >= 4 and word.endswith("e") and not word.endswith("ee"):
+        return word[:-1]  # move -> mov, like moved and moving
     return word
 
 

@@ -1,0 +1,93 @@
+"""One behavioural suite for both stores behind the engine (embedded and tiered), driven over HTTP
+as the proxy and operators drive them: idempotent retain, tombstones, upsert, TTL, scopes,
+isolation, knowledge updates, and a restart that rebuilds the index from storage."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import aiohttp
+import pytest
+
+from memory_adapters.embedded.app import build_embedded_app
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from tests.conftest import url_of
+
+
+def entry(eid: str, user: str, ts: str):
+    return {"id": eid, "ts": ts, "request_original": {"messages": [{"role": "user", "content": user}]},
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+
+
+@pytest.fixture(params=["embedded", "tiered"])
+def store_app(request, tmp_path):
+    """A factory for the store's app; calling it again is a restart on the same storage."""
+    quiet = Telemetry(make_logger(io.StringIO()))
+    if request.param == "embedded":
+        return lambda: build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=quiet, embeddings="off")
+    from memory_adapters.tiered.app import build_tiered_app
+    settings = request.getfixturevalue("tiered_settings")
+    settings.embeddings = "off"
+    return lambda: build_tiered_app(settings, quiet, Redactor())
+
+
+async def post(s, url, path, body):
+    async with s.post(url + path, json=body) as r:
+        return r.status, (await r.json() if r.status != 204 else None)
+
+
+def text_of(recalled) -> str:
+    return "\n".join(m["text"] for m in recalled["memories"])
+
+
+async def test_both_stores_keep_the_same_promises(store_app, aiohttp_server):
+    server = await aiohttp_server(store_app())
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        # idempotent retain, in batches
+        items = [{"entry": entry("hist1_a", "I moved to Lisbon last spring.", "2026-01-10T10:00:00.000Z")},
+                 {"entry": entry("hist1_b", "My sister Ines studies marine biology.", "2026-01-10T10:00:01.000Z")},
+                 {"entry": entry("hist1_c", "I just moved to Vienna for a new job.", "2026-05-02T10:00:00.000Z")}]
+        status, first = await post(s, url, "/retain/batch", {"agent_id": "p", "items": items})
+        assert status == 200 and [r["status"] for r in first["results"]] == ["stored"] * 3
+        _, again = await post(s, url, "/retain/batch", {"agent_id": "p", "items": items})
+        assert [r["status"] for r in again["results"]] == ["duplicate"] * 3
+        # tombstones win over later retains
+        assert (await post(s, url, "/forget", {"agent_id": "p", "entry_ids": ["hist1_b"]}))[0] == 204
+        _, late = await post(s, url, "/retain", {"agent_id": "p", "entry": items[1]["entry"]})
+        assert late["status"] == "tombstoned"
+        _, sister = await post(s, url, "/recall", {"agent_id": "p", "query": "What does Ines study?"})
+        assert "marine biology" not in text_of(sister)
+        # knowledge updates: both statements come back in the order they were said
+        _, home = await post(s, url, "/recall", {"agent_id": "p", "query": "Where did I move to?"})
+        text = text_of(home)
+        assert text.index("Lisbon") < text.index("Vienna")
+        # isolation between agents
+        _, other = await post(s, url, "/recall", {"agent_id": "q", "query": "Where did I move to?"})
+        assert "Vienna" not in text_of(other)
+        # upsert by key, TTL, scopes
+        _, v1 = await post(s, url, "/api/memories", {"agent_id": "p", "key": "editor", "value": "uses vim daily"})
+        _, v2 = await post(s, url, "/api/memories", {"agent_id": "p", "key": "editor", "value": "uses helix daily"})
+        assert v1["id"] == v2["id"]
+        await post(s, url, "/api/memories", {"agent_id": "p", "key": "promo", "value": "promo code WINTER",
+                                             "ttl": 1})
+        await post(s, url, "/api/memories", {"agent_id": "p", "scope": "session", "session_id": "s1", "key": "draft",
+                                             "value": "the draft editor note"})
+        await asyncio.sleep(1.2)
+        _, s2 = await post(s, url, "/recall", {"agent_id": "p", "query": "which editor and promo code?",
+                                               "metadata": {"session_id": "s2"}})
+        _, s1 = await post(s, url, "/recall", {"agent_id": "p", "query": "which editor draft?",
+                                               "metadata": {"session_id": "s1"}})
+        assert "helix" in text_of(s2) and "vim" not in text_of(s2)
+        assert "WINTER" not in text_of(s2) and "draft editor note" not in text_of(s2)
+        assert "draft editor note" in text_of(s1)
+    await server.close()
+
+    restarted = await aiohttp_server(store_app())  # the index is rebuilt from storage
+    async with aiohttp.ClientSession() as s:
+        _, home = await post(s, url_of(restarted), "/recall", {"agent_id": "p", "query": "Where did I move to?"})
+        _, sister = await post(s, url_of(restarted), "/recall", {"agent_id": "p", "query": "What does Ines study?"})
+        _, dup = await post(s, url_of(restarted), "/retain", {"agent_id": "p", "entry": items[0]["entry"]})
+    assert "Vienna" in text_of(home) and "marine biology" not in text_of(sister) and dup["status"] == "duplicate"
