@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-MAX_TURNS = 5_000
+MAX_TURNS = 1_000  # ~16 KB each at most (the block is up to ~12 KB): ~16 MB
 
 
 class TurnExplanations:

@@ -130,7 +130,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
               "tokens": tokens,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
-                            "id": m.get("id"), "text": str(m.get("text"))[:2000], "decision": decision}
+                            "id": m.get("id"), "text": str(m.get("text"))[:500], "decision": decision}
                            for m, decision in zip(outcome.memories, policy.decisions)]}
     return body, RecallSummary("succeeded", len(policy.memories), policy.memory_removed, outcome.latency_ms, detail)
 
