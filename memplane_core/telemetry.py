@@ -14,9 +14,6 @@ from typing import IO, Any
 import orjson
 import structlog
 
-MEMORY_OPS = ("recall", "retain", "forget", "backfill")
-MEMORY_STATUSES = ("succeeded", "failed", "timed_out", "skipped")
-
 
 def _orjson_dumps(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj, default=str).decode()

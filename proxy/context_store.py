@@ -23,7 +23,6 @@ from memplane_core.telemetry import Telemetry
 class AgentContext:
     metadata: AgentMetadata
     memory: MemoryManifest | None
-    memory_error: str | None = None
 
     @property
     def agent_id(self) -> str:
@@ -84,7 +83,7 @@ class ContextStore:
             memory = MemoryManifest.from_doc(load_json(agent_dir / "memory.json", "memory"))
         except (ManifestError, OSError) as exc:
             self.telemetry.warning("memory_manifest_invalid", claw_id=meta.agent_id, error=str(exc))
-            return AgentContext(meta, None, memory_error=str(exc))
+            return AgentContext(meta, None)
         return AgentContext(meta, memory)
 
     def authenticate(self, token: str | None) -> AgentContext | None:

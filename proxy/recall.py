@@ -26,7 +26,6 @@ class RecallOutcome:
     status_code: int | None = None
     error: str | None = None
     latency_ms: float = 0.0
-    bytes_: int = 0
 
 
 async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -62,7 +61,7 @@ async def call_recall(session: aiohttp.ClientSession, manifest: MemoryManifest,
             if not isinstance(memories, list):
                 return RecallOutcome("failed", status_code=resp.status, error="no memories list")
             return RecallOutcome("succeeded", [m for m in memories if isinstance(m, dict)],
-                                 status_code=resp.status, bytes_=len(body))
+                                 status_code=resp.status)
 
     try:
         async with asyncio.timeout(timeout_s):  # no extra task per recall, unlike wait_for on 3.11

@@ -7,12 +7,8 @@ import time
 import uuid
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
-Scope = Literal["session", "agent", "global"]
-MemoryType = Literal["fact", "preference", "episode", "strategy_outcome", "constraint"]
-SCOPES = ("session", "agent", "global")
-TYPES = ("fact", "preference", "episode", "strategy_outcome", "constraint")
 GLOBAL_AGENT = "*"  # global memories are shared: stored under this agent id
 NEVER = 1e18  # live_until of a memory without TTL: one range query serves both kinds
 DAY_S = 86_400.0
