@@ -41,29 +41,26 @@ async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> d
     total = sum(len(v) for v in work.values())
     try:
         async with aiohttp.ClientSession() as http:
+            async def acknowledged(path: str, body: dict) -> None:
+                """POST until the service takes it: 5xx/429 retried with backoff, as delivery does."""
+                for attempt in range(30):
+                    async with http.post(url + path, json=body) as r:
+                        if r.status < 300:
+                            return
+                        assert r.status >= 500 or r.status == 429, await r.text()
+                        wait = float(r.headers.get("Retry-After", 0.2 * 2 ** min(attempt, 5)))
+                    await asyncio.sleep(wait)
+                raise AssertionError(f"{path} never acknowledged")
+
             async def feed(agent: str, items: list[dict]) -> None:
                 if batch:
                     for i in range(0, len(items), 32):
-                        body = {"agent_id": agent, "items": [{"entry": e} for e in items[i:i + 32]]}
-                        for attempt in range(30):  # as delivery does: 5xx/429 are retried with backoff
-                            async with http.post(url + RETAIN_BATCH_PATH, json=body) as r:
-                                if r.status == 200:
-                                    break
-                                assert r.status >= 500 or r.status == 429, await r.text()
-                                wait = float(r.headers.get("Retry-After", 0.2 * 2 ** min(attempt, 5)))
-                            await asyncio.sleep(wait)
+                        await acknowledged(RETAIN_BATCH_PATH,
+                                           {"agent_id": agent, "items": [{"entry": e} for e in items[i:i + 32]]})
                 else:
                     for i in range(0, len(items), 8):
-                        async def one(e):
-                            for attempt in range(30):  # as delivery does: 5xx/429 are retried with backoff
-                                async with http.post(url + "/retain", json={"agent_id": agent, "entry": e}) as r:
-                                    if r.status < 300:
-                                        return
-                                    assert r.status >= 500 or r.status == 429, await r.text()
-                                    wait = float(r.headers.get("Retry-After", 0.2 * 2 ** min(attempt, 5)))
-                                await asyncio.sleep(wait)
-                            raise AssertionError("retain never acknowledged")
-                        await asyncio.gather(*(one(e) for e in items[i:i + 8]))
+                        await asyncio.gather(*(acknowledged("/retain", {"agent_id": agent, "entry": e})
+                                               for e in items[i:i + 8]))
 
             started = time.perf_counter()
             await asyncio.gather(*(feed(a, items) for a, items in work.items()))
