@@ -20,11 +20,15 @@ def session_value(admin_token: str) -> str:
     return hmac.new(admin_token.encode(), b"memplane inspector session", hashlib.sha256).hexdigest()
 
 
+def token_matches(given: str, admin_token: str) -> bool:
+    """A constant-time comparison of a presented token with the admin token."""
+    return bool(given) and hmac.compare_digest(given.encode(), admin_token.encode())
+
+
 def is_admin(request: web.Request, settings: ProxySettings) -> bool:
     if settings.admin_token:
         header = request.headers.get("Authorization", "")
-        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
-        if given and hmac.compare_digest(given.encode(), settings.admin_token.encode()):
+        if token_matches(header[7:].strip() if header[:7].lower() == "bearer " else "", settings.admin_token):
             return True
         cookie = request.cookies.get(COOKIE, "")
         return bool(cookie) and hmac.compare_digest(cookie, session_value(settings.admin_token))

@@ -7,13 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memplane_core.redact import Redactor
+from memplane_core.tokens import estimate_tokens
 
 BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
-
-
-def estimate_tokens(text: str) -> int:
-    """~4 characters per token: the usual English estimate, cheap and stable."""
-    return (len(text) + 3) // 4
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from memplane_core.tokens import estimate_tokens
+
 from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import AnthropicMessages, StreamState, WireFormat
@@ -19,7 +21,7 @@ from .inject import render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import call_recall
-from .recall_policy import apply_policy, estimate_tokens
+from .recall_policy import apply_policy
 from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
@@ -81,7 +83,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                             session_id: str | None) -> tuple[dict[str, Any], RecallSummary]:
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
-    if not fmt.query(body).strip():  # nothing the user said to search with (tool results, images)
+    query = fmt.query(body)
+    if not query.strip():  # nothing the user said to search with (tool results, images)
         state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error="no user text to recall with")
         return body, RecallSummary("skipped", detail={"service": manifest.service})
@@ -89,7 +92,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     redact = state.redactor
     payload: dict[str, Any] = {
         "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": redact.json(fmt.recall_messages(body))[0], "query": redact.text(fmt.query(body))[0],
+        "messages": redact.json(fmt.recall_messages(body))[0], "query": redact.text(query)[0],
         "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
         # memplane's extension: how much the proxy will inject, so a service can pack to fit
         "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,

@@ -8,7 +8,6 @@ service's forget for memories made from turns; a REST delete for memories writte
 
 from __future__ import annotations
 
-import hmac
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -17,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .admin import COOKIE, is_admin, session_value
+from .admin import COOKIE, is_admin, session_value, token_matches
 from .delivery import DEAD_LETTER_FILE
 from .explain import explanation
 from .ledger import append_tombstones
@@ -64,7 +63,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         state = request.app[state_key]
         form = await request.post()
         token = str(form.get("token", ""))
-        if not state.settings.admin_token or not _same(token, state.settings.admin_token):
+        if not state.settings.admin_token or not token_matches(token, state.settings.admin_token):
             return _page("login.html", error="That is not the admin token.")
         resp = web.HTTPSeeOther("/memplane/ui/")
         resp.set_cookie(COOKIE, session_value(state.settings.admin_token), httponly=True, samesite="Strict",
@@ -165,7 +164,4 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
     app.router.add_post("/memplane/ui/agents/{agent}/forget", forget)
     app.router.add_get("/memplane/ui/turns/{turn_id}", turn)
 
-
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
 

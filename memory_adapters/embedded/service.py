@@ -26,7 +26,7 @@ from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
 from ..engine.episodes import episodes_from_entry
-from ..engine.index import AgentIndex, RecallQuery
+from ..engine.index import AgentIndex, RecallQuery, recall_with_shared
 from ..engine.record import GLOBAL_AGENT, Memory
 from .sqlite_store import SQLiteStore
 
@@ -179,21 +179,12 @@ class EmbeddedMemory:
         budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
         vector = await self._query_vector(text)
-        # shared rules first (they are few and bind every agent), then the agent's own memories
-        shared: list[MemoryBlock] = []
         gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
-        if len(gidx):
-            for m, score in gidx.rank(text, vector)[:2]:
-                if score > 0:
-                    shared.append(MemoryBlock(text=f"{m.type} ({m.key}): {m.value}", score=round(score, 4),
-                                              kind=m.type, source="embedded", id=m.id))
-        visible = _visible_in(session_id)
-        shared_tokens = sum((len(b.text) + 3) // 4 for b in shared)
-        packed = idx.recall(RecallQuery(text, budget_tokens=budget - shared_tokens,
-                                        max_blocks=max_blocks - len(shared), session_id=session_id,
-                                        vector=vector), visible=visible)
-        return shared + [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
-                         for p in packed]
+        packed = recall_with_shared(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
+                                                           session_id=session_id, vector=vector),
+                                    visible=_visible_in(session_id))
+        return [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
+                for p in packed]
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from memplane_core.tokens import estimate_tokens
 
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
-from .packing import MAX_HITS, Packed, pack
-from .record import Memory
+from .packing import MAX_HITS, Packed, memory_line, pack, said_time
+from .record import Memory, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
@@ -134,3 +136,24 @@ class AgentIndex:
             return [n for n in self.neighbours(m) if visible is None or visible(n)]
 
         return pack(distinct, near, self.position, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
+
+
+SHARED_FIRST = 2  # global memories that may lead a recall: few, and they bind every agent
+
+
+def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuery,
+                       visible: Any = None) -> list[Packed]:
+    """The best matching shared (global) memories first, then the agent's own packed into what is left
+    of the budget and the block count."""
+    first: list[Packed] = []
+    if shared is not None and len(shared):
+        for m, score in shared.rank(q.text, q.vector, visible=visible)[:SHARED_FIRST]:
+            if score > 0 and len(first) < q.max_blocks:
+                first.append(Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)),
+                                    id=m.id, memory_ids=[m.id]))
+    blocks_left = q.max_blocks - len(first)
+    if blocks_left <= 0:
+        return first
+    rest = replace(q, budget_tokens=q.budget_tokens - sum(estimate_tokens(p.text) for p in first),
+                   max_blocks=blocks_left)
+    return first + own.recall(rest, visible=visible)

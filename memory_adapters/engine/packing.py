@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 
 import orjson
 
+from memplane_core.tokens import estimate_tokens
+
 from .record import Memory, iso
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
@@ -34,27 +36,23 @@ class Packed:
     memory_ids: list[str] = field(default_factory=list)
 
 
-def _when(m: Memory) -> float:
+def said_time(m: Memory) -> float:
     return m.said_at or m.created_at
 
 
 def _day(m: Memory) -> str:
     """The date a run is filed under: the stamp the message carried, else the day it was logged."""
     said = m.metadata.get("said") if isinstance(m.metadata, dict) else None
-    return said if isinstance(said, str) else datetime.fromtimestamp(_when(m), timezone.utc).strftime("%Y-%m-%d")
+    return said if isinstance(said, str) else datetime.fromtimestamp(said_time(m), timezone.utc).strftime("%Y-%m-%d")
 
 
-def _line(m: Memory) -> str:
+def memory_line(m: Memory) -> str:
     """An episode as said; a typed memory with its type, and its key when a person chose one."""
     if m.type == "episode":
         return m.value
     if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
         return f"{m.type}: {m.value}"
     return f"{m.type} ({m.key}): {m.value}"
-
-
-def _tokens(text: str) -> int:
-    return (len(text) + 3) // 4
 
 
 def _render(runs: list[list[Memory]]) -> str:
@@ -68,7 +66,7 @@ def _render(runs: list[list[Memory]]) -> str:
             if day != last_day:
                 lines.append(f"[{day}]")
                 last_day = day
-            lines.append(_line(m))
+            lines.append(memory_line(m))
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
@@ -87,7 +85,7 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
             if m.id in chosen:
                 continue
-            cost = len(_line(m)) + 2
+            cost = len(memory_line(m)) + 2
             if used + cost > room:
                 continue
             chosen[m.id] = (m, score, rank)
@@ -97,7 +95,7 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
     while chosen:
         blocks = _group(list(chosen.values()), position, max_blocks)
         size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
-        tokens = sum(_tokens(b.text) for b in blocks)
+        tokens = sum(estimate_tokens(b.text) for b in blocks)
         if size <= max_bytes and tokens <= budget_tokens:
             return blocks
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
@@ -105,7 +103,7 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
         for worst in sorted(chosen.values(), key=lambda c: (-c[2], c[1])):
             chosen.pop(worst[0].id)
-            excess -= len(_line(worst[0]).encode()) + 1
+            excess -= len(memory_line(worst[0]).encode()) + 1
             if excess <= 0:
                 break
     return []
@@ -123,12 +121,12 @@ def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory],
             runs[-1].append(c)
         else:
             runs.append([c])
-    total = sum(len(_line(c[0])) for c in chosen)
+    total = sum(len(memory_line(c[0])) for c in chosen)
     per_block = math.ceil(total / max_blocks)
     groups: list[list[list[tuple[Memory, float, int]]]] = [[]]
     size = 0
     for run in runs:
-        run_size = sum(len(_line(c[0])) for c in run)
+        run_size = sum(len(memory_line(c[0])) for c in run)
         if groups[-1] and size + run_size > per_block and len(groups) < max_blocks:
             groups.append([])
             size = 0
@@ -143,6 +141,6 @@ def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory],
             text=_render([[c[0] for c in run] for run in group]),
             score=round(best[1], 4),
             kind="episode" if all(c[0].type == "episode" for c in members) else best[0].type,
-            ts=iso(_when(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))
+            ts=iso(said_time(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))
     blocks.sort(key=lambda b: -b.score)
     return blocks

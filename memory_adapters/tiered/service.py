@@ -26,9 +26,9 @@ from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
 from ..engine.index import AgentIndex as EngineIndex
-from ..engine.index import RecallQuery
+from ..engine.index import RecallQuery, recall_with_shared
 from ..engine.lexical import terms
-from ..engine.record import GLOBAL_AGENT, Memory, iso
+from ..engine.record import GLOBAL_AGENT, Memory
 from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
@@ -90,10 +90,6 @@ def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[t
                 head[i], head[j] = (b, sa), (a, sb)
     return head + scored[20:]
 INDEX_MAX_AGE_S = 30.0
-
-
-def estimate_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
 
 
 @dataclass
@@ -513,16 +509,11 @@ class TieredMemory:
         def visible(m: Memory) -> bool:
             return self._visible(m, session_id, now)
 
-        shared = [(m, s) for m, s in gidx.rank(query, vector, visible=visible)[:2] if s > 0] if len(gidx) else []
-        blocks = [MemoryBlock(text=f"{m.type} ({m.key}): {m.value}", score=round(s, 4), kind=m.type, source="tiered",
-                              ts=iso(m.said_at or m.created_at), id=m.id) for m, s in shared]
-        used = sum(estimate_tokens(b.text) for b in blocks)
-        packed = idx.recall(RecallQuery(query, budget_tokens=budget - used, max_blocks=max_blocks - len(blocks),
-                                        session_id=session_id, vector=vector), visible=visible)
-        blocks += [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
-                   for p in packed]
-        picked = [m for m, _ in shared] + [idx.memories[i] for p in packed for i in p.memory_ids
-                                           if i in idx.memories]
+        packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
+                                                           session_id=session_id, vector=vector), visible=visible)
+        blocks = [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
+                  for p in packed]
+        picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in (idx, gidx) if i in ix.memories]
         if picked:
             await self._bump(picked)
         return blocks
