@@ -17,9 +17,9 @@ from .admin import admin_only
 from .config import ProxySettings
 from .context_store import ContextStore
 from .delivery import RetainDelivery
-from .errors import ProxyError, dialect_for_path, error_response
+from .errors import ProxyError, error_response
 from .explain import explanation
-from .formats import AnthropicMessages, OpenAIChat, OpenAIResponses
+from .formats import FORMATS, dialect_for_path, provider_for_path
 from .ledger import Ledger
 from .metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from .rate_limit import RateLimiter
@@ -50,8 +50,6 @@ async def errors_middleware(request: web.Request, handler):
         if exc.status < 400:
             raise
         return error_response(dialect, ProxyError(exc.status, exc.reason))
-    except asyncio.CancelledError:
-        raise
     except Exception as exc:
         state = request.app[STATE]
         state.telemetry.log.error("unhandled_error", path=request.path, error=type(exc).__name__,
@@ -80,7 +78,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         state.telemetry.request(claw_id=ctx.agent_id, path=path, method=request.method, status_code=404,
                                 passthrough=True, refused="not on the pass-through allow-list")
         raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
-    provider = "anthropic" if path.startswith("/v1/messages") else "openai"
+    provider = provider_for_path(path)
     rel = path if provider == "anthropic" else path[len("/v1"):]
     body = await request.read()
     if body and request.content_type == "application/json":
@@ -165,8 +163,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/memplane/turns/{turn_id}", explain_turn)
     add_ui_routes(app, STATE)
-    app.router.add_post("/v1/chat/completions", _turn_route(OpenAIChat()))
-    app.router.add_post("/v1/messages", _turn_route(AnthropicMessages()))
-    app.router.add_post("/v1/responses", _turn_route(OpenAIResponses()))
+    for fmt in FORMATS:
+        app.router.add_post(fmt.route, _turn_route(fmt))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     return app

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import posixpath
 from enum import Enum
 
 import orjson
@@ -70,8 +69,3 @@ def error_response(dialect: Dialect, err: ProxyError) -> web.Response:
         headers=err.headers,
     )
 
-
-def dialect_for_path(path: str) -> Dialect:
-    """Anthropic's shape for /v1/messages (also when written with dot segments, which are then
-    refused in that shape), OpenAI's for everything else."""
-    return Dialect.ANTHROPIC if posixpath.normpath(path or "/").startswith("/v1/messages") else Dialect.OPENAI

@@ -17,23 +17,9 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
-from .delivery import DEAD_LETTER_FILE
 from .ledger import Ledger, append_tombstones, read_tombstones
 from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
-
-
-def read_dead_letters(history_root: Path, agent_id: str) -> set[str]:
-    path = Path(history_root) / agent_id / DEAD_LETTER_FILE
-    ids: set[str] = set()
-    if path.exists():
-        for raw in path.read_bytes().splitlines():
-            try:
-                entry_id = orjson.loads(raw).get("entry_id")
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(entry_id, str):
-                ids.add(entry_id)
-    return ids
+from .retain_files import read_dead_letters
 
 
 class OperatorError(Exception):

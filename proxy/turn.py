@@ -16,7 +16,7 @@ from memplane_core.tokens import estimate_tokens
 
 from .context_store import AgentContext
 from .errors import ProxyError
-from .formats import AnthropicMessages, StreamState, WireFormat
+from .formats import StreamState, WireFormat, placement_for
 from .inject import render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -113,9 +113,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     injected = tokens = 0
     block = placement = None
     if policy.memories:
-        placement = manifest.placement
-        if placement == "search_results" and not isinstance(fmt, AnthropicMessages):
-            placement = "system"
+        placement = placement_for(fmt, manifest.placement)
         block = render_block(manifest.service, policy.memories)
         body = fmt.inject(body, block, policy.memories, manifest.service, placement)
         injected = len(block.encode())
@@ -254,7 +252,7 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
         usage = None
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model}
-    if isinstance(fmt, AnthropicMessages) and isinstance(doc, dict):
+    if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
         except Exception:

@@ -17,7 +17,7 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .admin import COOKIE, is_admin, session_value, token_matches
-from .delivery import DEAD_LETTER_FILE
+from .retain_files import dead_letter_path
 from .explain import explanation
 from .ledger import append_tombstones
 
@@ -78,7 +78,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             recent = state.explanations.recent(agent_id, limit=5000)
             last = recent[0] if recent else None
             lane = state.retain.lanes.get(agent_id) if state.retain else None
-            dead = state.ledger.root / agent_id / DEAD_LETTER_FILE
+            dead = dead_letter_path(state.ledger.root, agent_id)
             rows.append({
                 "id": agent_id, "turns_today": sum(1 for t in recent if t["ts"].startswith(today)),
                 "last_status": last["recall"]["status"] if last else None,

@@ -13,7 +13,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.delivery import DEAD_LETTER_FILE
+from proxy.retain_files import DEAD_LETTER_FILE
 from tests.conftest import url_of
 
 
@@ -87,14 +87,14 @@ async def test_an_entry_that_cannot_be_serialised_is_dead_lettered_and_later_tur
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "first"}])
     await wait_for(lambda: len(rec.ids) == 1)
     # make the next entry impossible to scrub (as a body the redactor cannot walk would be)
-    real = stack.state.retain._job
+    real = stack.state.retain.sender._job
 
     def broken(lane, ctx, manifest, entry):
         if "poison" in orjson.dumps(entry).decode():
             raise RecursionError("maximum recursion depth exceeded")
         return real(lane, ctx, manifest, entry)
 
-    monkeypatch.setattr(stack.state.retain, "_job", broken)
+    monkeypatch.setattr(stack.state.retain.sender, "_job", broken)
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "poison"}])
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "third"}])
     await wait_for(lambda: len(rec.ids) == 2)

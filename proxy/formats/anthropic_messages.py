@@ -17,7 +17,9 @@ class AnthropicMessages:
     name = "anthropic"
     provider = "anthropic"
     dialect = Dialect.ANTHROPIC
+    route = "/v1/messages"
     upstream_path = "/v1/messages"
+    placements = frozenset({"system", "latest", "search_results"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("messages" in body, "messages: Field required", "messages")
@@ -96,8 +98,7 @@ class AnthropicMessages:
             usage = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
         return "".join(texts), usage
 
-    @staticmethod
-    def citations(response: dict[str, Any]) -> list[Any]:
+    def citations(self, response: dict[str, Any]) -> list[Any]:
         found = []
         for block in response.get("content") or ():
             if isinstance(block, dict):

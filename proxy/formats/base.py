@@ -44,7 +44,9 @@ class WireFormat(Protocol):
     name: str  # recall metadata.path: openai | anthropic | responses
     provider: str  # openai | anthropic
     dialect: Dialect
+    route: str  # the path the proxy serves this format at, e.g. /v1/chat/completions
     upstream_path: str
+    placements: frozenset[str]  # where this format can put the block; others fall back to "system"
 
     def validate(self, body: dict[str, Any]) -> None: ...
     def recall_messages(self, body: dict[str, Any]) -> list[Any]: ...
@@ -55,3 +57,9 @@ class WireFormat(Protocol):
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool: ...
     def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]: ...
+    def citations(self, response: dict[str, Any]) -> list[Any]: ...
+
+
+def placement_for(fmt: WireFormat, requested: str) -> str:
+    """The manifest's placement where the format has it, else the system prompt (every format has one)."""
+    return requested if requested in fmt.placements else "system"

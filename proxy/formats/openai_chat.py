@@ -17,7 +17,9 @@ class OpenAIChat:
     name = "openai"
     provider = "openai"
     dialect = Dialect.OPENAI
+    route = "/v1/chat/completions"
     upstream_path = "/chat/completions"
+    placements = frozenset({"system", "latest"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("messages" in body, "Missing required parameter: 'messages'.", "messages")
@@ -93,6 +95,9 @@ class OpenAIChat:
         choices = response.get("choices") or [{}]
         message = (choices[0] or {}).get("message") or {}
         return text_of(message.get("content")), _usage(response.get("usage"))
+
+    def citations(self, response: dict[str, Any]) -> list[Any]:
+        return []  # OpenAI answers carry no citation blocks
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:

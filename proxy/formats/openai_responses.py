@@ -23,7 +23,9 @@ class OpenAIResponses:
     name = "responses"
     provider = "openai"
     dialect = Dialect.OPENAI
+    route = "/v1/responses"
     upstream_path = "/responses"
+    placements = frozenset({"system", "latest"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("input" in body, "Missing required parameter: 'input'.", "input")
@@ -78,6 +80,9 @@ class OpenAIResponses:
                     if isinstance(part, dict) and part.get("type") == "output_text":
                         texts.append(part.get("text", ""))
         return "".join(texts), _usage(response.get("usage"))
+
+    def citations(self, response: dict[str, Any]) -> list[Any]:
+        return []  # OpenAI answers carry no citation blocks
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
