@@ -20,6 +20,7 @@ from .context_store import ContextStore
 from .ledger import Ledger, append_tombstones, read_tombstones
 from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
 from .retain_files import read_dead_letters
+from .transport_errors import TransportError, transport_errors
 
 
 class OperatorError(Exception):
@@ -89,14 +90,15 @@ async def _remote_forget(session, agent_id, contexts, manifest, entry_ids, reaso
     started = time.perf_counter()
     status_code = None
     try:
-        async with session.post(manifest.url(manifest.forget), data=orjson.dumps(body),
-                                headers={**manifest.headers(), "Content-Type": "application/json"},
-                                timeout=aiohttp.ClientTimeout(total=manifest.forget.timeout_ms / 1000)) as resp:
-            status_code = resp.status
-            await resp.read()
+        with transport_errors():
+            async with session.post(manifest.url(manifest.forget), data=orjson.dumps(body),
+                                    headers={**manifest.headers(), "Content-Type": "application/json"},
+                                    timeout=aiohttp.ClientTimeout(total=manifest.forget.timeout_ms / 1000)) as resp:
+                status_code = resp.status
+                await resp.read()
         result = "ok" if 200 <= status_code < 300 else f"failed: status {status_code}"
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        result = f"failed: {type(exc).__name__}"
+    except TransportError as exc:
+        result = f"failed: {exc.name}"
     telemetry.memory_op(claw_id=agent_id, service=service, op="forget",
                         status="succeeded" if result == "ok" else "failed", status_code=status_code,
                         latency_ms=(time.perf_counter() - started) * 1000,

@@ -16,6 +16,8 @@ import orjson
 
 from manifests.models import MemoryManifest
 
+from .transport_errors import TransportError, transport_errors
+
 MAX_RECALL_BYTES = 16 * 1024
 
 
@@ -64,11 +66,11 @@ async def call_recall(session: aiohttp.ClientSession, manifest: MemoryManifest,
                                  status_code=resp.status)
 
     try:
-        async with asyncio.timeout(timeout_s):  # no extra task per recall, unlike wait_for on 3.11
-            outcome = await run()
-    except TimeoutError:
-        outcome = RecallOutcome("timed_out", error=f"no answer within {manifest.recall.timeout_ms} ms")
-    except (aiohttp.ClientError, OSError) as exc:
-        outcome = RecallOutcome("failed", error=type(exc).__name__)
+        with transport_errors():
+            async with asyncio.timeout(timeout_s):  # no extra task per recall, unlike wait_for on 3.11
+                outcome = await run()
+    except TransportError as exc:
+        outcome = (RecallOutcome("timed_out", error=f"no answer within {manifest.recall.timeout_ms} ms")
+                   if exc.timed_out else RecallOutcome("failed", error=exc.name))
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     return outcome

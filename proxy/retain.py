@@ -5,7 +5,6 @@ Delivery order, retries and restarts live in `delivery.py`; backfill reuses thes
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,8 @@ import orjson
 
 from manifests.models import MemoryManifest
 from memplane_core.redact import Redactor
+
+from .transport_errors import TransportError, transport_errors
 
 
 class RetryableRetainError(Exception):
@@ -72,12 +73,13 @@ async def _post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any
                 timeout_ms: int) -> tuple[int, bytes]:
     """One POST; a transport failure, 5xx or 429 raises RetryableRetainError."""
     try:
-        async with session.post(url, data=orjson.dumps(payload), headers={"Content-Type": "application/json",
-                                                                          **headers},
-                                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000)) as resp:
-            body = await resp.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        raise RetryableRetainError(type(exc).__name__) from None
+        with transport_errors():
+            async with session.post(url, data=orjson.dumps(payload),
+                                    headers={"Content-Type": "application/json", **headers},
+                                    timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000)) as resp:
+                body = await resp.read()
+    except TransportError as exc:
+        raise RetryableRetainError(exc.name) from None
     if resp.status >= 500 or resp.status == 429:
         raise RetryableRetainError(f"status {resp.status}", _retry_after(resp.headers.get("Retry-After")))
     return resp.status, body

@@ -25,6 +25,7 @@ from .recall_policy import apply_policy
 from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
+from .transport_errors import provider_errors
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -145,14 +146,9 @@ def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:
 async def open_upstream(state: ProxyState, method: str, url: str, *, data: bytes | None,
                         headers: dict[str, str], params: Any = None) -> aiohttp.ClientResponse:
     assert state.session is not None
-    try:
+    with provider_errors():
         return await state.session.request(method, url, data=data, headers=headers, params=params,
                                            timeout=_upstream_timeout(state), allow_redirects=False)
-    except asyncio.TimeoutError:
-        raise ProxyError(504, "The upstream provider did not answer in time.", code="upstream_timeout") from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise ProxyError(502, f"The upstream provider is unreachable ({type(exc).__name__}).",
-                         code="upstream_unreachable") from None
 
 
 async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
@@ -217,14 +213,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
                        finish, said: dict[str, str]) -> web.StreamResponse:
     """Read the whole answer, ledger it (2xx only), then send it: every answer seen is durable."""
-    try:
+    with provider_errors(answering=True):
         data = await upstream.read()
-    except asyncio.TimeoutError:
-        raise ProxyError(504, "The upstream provider did not finish its answer in time.",
-                         code="upstream_timeout") from None
-    except aiohttp.ClientError as exc:
-        raise ProxyError(502, f"The upstream provider broke off its answer ({type(exc).__name__}).",
-                         code="upstream_unreachable") from None
     resp = web.Response(status=upstream.status, body=data, headers={**returned_headers(upstream.headers), **said})
     if 200 <= upstream.status < 300:
         await finish(_whole_record(fmt, data))

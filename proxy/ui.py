@@ -17,9 +17,9 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .admin import COOKIE, is_admin, session_value, token_matches
-from .retain_files import dead_letter_path
 from .explain import explanation
 from .ledger import append_tombstones
+from .retain_files import dead_letter_path
 
 _env = Environment(loader=PackageLoader("proxy", "templates"), autoescape=select_autoescape(["html"]))
 
