@@ -59,7 +59,7 @@ def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> 
 async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | None = None, seed: int = 1) -> None:
     """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
     (search cost does not depend on what a vector means)."""
-    from memory_adapters.engine.record import Memory
+    from memory_adapters.engine.record import StoredMemory
     from memory_adapters.tiered.ltm import MongoLTM
 
     ltm = MongoLTM(mongo_url)
@@ -77,7 +77,7 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
             if vectors is not None:
                 v = vectors.standard_normal(dim).astype("float32")
                 vec = [round(float(x), 4) for x in v / float((v @ v) ** 0.5)]
-            batch.append(Memory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
+            batch.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
                                 type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i,
                                 embedding=vec).to_doc())
             if len(batch) >= 2000:

@@ -20,20 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from memplane_core.ids import AGENT_ID_PATTERN
 
-from .engine.record import GLOBAL_AGENT, Memory
+from .engine.record import GLOBAL_AGENT, StoredMemory
 from .server import CALLER_AGENT, CALLER_GRANTS, json_error, parse
 
 
 class MemoryRest(Protocol):
     """What a store offers for the REST API (embedded and tiered implement it)."""
 
-    async def store_memory(self, m: Memory) -> tuple[Memory, bool]: ...
-    async def get_memory(self, memory_id: str) -> Memory | None: ...
+    async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]: ...
+    async def get_memory(self, memory_id: str) -> StoredMemory | None: ...
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   limit: int, after: tuple[float, str] | None) -> list[Memory]: ...
+                   limit: int, after: tuple[float, str] | None) -> list[StoredMemory]: ...
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
-                     ) -> list[tuple[Memory, float]]: ...
+                     ) -> list[tuple[StoredMemory, float]]: ...
     async def delete_memory(self, memory_id: str) -> bool: ...
 
 
@@ -105,7 +105,7 @@ def _json(doc: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
 
 
-def _cursor_out(m: Memory) -> str:
+def _cursor_out(m: StoredMemory) -> str:
     return base64.urlsafe_b64encode(orjson.dumps([m.updated_at, m.id])).decode()
 
 
@@ -127,7 +127,7 @@ def _author(request: web.Request) -> str:
     return caller if caller is not None else "admin"
 
 
-def _may_write(request: web.Request, m: Memory) -> bool:
+def _may_write(request: web.Request, m: StoredMemory) -> bool:
     """The admin writes anything; an agent its own memories, and global ones only with a grant."""
     caller = request.get(CALLER_AGENT)
     if caller is None:
@@ -137,7 +137,7 @@ def _may_write(request: web.Request, m: Memory) -> bool:
     return m.agent_id == caller
 
 
-def _may_read(request: web.Request, m: Memory | None) -> bool:
+def _may_read(request: web.Request, m: StoredMemory | None) -> bool:
     caller = request.get(CALLER_AGENT)
     return m is not None and (caller is None or m.agent_id == caller or m.scope == "global")
 
@@ -148,7 +148,7 @@ def add_api_routes(app: web.Application, service: MemoryRest) -> None:
         agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
         meta = {k: v for k, v in body.metadata.items() if k != "author"}
         meta["author"] = _author(request)
-        m = Memory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
+        m = StoredMemory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
                    importance=body.importance, session_id=body.session_id if body.scope == "session" else None,
                    expires_at=body.expires_at(), metadata=meta, source_entry_ids=list(body.source_entry_ids),
                    said_at=_epoch(body.said_at))

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from memplane_core.contract import (
     ForgetRequest,
-    MemoryBlock,
+    RecalledMemory,
     RecallRequest,
     RetainBatchRequest,
     RetainRequest,
@@ -32,7 +32,7 @@ from memplane_core.contract import (
 
 
 class MemoryBackend(Protocol):
-    async def recall(self, req: RecallRequest) -> list[MemoryBlock]: ...
+    async def recall(self, req: RecallRequest) -> list[RecalledMemory]: ...
     async def retain(self, req: RetainRequest) -> str: ...
     async def forget(self, req: ForgetRequest) -> int: ...
     async def health(self) -> dict[str, Any]: ...

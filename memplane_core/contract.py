@@ -26,7 +26,9 @@ class RecallRequest(_Body):
     max_blocks: int | None = Field(default=None, ge=1, le=1_000)
 
 
-class MemoryBlock(BaseModel):
+class RecalledMemory(BaseModel):
+    """One item of a recall answer on the wire (CONTRACT §5)."""
+
     text: str
     score: float | None = None
     kind: str | None = None

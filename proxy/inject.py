@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
-from .recall_policy import Memory
+from .recall_policy import InjectedMemory
 
 _ATTR_ENTITIES = {'"': "&quot;", "'": "&apos;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
 
@@ -16,7 +16,7 @@ def _attr(value: str) -> str:
     return '"' + escape(value, _ATTR_ENTITIES) + '"'
 
 
-def render_memory(m: Memory) -> str:
+def render_memory(m: InjectedMemory) -> str:
     attrs = ""
     for name, value in (("kind", m.kind), ("source", m.source), ("ts", m.ts)):
         if value is not None:
@@ -26,7 +26,7 @@ def render_memory(m: Memory) -> str:
     return f"<memory{attrs}>{escape(m.text)}</memory>"
 
 
-def render_block(service: str, memories: list[Memory]) -> str:
+def render_block(service: str, memories: list[InjectedMemory]) -> str:
     lines = [f"<memories service={_attr(service)}>"]
     lines.extend(render_memory(m) for m in memories)
     lines.append("</memories>")

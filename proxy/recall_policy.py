@@ -13,7 +13,9 @@ BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
 
 
 @dataclass(frozen=True)
-class Memory:
+class InjectedMemory:
+    """A recalled memory that policy let through, redacted, ready for the `<memories>` block."""
+
     text: str
     kind: str | None = None
     source: str | None = None
@@ -25,7 +27,7 @@ class Memory:
 
 @dataclass
 class PolicyResult:
-    memories: list[Memory]
+    memories: list[InjectedMemory]
     removed: int = 0  # blocks dropped (transcripts, blanks, over limits)
     reasons: Counter[str] = field(default_factory=Counter)  # why, per reason
     decisions: list[str] = field(default_factory=list)  # per recalled item, in order: "injected" or the reason
@@ -76,7 +78,7 @@ def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: i
         used += cost
         result.decisions.append("injected")
         score = item.get("score")
-        result.memories.append(Memory(
+        result.memories.append(InjectedMemory(
             text=text, kind=kind, source=source, ts=_str_or_none(item.get("ts")),
             score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
             id=_str_or_none(item.get("id")), title=_str_or_none(item.get("title")),

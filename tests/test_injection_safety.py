@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.inject import render_block
-from proxy.recall_policy import Memory
+from proxy.recall_policy import InjectedMemory
 from tests.conftest import url_of
 
 
@@ -69,7 +69,7 @@ async def test_token_budget_is_respected(stack, aiohttp_server):
 
 
 def test_rendering_matches_the_contract_example():
-    block = render_block("mem-svc", [Memory("Prefers concise answers.", "preference", "tiered",
+    block = render_block("mem-svc", [InjectedMemory("Prefers concise answers.", "preference", "tiered",
                                             "2026-11-20T10:00:00Z", 0.82)])
     assert block == ('<memories service="mem-svc">\n<memory kind="preference" source="tiered" '
                      'ts="2026-11-20T10:00:00Z" score="0.82">Prefers concise answers.</memory>\n</memories>')

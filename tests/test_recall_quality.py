@@ -103,11 +103,11 @@ async def test_the_newer_of_two_conflicting_facts_ranks_first(hybrid):
 
 
 async def test_session_memories_never_leak_into_another_session_in_hybrid_recall(hybrid):
-    from memory_adapters.engine.record import Memory
+    from memory_adapters.engine.record import StoredMemory
     svc = hybrid
-    await svc.store(Memory(agent_id="sess", scope="session", session_id="s-1", key="draft",
+    await svc.store(StoredMemory(agent_id="sess", scope="session", session_id="s-1", key="draft",
                            value="The secret draft title is Blue Harbour."))
-    await svc.store(Memory(agent_id="sess", scope="agent", key="fact", value="I like harbour towns."))
+    await svc.store(StoredMemory(agent_id="sess", scope="agent", key="fact", value="I like harbour towns."))
     other = await svc.recall(RecallRequest(agent_id="sess", query="What is the draft title?",
                                            metadata={"session_id": "s-2"}))
     same = await svc.recall(RecallRequest(agent_id="sess", query="What is the draft title?",

@@ -9,7 +9,7 @@ import time
 import aiohttp
 import redis.asyncio as aioredis
 
-from memory_adapters.engine.record import Memory
+from memory_adapters.engine.record import StoredMemory
 from memory_adapters.tiered.app import TIERED_SERVICE, build_service, build_tiered_app
 from memory_adapters.tiered.consolidate import consolidate
 from memplane_core.contract import ForgetRequest, RecallRequest, RetainRequest
@@ -134,7 +134,7 @@ async def test_warm_up_loads_newest_memories_into_redis(tiered_settings):
     service = build_service(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
     await service.ltm.ensure_indexes()
     for i in range(25):
-        await service.ltm.upsert(Memory(agent_id="w", scope="agent", key=f"k{i}", value=f"v{i}",
+        await service.ltm.upsert(StoredMemory(agent_id="w", scope="agent", key=f"k{i}", value=f"v{i}",
                                         created_at=1000.0 + i, updated_at=1000.0 + i))
     assert await service.stm.newest("w") == []
     loaded = await service.warm_up()
@@ -215,14 +215,14 @@ async def test_adapter_token_is_required_when_configured(aiohttp_server, tiered_
 async def test_consolidation_merges_a_duplicate_pair_and_prunes_faded(tiered):
     _, service = tiered
     old = time.time() - 60 * 86400
-    a, _ = await service.store(Memory(agent_id="c", scope="agent", key="k1", value="The user prefers dark mode in the editor",
+    a, _ = await service.store(StoredMemory(agent_id="c", scope="agent", key="k1", value="The user prefers dark mode in the editor",
                                       type="preference", source_entry_ids=["hist1_a"]))
-    b, _ = await service.store(Memory(agent_id="c", scope="agent", key="k2", value="In the editor, the user prefers dark mode.",
+    b, _ = await service.store(StoredMemory(agent_id="c", scope="agent", key="k2", value="In the editor, the user prefers dark mode.",
                                       type="preference", source_entry_ids=["hist1_b"]))
     for ids in ([a.id, b.id], [a.id, b.id], [b.id]):  # recalled a few times
         await service.ltm.bump_access(ids, time.time())
-    await service.store(Memory(agent_id="c", scope="agent", key="k3", value="Likes jazz", type="preference"))
-    faded = Memory(agent_id="c", scope="agent", key="k4", value="Mentioned a cloudy morning once", type="episode",
+    await service.store(StoredMemory(agent_id="c", scope="agent", key="k3", value="Likes jazz", type="preference"))
+    faded = StoredMemory(agent_id="c", scope="agent", key="k4", value="Mentioned a cloudy morning once", type="episode",
                    importance=0.0, created_at=old, updated_at=old)
     await service.ltm.upsert(faded)
     report = await consolidate(service, ["c"], threshold=0.1)
@@ -254,7 +254,7 @@ async def test_whole_loop_through_the_proxy_with_the_tiered_adapter(stack, tiere
 
 async def test_recalled_memories_get_their_access_counted(tiered):
     _, service = tiered
-    stored, _ = await service.store(Memory(agent_id="acc", scope="agent", key="k", value="Prefers oat milk in coffee"))
+    stored, _ = await service.store(StoredMemory(agent_id="acc", scope="agent", key="k", value="Prefers oat milk in coffee"))
     for _ in range(3):
         [block] = await service.recall(RecallRequest(agent_id="acc", query="what milk in my coffee"))
         assert block.id == stored.id

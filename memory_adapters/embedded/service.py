@@ -17,7 +17,7 @@ import numpy as np
 
 from memplane_core.contract import (
     ForgetRequest,
-    MemoryBlock,
+    RecalledMemory,
     RecallRequest,
     RetainRequest,
 )
@@ -27,7 +27,7 @@ from memplane_core.turn_text import query_from
 
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared
-from ..engine.record import GLOBAL_AGENT, Memory
+from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
 DEFAULT_BUDGET_TOKENS = 3000
@@ -134,7 +134,7 @@ class EmbeddedMemory:
             done = await self.store.retained(agent_id, ids)
             tomb = self._tombstones.setdefault(agent_id, set())
             outcomes: list[str] = []
-            put: list[Memory] = []
+            put: list[StoredMemory] = []
             marks: list[tuple[str, str]] = []
             seen: set[str] = set()
             for req, eid in zip(reqs, ids):
@@ -170,7 +170,7 @@ class EmbeddedMemory:
             return None
         return await asyncio.to_thread(self.embedder.embed_query, text)
 
-    async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+    async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         text = req.query if req.query is not None else query_from(req.messages)
         if not text.strip():
             return []
@@ -183,7 +183,7 @@ class EmbeddedMemory:
         packed = recall_with_shared(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=_visible_in(session_id))
-        return [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
+        return [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
                 for p in packed]
 
     async def health(self) -> dict[str, Any]:
@@ -192,7 +192,7 @@ class EmbeddedMemory:
 
     # -- REST operations (memory_adapters/rest_api.py) --
 
-    async def store_memory(self, m: Memory) -> tuple[Memory, bool]:
+    async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         """Upsert by (agent, scope, session, key): the same key replaces the value, keeps the id."""
         idx = await self._index(m.agent_id)
         async with self._lock(m.agent_id):
@@ -206,17 +206,17 @@ class EmbeddedMemory:
                 self._pending.put_nowait((m.agent_id, m.id))
             return m, old is None
 
-    async def get_memory(self, memory_id: str) -> Memory | None:
+    async def get_memory(self, memory_id: str) -> StoredMemory | None:
         return await self.store.get(memory_id)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   limit: int, after: tuple[float, str] | None) -> list[Memory]:
+                   limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         return await self.store.page(agent_id=agent_id, scope=scope, type_=type_, session_id=session_id,
                                      now=time.time(), limit=limit, after=after)
 
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
-                     ) -> list[tuple[Memory, float]]:
+                     ) -> list[tuple[StoredMemory, float]]:
         idx = await self._index(agent_id)
         vector = await self._query_vector(query)
         visible = _visible_in(session_id)
@@ -248,6 +248,6 @@ def _positive(value: Any, default: int) -> int:
 
 def _visible_in(session_id: str | None):
     """Session-scoped memories are seen only in their own session."""
-    def visible(m: Memory) -> bool:
+    def visible(m: StoredMemory) -> bool:
         return m.scope != "session" or (session_id is not None and m.session_id == session_id)
     return visible

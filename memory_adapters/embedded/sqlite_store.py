@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..engine.record import NEVER, Memory
+from ..engine.record import NEVER, StoredMemory
 
 DB_FILE = "memory.sqlite3"
 _SCHEMA = """
@@ -37,12 +37,12 @@ _DOC_FIELDS = ("agent_id", "scope", "key", "value", "type", "importance", "sessi
                "source_entry_ids")
 
 
-def _doc(m: Memory) -> bytes:
+def _doc(m: StoredMemory) -> bytes:
     return orjson.dumps({f: getattr(m, f) for f in _DOC_FIELDS})
 
 
-def _memory(doc: bytes, vector: bytes | None) -> tuple[Memory, Any]:
-    m = Memory(**orjson.loads(doc))
+def _memory(doc: bytes, vector: bytes | None) -> tuple[StoredMemory, Any]:
+    m = StoredMemory(**orjson.loads(doc))
     return m, vector
 
 
@@ -94,8 +94,8 @@ class SQLiteStore:
         await self._run(shut)
         self._pool.shutdown(wait=True)
 
-    async def load(self, agent_id: str) -> list[tuple[Memory, bytes | None]]:
-        def read() -> list[tuple[Memory, bytes | None]]:
+    async def load(self, agent_id: str) -> list[tuple[StoredMemory, bytes | None]]:
+        def read() -> list[tuple[StoredMemory, bytes | None]]:
             rows = self._conn().execute("SELECT doc, vector FROM memories WHERE agent_id = ?", (agent_id,))
             return [_memory(doc, vec) for doc, vec in rows]
         return await self._run(read)
@@ -118,7 +118,7 @@ class SQLiteStore:
             return out
         return await self._run(read)
 
-    async def write(self, put: list[Memory], *, retained: list[tuple[str, str]] = (),
+    async def write(self, put: list[StoredMemory], *, retained: list[tuple[str, str]] = (),
                     dropped: list[str] = ()) -> None:
         """One transaction: memories upserted, entry ids marked retained, memories removed."""
         def tx() -> None:
@@ -144,24 +144,24 @@ class SQLiteStore:
                 db.executemany("UPDATE memories SET vector = ? WHERE id = ?", [(v, i) for i, v in rows])
         await self._run(tx)
 
-    async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> Memory | None:
-        def read() -> Memory | None:
+    async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> StoredMemory | None:
+        def read() -> StoredMemory | None:
             row = self._conn().execute(
                 "SELECT doc, vector FROM memories WHERE agent_id=? AND scope=? AND session_id=? AND key=?",
                 (agent_id, scope, session_id or "", key)).fetchone()
             return _memory(*row)[0] if row else None
         return await self._run(read)
 
-    async def get(self, memory_id: str) -> Memory | None:
-        def read() -> Memory | None:
+    async def get(self, memory_id: str) -> StoredMemory | None:
+        def read() -> StoredMemory | None:
             row = self._conn().execute("SELECT doc, vector FROM memories WHERE id = ?", (memory_id,)).fetchone()
             return _memory(*row)[0] if row else None
         return await self._run(read)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   now: float, limit: int, after: tuple[float, str] | None) -> list[Memory]:
+                   now: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         """Newest first by (updated_at, id), after the cursor's position."""
-        def read() -> list[Memory]:
+        def read() -> list[StoredMemory]:
             sql = "SELECT doc, vector FROM memories WHERE agent_id = ? AND live_until > ?"
             args: list[Any] = [agent_id, now]
             for column, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
@@ -187,7 +187,7 @@ class SQLiteStore:
                                [(agent_id, e, reason, now) for e in entry_ids])
                 for doc, _ in db.execute("SELECT doc, vector FROM memories WHERE agent_id = ? AND type = 'episode'",
                                          (agent_id,)).fetchall():
-                    m = Memory(**orjson.loads(doc))
+                    m = StoredMemory(**orjson.loads(doc))
                     if set(m.source_entry_ids) & set(entry_ids):
                         removed.append(m.id)
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in removed])

@@ -15,7 +15,7 @@ from typing import Any
 from memplane_core.redact import Redactor
 from memplane_core.turn_text import assistant_text, session_of, user_text
 
-from .record import Memory
+from .record import StoredMemory
 
 PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
 ASSISTANT_MAX_CHARS = 400
@@ -158,7 +158,7 @@ def episode_texts(entry: dict[str, Any]) -> list[str]:
 
 
 def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
-                        redactor: Redactor) -> list[Memory]:
+                        redactor: Redactor) -> list[StoredMemory]:
     """The episodes of one ledger entry (one per piece), secrets redacted; none for an empty turn."""
     logged_at = _epoch(entry.get("ts"))
     out = []
@@ -173,7 +173,7 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
         if not text.strip():
             continue
         suffix = f"#{n}" if n else ""
-        m = Memory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
+        m = StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
                    type="episode", importance=0.5, session_id=session_of(entry, metadata),
                    id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at or logged_at,
                    source_entry_ids=[entry["id"]], metadata={"piece": n, **({"said": label} if label else {})})

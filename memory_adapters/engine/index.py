@@ -17,20 +17,20 @@ from memplane_core.tokens import estimate_tokens
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, memory_line, pack, said_time
-from .record import Memory, iso
+from .record import StoredMemory, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
 
 
 
-def index_text(m: Memory) -> str:
+def index_text(m: StoredMemory) -> str:
     """A memory's searchable text: its value, plus its key when a person chose it."""
     derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
     return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
 
 
-def _order_key(m: Memory) -> tuple[float, float, str]:
+def _order_key(m: StoredMemory) -> tuple[float, float, str]:
     """When it was said, then when it was logged (turns of one dated session share a stamp)."""
     return (m.said_at or m.created_at, m.created_at, m.key)
 
@@ -49,14 +49,14 @@ class AgentIndex:
     """Lexical and (optional) dense indexes plus the time order that gives each turn its neighbours."""
 
     vectors: Any = None  # dense.VectorIndex when embeddings are on
-    memories: dict[str, Memory] = field(default_factory=dict)
+    memories: dict[str, StoredMemory] = field(default_factory=dict)
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
 
     def __len__(self) -> int:
         return len(self.memories)
 
-    def put(self, m: Memory, vector: Any = None) -> None:
+    def put(self, m: StoredMemory, vector: Any = None) -> None:
         self.drop(m.id)
         self.memories[m.id] = m
         self.lexical.add(m.id, index_text(m))
@@ -68,7 +68,7 @@ class AgentIndex:
         if self.vectors is not None and memory_id in self.memories:
             self.vectors.add(memory_id, vector)
 
-    def drop(self, memory_id: str) -> Memory | None:
+    def drop(self, memory_id: str) -> StoredMemory | None:
         m = self.memories.pop(memory_id, None)
         if m is None:
             return None
@@ -80,10 +80,10 @@ class AgentIndex:
             del self.order[i]
         return m
 
-    def position(self, m: Memory) -> int:
+    def position(self, m: StoredMemory) -> int:
         return bisect.bisect_left(self.order, (*_order_key(m), m.id))
 
-    def neighbours(self, m: Memory, span: int = NEIGHBOURS) -> list[Memory]:
+    def neighbours(self, m: StoredMemory, span: int = NEIGHBOURS) -> list[StoredMemory]:
         """Episodes said just before and after `m` in the same session (when sessions are known)."""
         if m.type != "episode":
             return []
@@ -97,7 +97,7 @@ class AgentIndex:
         return out
 
     def rank(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
-             visible: Any = None) -> list[tuple[Memory, float]]:
+             visible: Any = None) -> list[tuple[StoredMemory, float]]:
         """Memories by fused z-score, best first; expired ones and those `visible` refuses left out."""
         now = now or time.time()
         lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
@@ -132,7 +132,7 @@ class AgentIndex:
                 seen.add(norm)
                 distinct.append((m, s))
 
-        def near(m: Memory) -> list[Memory]:
+        def near(m: StoredMemory) -> list[StoredMemory]:
             return [n for n in self.neighbours(m) if visible is None or visible(n)]
 
         return pack(distinct, near, self.position, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)

@@ -18,7 +18,7 @@ import orjson
 
 from memplane_core.tokens import estimate_tokens
 
-from .record import Memory, iso
+from .record import StoredMemory, iso
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
@@ -36,17 +36,17 @@ class Packed:
     memory_ids: list[str] = field(default_factory=list)
 
 
-def said_time(m: Memory) -> float:
+def said_time(m: StoredMemory) -> float:
     return m.said_at or m.created_at
 
 
-def _day(m: Memory) -> str:
+def _day(m: StoredMemory) -> str:
     """The date a run is filed under: the stamp the message carried, else the day it was logged."""
     said = m.metadata.get("said") if isinstance(m.metadata, dict) else None
     return said if isinstance(said, str) else datetime.fromtimestamp(said_time(m), timezone.utc).strftime("%Y-%m-%d")
 
 
-def memory_line(m: Memory) -> str:
+def memory_line(m: StoredMemory) -> str:
     """An episode as said; a typed memory with its type, and its key when a person chose one."""
     if m.type == "episode":
         return m.value
@@ -55,7 +55,7 @@ def memory_line(m: Memory) -> str:
     return f"{m.type} ({m.key}): {m.value}"
 
 
-def _render(runs: list[list[Memory]]) -> str:
+def _render(runs: list[list[StoredMemory]]) -> str:
     """Runs apart by a blank line; a date line whenever the date a turn was said changes."""
     out: list[str] = []
     last_day = None
@@ -71,15 +71,15 @@ def _render(runs: list[list[Memory]]) -> str:
     return "\n\n".join(out)
 
 
-def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list[Memory]],
-         position: Callable[[Memory], int], *, budget_tokens: int, max_blocks: int,
+def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
+         position: Callable[[StoredMemory], int], *, budget_tokens: int, max_blocks: int,
          max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
     """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`."""
     budget_tokens = max(0, budget_tokens)
     max_blocks = max(1, max_blocks)
     # characters for text, leaving each block's date header and separators some room
     room = budget_tokens * 4 - max_blocks * 16
-    chosen: dict[str, tuple[Memory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
+    chosen: dict[str, tuple[StoredMemory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
     used = 0
     for rank, (hit, score) in enumerate(ranked[:MAX_HITS]):
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
@@ -109,13 +109,13 @@ def pack(ranked: list[tuple[Memory, float]], neighbours: Callable[[Memory], list
     return []
 
 
-def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory], int],
+def _group(chosen: list[tuple[StoredMemory, float, int]], position: Callable[[StoredMemory], int],
            max_blocks: int) -> list[Packed]:
     """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
     similar size; the blocks are returned best first."""
     where = {c[0].id: position(c[0]) for c in chosen}
     chosen.sort(key=lambda c: (where[c[0].id], c[0].id))
-    runs: list[list[tuple[Memory, float, int]]] = []
+    runs: list[list[tuple[StoredMemory, float, int]]] = []
     for c in chosen:
         if runs and where[c[0].id] == where[runs[-1][-1][0].id] + 1:
             runs[-1].append(c)
@@ -123,7 +123,7 @@ def _group(chosen: list[tuple[Memory, float, int]], position: Callable[[Memory],
             runs.append([c])
     total = sum(len(memory_line(c[0])) for c in chosen)
     per_block = math.ceil(total / max_blocks)
-    groups: list[list[list[tuple[Memory, float, int]]]] = [[]]
+    groups: list[list[list[tuple[StoredMemory, float, int]]]] = [[]]
     size = 0
     for run in runs:
         run_size = sum(len(memory_line(c[0])) for c in run)

@@ -25,7 +25,9 @@ def new_id() -> str:
 
 
 @dataclass
-class Memory:
+class StoredMemory:
+    """One memory as a store keeps it (what the engine indexes and the REST API shows)."""
+
     agent_id: str
     scope: str
     key: str
@@ -63,7 +65,7 @@ class Memory:
         return doc
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> "Memory":
+    def from_doc(cls, doc: dict[str, Any]) -> "StoredMemory":
         known = {f for f in cls.__dataclass_fields__}
         data = {k: v for k, v in doc.items() if k in known}
         data["id"] = doc["_id"]
@@ -81,4 +83,4 @@ class Memory:
         }
 
 
-_FIELDS = tuple(f.name for f in fields(Memory))
+_FIELDS = tuple(f.name for f in fields(StoredMemory))

@@ -24,7 +24,7 @@ import orjson
 from memplane_core.clock import now_rfc3339
 from memplane_core.contract import (
     ForgetRequest,
-    MemoryBlock,
+    RecalledMemory,
     RecallRequest,
     RetainRequest,
 )
@@ -152,7 +152,7 @@ class ReferenceStore:
             agent.add(record)
             return "stored"
 
-    async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+    async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         agent = await self._agent(req.agent_id)
         query = tokens(req.query if req.query is not None else query_from(req.messages))
         limit = min(req.top_k or RECALL_LIMIT, RECALL_LIMIT)
@@ -176,7 +176,7 @@ class ReferenceStore:
                 break
             if eid not in seen:
                 picked.append((0.0, agent.records[eid]))
-        return [MemoryBlock(text=rec["summary"], score=score, kind="episode", source="reference",
+        return [RecalledMemory(text=rec["summary"], score=score, kind="episode", source="reference",
                             ts=rec["ts"], id=rec["id"]) for score, rec in picked]
 
     async def forget(self, req: ForgetRequest) -> int:

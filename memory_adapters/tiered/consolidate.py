@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.lexical import terms
-from ..engine.record import DAY_S, Memory
+from ..engine.record import DAY_S, StoredMemory
 from .service import TieredMemory
 
 DUPLICATE_JACCARD = 0.8
 PRUNE_AGE_DAYS = 7
 
 
-def similarity(a: Memory, b: Memory) -> float:
+def similarity(a: StoredMemory, b: StoredMemory) -> float:
     ta, tb = set(terms(a.value)), set(terms(b.value))
     if not ta or not tb:
         return 0.0

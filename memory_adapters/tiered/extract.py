@@ -15,7 +15,7 @@ from memplane_core.turn_text import user_text
 
 from ..engine.episodes import episodes_from_entry
 from ..engine.lexical import terms
-from ..engine.record import Memory
+from ..engine.record import StoredMemory
 
 EPISODE_CHARS = 600
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])|\n+")
@@ -77,7 +77,7 @@ def profile_facts(text: str) -> list[tuple[str, str]]:
 
 
 def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
-                        redactor: Redactor) -> list[Memory]:
+                        redactor: Redactor) -> list[StoredMemory]:
     """The engine's episodes for the turn (one per piece, speaker and time kept), plus keyed
     profile facts (knowledge updates) and typed statements. A statement that is the whole turn
     retypes its episode instead of storing the same text twice."""
@@ -89,9 +89,9 @@ def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
     session_id = episodes[0].session_id
     meta = {"session_id": session_id} if session_id else {}
     user = " ".join(user_text(entry).split()) if user_text(entry) else ""
-    out: list[Memory] = list(episodes)
+    out: list[StoredMemory] = list(episodes)
     for slot, fact in profile_facts(user):
-        out.append(Memory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
+        out.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
                           importance=0.8, said_at=said, metadata={**meta, "slot": slot}, source_entry_ids=[eid]))
     whole = {" ".join(e.value.split()).casefold(): e for e in episodes}
     for s in sentences(user):
@@ -105,7 +105,7 @@ def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
                 if same is not None and kind != "fact":
                     same.type, same.importance = kind, importance  # one memory per text
                 else:
-                    out.append(Memory(agent_id=agent_id, scope="agent", key=f"{kind}:{slug(text)}", value=text,
+                    out.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"{kind}:{slug(text)}", value=text,
                                       type=kind, importance=importance, said_at=said, metadata=dict(meta),
                                       source_entry_ids=[eid]))
                 break

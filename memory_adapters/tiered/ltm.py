@@ -8,7 +8,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, TEXT, AsyncMongoClient, UpdateOne
 from pymongo.errors import OperationFailure, PyMongoError
 
-from ..engine.record import GLOBAL_AGENT, Memory
+from ..engine.record import GLOBAL_AGENT, StoredMemory
 
 
 class LTMUnavailable(Exception):
@@ -68,7 +68,7 @@ class MongoLTM:
 
     # -- writes --
 
-    async def upsert(self, m: Memory) -> tuple[Memory, bool]:
+    async def upsert(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         """Insert, or update the memory with the same (agent_id, scope, session_id, key).
 
         Returns the stored memory and whether it was newly created.
@@ -86,9 +86,9 @@ class MongoLTM:
             stored = await self.memories.find_one(ident)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return Memory.from_doc(stored), res.upserted_id is not None
+        return StoredMemory.from_doc(stored), res.upserted_id is not None
 
-    async def replace(self, m: Memory) -> None:
+    async def replace(self, m: StoredMemory) -> None:
         try:
             await self.memories.replace_one({"_id": m.id}, m.to_doc(), upsert=True)
         except PyMongoError as exc:
@@ -134,37 +134,37 @@ class MongoLTM:
 
     # -- reads --
 
-    async def get(self, memory_id: str) -> Memory | None:
+    async def get(self, memory_id: str) -> StoredMemory | None:
         try:
             doc = await self.memories.find_one({"_id": memory_id})
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return Memory.from_doc(doc) if doc else None
+        return StoredMemory.from_doc(doc) if doc else None
 
-    async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> Memory | None:
+    async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> StoredMemory | None:
         try:
             doc = await self.memories.find_one({"agent_id": agent_id, "scope": scope, "session_id": session_id,
                                                 "key": key})
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return Memory.from_doc(doc) if doc else None
+        return StoredMemory.from_doc(doc) if doc else None
 
-    async def all_for(self, agent_id: str) -> list[Memory]:
+    async def all_for(self, agent_id: str) -> list[StoredMemory]:
         try:
-            return [Memory.from_doc(d) async for d in self.memories.find({"agent_id": agent_id})]
+            return [StoredMemory.from_doc(d) async for d in self.memories.find({"agent_id": agent_id})]
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
-    async def newest(self, agent_id: str, limit: int, now: float | None = None) -> list[Memory]:
+    async def newest(self, agent_id: str, limit: int, now: float | None = None) -> list[StoredMemory]:
         now = now or time.time()
         query = {"agent_id": agent_id, "live_until": {"$gt": now}}
         try:
             cursor = self.memories.find(query).sort([("updated_at", DESCENDING)]).limit(limit)
-            return [Memory.from_doc(d) async for d in cursor]
+            return [StoredMemory.from_doc(d) async for d in cursor]
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
-    async def page(self, query: dict[str, Any], limit: int, after: tuple[float, str] | None) -> list[Memory]:
+    async def page(self, query: dict[str, Any], limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         """Keyset pagination on (updated_at, _id), newest first."""
         q = dict(query)
         slack = 64  # rows sharing the cursor's updated_at, skipped below
@@ -172,7 +172,7 @@ class MongoLTM:
             q["updated_at"] = {"$lte": after[0]}
         try:
             cursor = self.memories.find(q).sort([("updated_at", DESCENDING), ("_id", DESCENDING)]).limit(limit + slack)
-            rows = [Memory.from_doc(d) async for d in cursor]
+            rows = [StoredMemory.from_doc(d) async for d in cursor]
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
         if after is not None:
@@ -216,7 +216,7 @@ class MongoLTM:
             raise LTMUnavailable(str(exc)) from None
         return {**{e: "duplicate" for e in done}, **{e: "tombstoned" for e in tomb}}
 
-    async def upsert_many(self, memories: list[Memory]) -> None:
+    async def upsert_many(self, memories: list[StoredMemory]) -> None:
         """Upsert by (agent, scope, session, key) in one unordered bulk write."""
         if not memories:
             return

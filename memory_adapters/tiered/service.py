@@ -17,7 +17,7 @@ from typing import Any
 
 from memplane_core.contract import (
     ForgetRequest,
-    MemoryBlock,
+    RecalledMemory,
     RecallRequest,
     RetainRequest,
 )
@@ -28,7 +28,7 @@ from memplane_core.turn_text import query_from
 from ..engine.index import AgentIndex as EngineIndex
 from ..engine.index import RecallQuery, recall_with_shared
 from ..engine.lexical import terms
-from ..engine.record import GLOBAL_AGENT, Memory
+from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
@@ -47,7 +47,7 @@ _INTENT = (
 )
 
 
-def _distinct(scored: list[tuple[Memory, float]], k: int) -> list[tuple[Memory, float]]:
+def _distinct(scored: list[tuple[StoredMemory, float]], k: int) -> list[tuple[StoredMemory, float]]:
     """The best `k` with no text twice: a user who repeats small talk should not fill the block."""
     seen: set[str] = set()
     out = []
@@ -67,7 +67,7 @@ def _recency(ts: float, now: float) -> float:
     return 0.5 ** (max(0.0, now - ts) / (30 * 86400))
 
 
-def _newer_wins(scored: list[tuple[Memory, float]], idx: "AgentIndex") -> list[tuple[Memory, float]]:
+def _newer_wins(scored: list[tuple[StoredMemory, float]], idx: "AgentIndex") -> list[tuple[StoredMemory, float]]:
     """When two of the top memories say nearly the same thing, the newer one goes first."""
     if idx.vectors is None:
         return scored
@@ -101,10 +101,10 @@ class AgentIndex(EngineIndex):
     own: set[int] = field(default_factory=set)  # version bumps this process made
     inflight: int = 0  # bumps on their way to Redis
     by_type: dict[str, set[str]] = field(default_factory=dict)
-    recent: list[Memory] = field(default_factory=list)  # Redis's newest, as of recent_version
+    recent: list[StoredMemory] = field(default_factory=list)  # Redis's newest, as of recent_version
     recent_version: int | None = None
 
-    def put(self, m: Memory, vector: Any = None) -> None:
+    def put(self, m: StoredMemory, vector: Any = None) -> None:
         if vector is None and m.embedding is not None and self.vectors is not None:
             import numpy as np  # present whenever vectors are
             vector = np.asarray(m.embedding, dtype=np.float32)
@@ -112,7 +112,7 @@ class AgentIndex(EngineIndex):
         m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
         self.by_type.setdefault(m.type, set()).add(m.id)
 
-    def drop(self, memory_id: str) -> Memory | None:
+    def drop(self, memory_id: str) -> StoredMemory | None:
         old = super().drop(memory_id)
         if old is not None:
             self.by_type.get(old.type, set()).discard(memory_id)
@@ -230,7 +230,7 @@ class TieredMemory:
             self._indexes[agent_id] = fresh
             return fresh
 
-    async def _after_write(self, agent_id: str, put: list[Memory], dropped: list[str]) -> None:
+    async def _after_write(self, agent_id: str, put: list[StoredMemory], dropped: list[str]) -> None:
         idx = self._indexes.get(agent_id)
         if idx is not None:
             for m in put:
@@ -248,7 +248,7 @@ class TieredMemory:
 
     # -- writes --
 
-    async def _embed(self, memories: list[Memory]) -> None:
+    async def _embed(self, memories: list[StoredMemory]) -> None:
         """Embed on a worker thread: retain is off the agent's hot path, recall never waits on this."""
         todo = [m for m in memories if m.embedding is None]
         if self.embedder is None or not todo:
@@ -257,7 +257,7 @@ class TieredMemory:
         for m, v in zip(todo, vecs):
             m.embedding = [round(float(x), 5) for x in v]
 
-    async def store(self, m: Memory) -> tuple[Memory, bool]:
+    async def store(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         """Upsert one memory into both tiers and enforce the LTM cap.
 
         A keyed fact said earlier than the one already stored (a late retain or a backfill)
@@ -279,14 +279,14 @@ class TieredMemory:
 
     # -- the REST API's operations (memory_adapters/rest_api.py) --
 
-    async def store_memory(self, m: Memory) -> tuple[Memory, bool]:
+    async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         return await self.store(m)
 
-    async def get_memory(self, memory_id: str) -> Memory | None:
+    async def get_memory(self, memory_id: str) -> StoredMemory | None:
         return await self.ltm.get(memory_id)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   limit: int, after: tuple[float, str] | None) -> list[Memory]:
+                   limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         query: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": time.time()}}
         for name, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
             if value is not None:
@@ -295,7 +295,7 @@ class TieredMemory:
 
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
-                     ) -> list[tuple[Memory, float]]:
+                     ) -> list[tuple[StoredMemory, float]]:
         return await self.rank(agent_id, query, session_id=session_id, top_k=top_k, type_filter=type_filter,
                                min_importance=min_importance, include_recent=False)
 
@@ -324,8 +324,8 @@ class TieredMemory:
         ids = [r.entry["id"] for r in reqs]
         seen = await self.ltm.seen_entries(agent_id, ids)
         outcomes: list[str] = []
-        episodes: list[Memory] = []
-        keyed: list[Memory] = []
+        episodes: list[StoredMemory] = []
+        keyed: list[StoredMemory] = []
         fresh: list[str] = []
         for req, eid in zip(reqs, ids):
             if eid in seen or eid in fresh:
@@ -359,12 +359,12 @@ class TieredMemory:
 
     # -- reads --
 
-    def _visible(self, m: Memory | None, session_id: str | None, now: float) -> bool:
+    def _visible(self, m: StoredMemory | None, session_id: str | None, now: float) -> bool:
         if m is None or m.expired(now):
             return False
         return m.scope != "session" or (session_id is not None and m.session_id == session_id)
 
-    async def _recent(self, agent_id: str, idx: AgentIndex | None = None, version: int | None = None) -> list[Memory]:
+    async def _recent(self, agent_id: str, idx: AgentIndex | None = None, version: int | None = None) -> list[StoredMemory]:
         """Newest memories: Redis first; on a miss, MongoDB, refilling Redis (read-through).
 
         What Redis returned is kept with the agent's version, so recalls between two writes
@@ -387,7 +387,7 @@ class TieredMemory:
             await self.stm.put(newest)
         return newest
 
-    async def rank(self, agent_id: str, query: str, **options: Any) -> list[tuple[Memory, float]]:
+    async def rank(self, agent_id: str, query: str, **options: Any) -> list[tuple[StoredMemory, float]]:
         self._ranking += 1
         try:
             return await self._rank(agent_id, query, **options)
@@ -396,7 +396,7 @@ class TieredMemory:
 
     async def _rank(self, agent_id: str, query: str, *, session_id: str | None, top_k: int,
                     type_filter: set[str] | None = None, min_importance: float | None = None,
-                    include_recent: bool = True) -> list[tuple[Memory, float]]:
+                    include_recent: bool = True) -> list[tuple[StoredMemory, float]]:
         """Hybrid ranking: BM25 and dense cosine fused into one relevance, blended with the
         composite importance; a second lexical pass follows the entities of the best hits
         (multi-hop), and among near-duplicates the newer statement wins (knowledge updates)."""
@@ -407,7 +407,7 @@ class TieredMemory:
         idx = await self._index(agent_id, remote)
         gidx = await self._index(GLOBAL_AGENT, gremote)
 
-        def ok(m: Memory | None) -> bool:
+        def ok(m: StoredMemory | None) -> bool:
             if not self._visible(m, session_id, now):
                 return False
             if type_filter and m.type not in type_filter:
@@ -417,7 +417,7 @@ class TieredMemory:
         pool = max(50, top_k * 5)
         lex: dict[str, float] = {}
         dense: dict[str, float] = {}
-        found: dict[str, Memory] = {}
+        found: dict[str, StoredMemory] = {}
         embedding = qvec = None
         if self.embedder is not None and query.strip():
             if self._ranking == 1:  # alone: a thread hand-off costs more than it overlaps (5.1 -> 4.6 ms at 100k)
@@ -489,7 +489,7 @@ class TieredMemory:
             scored = _newer_wins(scored, idx)
         return _distinct(scored, top_k)
 
-    async def recall(self, req: RecallRequest) -> list[MemoryBlock]:
+    async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         """The engine's recall (memory_adapters/engine): fused ranking, neighbours, dated blocks
         packed to the proxy's budget; the two best matching global memories first."""
         query = req.query if req.query is not None else query_from(req.messages)
@@ -506,19 +506,19 @@ class TieredMemory:
         if self.embedder is not None:
             vector = await asyncio.to_thread(self.embedder.embed_query, query)
 
-        def visible(m: Memory) -> bool:
+        def visible(m: StoredMemory) -> bool:
             return self._visible(m, session_id, now)
 
         packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector), visible=visible)
-        blocks = [MemoryBlock(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
+        blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in (idx, gidx) if i in ix.memories]
         if picked:
             await self._bump(picked)
         return blocks
 
-    async def _bump(self, memories: list[Memory]) -> None:
+    async def _bump(self, memories: list[StoredMemory]) -> None:
         """Count the recall in memory now; write the counts to MongoDB at most once a second."""
         now = time.time()
         for m in memories:

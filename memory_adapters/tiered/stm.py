@@ -13,7 +13,7 @@ import orjson
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from ..engine.record import Memory
+from ..engine.record import StoredMemory
 
 
 class RedisSTM:
@@ -41,7 +41,7 @@ class RedisSTM:
     async def close(self) -> None:
         await self.client.aclose()
 
-    async def put(self, memories: list[Memory]) -> bool:
+    async def put(self, memories: list[StoredMemory]) -> bool:
         """Write memories and trim each agent's set to the newest `max_entries`."""
         if not memories:
             return True
@@ -86,7 +86,7 @@ class RedisSTM:
         except (RedisError, OSError) as exc:
             self._mark(False, type(exc).__name__)
 
-    async def newest(self, agent_id: str) -> list[Memory] | None:
+    async def newest(self, agent_id: str) -> list[StoredMemory] | None:
         """The agent's cached memories, newest first; None when Redis is unreachable."""
         ids, docs = self._keys(agent_id)
         try:
@@ -96,7 +96,7 @@ class RedisSTM:
         except (RedisError, OSError) as exc:
             self._mark(False, type(exc).__name__)
             return None
-        return [Memory.from_doc(orjson.loads(r)) for r in raw if r]
+        return [StoredMemory.from_doc(orjson.loads(r)) for r in raw if r]
 
     async def bump_version(self, agent_id: str) -> int | None:
         try:

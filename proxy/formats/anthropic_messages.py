@@ -9,7 +9,7 @@ import orjson
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
-from ..recall_policy import Memory
+from ..recall_policy import InjectedMemory
 from .base import StreamState, append_text, require
 
 
@@ -40,7 +40,7 @@ class AnthropicMessages:
     def query(self, body: dict[str, Any]) -> str:
         return query_from(body["messages"])
 
-    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+    def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
         if placement in ("latest", "search_results"):
             messages = list(body["messages"])
@@ -106,7 +106,7 @@ class AnthropicMessages:
         return found
 
 
-def _search_result(m: Memory, service: str, n: int) -> dict[str, Any]:
+def _search_result(m: InjectedMemory, service: str, n: int) -> dict[str, Any]:
     ref = m.id or f"memory-{n + 1}"
     return {
         "type": "search_result",

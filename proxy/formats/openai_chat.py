@@ -9,7 +9,7 @@ import orjson
 from memplane_core.turn_text import latest_user_index, query_from, text_of
 
 from ..errors import Dialect
-from ..recall_policy import Memory
+from ..recall_policy import InjectedMemory
 from .base import StreamState, append_text, require
 
 
@@ -39,7 +39,7 @@ class OpenAIChat:
     def query(self, body: dict[str, Any]) -> str:
         return query_from(body["messages"])
 
-    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+    def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
         messages = list(body["messages"])
         if placement == "latest":

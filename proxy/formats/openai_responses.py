@@ -9,7 +9,7 @@ import orjson
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
-from ..recall_policy import Memory
+from ..recall_policy import InjectedMemory
 from .base import StreamState, append_text, require
 
 
@@ -43,7 +43,7 @@ class OpenAIResponses:
     def query(self, body: dict[str, Any]) -> str:
         return query_from(_as_messages(body["input"]))
 
-    def inject(self, body: dict[str, Any], block: str, memories: list[Memory], service: str,
+    def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
         if placement == "latest":
             items = _as_messages(body["input"]) if isinstance(body["input"], str) else list(body["input"])
