@@ -15,14 +15,10 @@ from pathlib import Path
 
 import orjson
 
+from proxy.runner import free_port
+
 RESULTS = Path(__file__).parent / "results"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5) -> None:

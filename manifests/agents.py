@@ -14,8 +14,11 @@ from typing import Any
 
 from memplane_core.private_files import private_dir, write_private
 
+from .models import DEFAULT_RECALL_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS
+
 
 def token_digest(token: str) -> str:
+    """What metadata.json keeps of an agent's token (`token_sha256`); the token itself is never stored."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -41,8 +44,8 @@ def read_token(path: Path) -> str | None:
 
 
 def memory_manifest(service: str, base_url: str, *, recall: bool = True, retain: bool = True,
-                    forget: bool = True, recall_timeout_ms: int = 300,
-                    write_timeout_ms: int = 2000, auth_token: str | None = None,
+                    forget: bool = True, recall_timeout_ms: int = DEFAULT_RECALL_TIMEOUT_MS,
+                    write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS, auth_token: str | None = None,
                     paths: dict[str, str] | None = None,
                     retain_batch_path: str | None = None) -> dict[str, Any]:
     paths = paths or {}

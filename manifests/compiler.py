@@ -20,6 +20,7 @@ import yaml
 from memplane_core.private_files import write_private
 
 from .agents import memory_manifest, read_token, write_agent
+from .models import DEFAULT_RECALL_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS
 from .validate import ManifestError, validate
 
 DEFAULT_PORT = 8080
@@ -211,11 +212,11 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
     if not caps:
         raise _fail(source, f"{where}.service",
                     f"agent '{agent_id}': service '{svc_name}' declares no memory capability ({desc_where})")
-    timeout = _timeout(spec.get("timeout-ms", 300), source, f"{where}.timeout-ms")
+    timeout = _timeout(spec.get("timeout-ms", DEFAULT_RECALL_TIMEOUT_MS), source, f"{where}.timeout-ms")
     token = spec.get("auth-token") or _env(svc).get("MEMPLANE_ADAPTER_TOKEN") or None
     doc = memory_manifest(
         svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
-        forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, 2000),
+        forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, DEFAULT_WRITE_TIMEOUT_MS),
         auth_token=token, paths={k: v["path"] for k, v in caps.items()},
         retain_batch_path=(caps.get("retain") or {}).get("batch_path"),
     )

@@ -13,6 +13,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from memplane_core.ids import AGENT_ID_PATTERN
+
 
 class ManifestError(ValueError):
     """A manifest, metadata file or descriptor that does not match its schema."""
@@ -26,7 +28,11 @@ class ManifestError(ValueError):
 @cache
 def _validator(name: str) -> Draft202012Validator:
     text = resources.files("manifests").joinpath("schema", f"{name}.schema.json").read_text()
-    return Draft202012Validator(json.loads(text))
+    schema = json.loads(text)
+    agent_id = schema.get("properties", {}).get("agent_id")
+    if agent_id is not None:  # the rule lives once, in memplane_core.ids
+        agent_id["pattern"] = AGENT_ID_PATTERN
+    return Draft202012Validator(schema)
 
 
 def validate(kind: str, doc: Any, source: str) -> dict[str, Any]:

@@ -13,7 +13,16 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from . import runner
-from .config import DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, ProxySettings
+from .cli_ops import CONTEXT_ROOT
+from .config import (
+    DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_CONTEXT_ROOT,
+    DEFAULT_HISTORY_ROOT,
+    DEFAULT_MEMORY_DIR,
+    DEFAULT_OPENAI_BASE_URL,
+    ProxySettings,
+    default,
+)
 from .routing import DEFAULT_PASSTHROUGH, parse_allow_list
 
 DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
@@ -39,28 +48,28 @@ def _check_contexts(settings: ProxySettings) -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
 @click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
-@click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
+@click.option("--context-root", type=click.Path(path_type=Path), default=DEFAULT_CONTEXT_ROOT,
               show_default=True, envvar="MEMPLANE_CONTEXT_ROOT", help="Compiled per-agent context dirs.")
-@click.option("--history-root", type=click.Path(path_type=Path), default=Path(".memplane/history"),
+@click.option("--history-root", type=click.Path(path_type=Path), default=DEFAULT_HISTORY_ROOT,
               show_default=True, envvar="MEMPLANE_HISTORY_ROOT", help="Where per-agent ledgers are written.")
 @click.option("--openai-base-url", default=DEFAULT_OPENAI_BASE_URL, show_default=True,
               envvar=["MEMPLANE_OPENAI_BASE_URL", "OPENAI_BASE_URL"], help="Provider base, including /v1.")
 @click.option("--anthropic-base-url", default=DEFAULT_ANTHROPIC_BASE_URL, show_default=True,
               envvar=["MEMPLANE_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"], help="Provider root, without /v1.")
-@click.option("--max-body-bytes", default=10 * 1024 * 1024, show_default=True, type=int,
+@click.option("--max-body-bytes", default=default("max_body_bytes"), show_default=True, type=int,
               envvar="MEMPLANE_MAX_BODY_BYTES")
-@click.option("--upstream-connect-timeout", default=10.0, show_default=True, type=float,
+@click.option("--upstream-connect-timeout", default=default("upstream_connect_timeout_s"), show_default=True, type=float,
               envvar="MEMPLANE_UPSTREAM_CONNECT_TIMEOUT")
-@click.option("--upstream-read-timeout", default=600.0, show_default=True, type=float,
+@click.option("--upstream-read-timeout", default=default("upstream_read_timeout_s"), show_default=True, type=float,
               envvar="MEMPLANE_UPSTREAM_READ_TIMEOUT")
-@click.option("--max-concurrent-upstream", default=512, show_default=True, type=int,
+@click.option("--max-concurrent-upstream", default=default("max_concurrent_upstream"), show_default=True, type=int,
               envvar="MEMPLANE_MAX_CONCURRENT_UPSTREAM")
-@click.option("--rate-limit", default=0.0, show_default=True, type=float, envvar="MEMPLANE_RATE_LIMIT",
+@click.option("--rate-limit", default=default("rate_limit_per_agent"), show_default=True, type=float, envvar="MEMPLANE_RATE_LIMIT",
               help="Requests per second per agent (0 = off).")
-@click.option("--rate-limit-burst", default=20, show_default=True, type=int, envvar="MEMPLANE_RATE_LIMIT_BURST")
+@click.option("--rate-limit-burst", default=default("rate_limit_burst"), show_default=True, type=int, envvar="MEMPLANE_RATE_LIMIT_BURST")
 @click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
               help="YAML file of extra redaction rules and allow-list patterns.")
-@click.option("--shutdown-grace", default=30.0, show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
+@click.option("--shutdown-grace", default=default("shutdown_grace_s"), show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
 @click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN",
               help="Bearer token for /metrics and /memplane/* (unset: those answer on loopback only).")
 @click.option("--passthrough", default=None, envvar="MEMPLANE_PASSTHROUGH",
@@ -120,7 +129,7 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
 @adapter.command("embedded")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="HOST")
 @click.option("--port", default=8081, show_default=True, type=int, envvar="PORT")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".memplane/memory"),
+@click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_MEMORY_DIR,
               show_default=True, envvar="MEMPLANE_MEMORY_DIR")
 @click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token (admin).")
 @click.option("--agent-tokens", default=None, envvar="MEMPLANE_ADAPTER_AGENT_TOKENS",
@@ -221,8 +230,7 @@ def agent() -> None:
 
 @agent.command("add")
 @click.argument("agent_id")
-@click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
-              show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
+@CONTEXT_ROOT
 @click.option("--memory-url", default=None,
               help="Base URL of the agent's memory service (default: the embedded service `memplane up` runs).")
 @click.option("--no-memory", is_flag=True, help="Create the agent without memory (no memory.json).")

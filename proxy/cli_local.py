@@ -15,11 +15,11 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
 
 from . import runner
-from .config import DEFAULT_OPENAI_BASE_URL, ProxySettings
+from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings
 
 
 @click.command()
-@click.option("--home", type=click.Path(path_type=Path), default=Path(".memplane"), show_default=True,
+@click.option("--home", type=click.Path(path_type=Path), default=DEFAULT_HOME, show_default=True,
               envvar="MEMPLANE_HOME", help="Where contexts, ledgers and memories live.")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
 @click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")

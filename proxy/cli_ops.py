@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 import orjson
 
-CONTEXT_ROOT = click.option("--context-root", type=click.Path(path_type=Path), default=Path(".memplane/context"),
+from .config import DEFAULT_CONTEXT_ROOT, DEFAULT_HISTORY_ROOT
+
+CONTEXT_ROOT = click.option("--context-root", type=click.Path(path_type=Path), default=DEFAULT_CONTEXT_ROOT,
                             show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
-HISTORY_ROOT = click.option("--history-root", type=click.Path(path_type=Path), default=Path(".memplane/history"),
+HISTORY_ROOT = click.option("--history-root", type=click.Path(path_type=Path), default=DEFAULT_HISTORY_ROOT,
                             show_default=True, envvar="MEMPLANE_HISTORY_ROOT")
 
 

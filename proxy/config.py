@@ -7,6 +7,10 @@ from pathlib import Path
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+DEFAULT_HOME = Path(".memplane")  # `memplane up` keeps everything here
+DEFAULT_CONTEXT_ROOT = DEFAULT_HOME / "context"
+DEFAULT_HISTORY_ROOT = DEFAULT_HOME / "history"
+DEFAULT_MEMORY_DIR = DEFAULT_HOME / "memory"
 
 
 @dataclass
@@ -27,11 +31,16 @@ class ProxySettings:
     redaction_rules: str | None = None
     shutdown_grace_s: float = 30.0
     ledger_fsync: bool = False
-    passthrough: str | None = None
-    admin_token: str | None = None  # MEMPLANE_ADMIN_TOKEN: opens /metrics and /memplane/*; unset = loopback only  # MEMPLANE_PASSTHROUGH; None = routing.DEFAULT_PASSTHROUGH
+    passthrough: str | None = None  # None = routing.DEFAULT_PASSTHROUGH
+    admin_token: str | None = None  # opens /metrics and /memplane/*; unset = loopback only
 
     def __post_init__(self) -> None:
         self.context_root = Path(self.context_root)
         self.history_root = Path(self.history_root)
         self.openai_base_url = self.openai_base_url.rstrip("/")
         self.anthropic_base_url = self.anthropic_base_url.rstrip("/")
+
+
+def default(name: str):
+    """A setting's default, for the CLI's flags (so each default is written once, above)."""
+    return ProxySettings.__dataclass_fields__[name].default

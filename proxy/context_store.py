@@ -6,13 +6,13 @@ takes the proxy or the agent's traffic down.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from manifests.agents import token_digest
 from manifests.models import AgentMetadata, MemoryManifest
 from manifests.validate import ManifestError, load_json
 from memplane_core.ids import is_agent_id
@@ -94,9 +94,9 @@ class ContextStore:
         ctx = self.get(agent_id)
         if ctx is None:
             # Burn the same work as a real comparison so timing does not reveal agent ids.
-            hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), "0" * 64)
+            hmac.compare_digest(token_digest(token), "0" * 64)
             return None
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        digest = token_digest(token)
         return ctx if hmac.compare_digest(digest, ctx.metadata.token_sha256) else None
 
     def agent_ids(self) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from manifests.models import MemoryManifest
+from manifests.models import DEFAULT_WRITE_TIMEOUT_MS, MemoryManifest
 from memplane_core.redact import Redactor
 
 from .transport_errors import TransportError, transport_errors
@@ -93,7 +93,7 @@ async def post_retain(session: aiohttp.ClientSession, job: RetainJob, *, url: st
     headers = {"Authorization": f"Bearer {token}"} if token else manifest.headers()
     payload = {"agent_id": job.agent_id, "pod": job.pod, "metadata": job.metadata, "entry": job.entry}
     status, _ = await _post(session, url or manifest.url(manifest.retain), payload, headers,
-                            manifest.retain.timeout_ms if manifest.retain else 2000)
+                            manifest.retain.timeout_ms if manifest.retain else DEFAULT_WRITE_TIMEOUT_MS)
     return status
 
 

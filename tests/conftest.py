@@ -68,6 +68,8 @@ import time
 import uuid
 from pathlib import Path
 
+from proxy.runner import free_port
+
 REDIS_TEST_DB = 13
 
 
@@ -75,12 +77,6 @@ def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +93,7 @@ def redis_base_url():
     binary = shutil.which("redis-server")
     if not binary:
         pytest.skip("no Redis answers and redis-server is not installed (.ci/run installs it)")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
@@ -128,7 +124,7 @@ def mongo_base_url(tmp_path_factory):
     binary = Path(sys.executable).parent / "nx-27017"
     if not binary.exists():
         pytest.skip("nx-27017 is not installed (pip install -e '.[test]')")
-    port = _free_port()
+    port = free_port()
     work = tmp_path_factory.mktemp("nx")
     proc = subprocess.Popen([str(binary), "--data-dir", "memory", "--host", "127.0.0.1", "--port", str(port),
                              "--log-file", str(work / "nx.log"), "--pid-file", str(work / "nx.pid")],
