@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_RECALL_TIMEOUT_MS = 300
-DEFAULT_WRITE_TIMEOUT_MS = 2000
-DEFAULT_BUDGET_TOKENS = 3000
-DEFAULT_MAX_BLOCKS = 8
+from memplane_core.contract import (
+    DEFAULT_BUDGET_TOKENS,
+    DEFAULT_MAX_BLOCKS,
+    DEFAULT_RECALL_TIMEOUT_MS,
+    DEFAULT_WRITE_TIMEOUT_MS,
+)
 
 
 @dataclass(frozen=True)

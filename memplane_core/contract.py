@@ -8,6 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .ids import AGENT_ID_PATTERN
 
+# The contract's defaults (CONTRACT §2, §5): what a manifest or a recall body that says nothing means.
+DEFAULT_RECALL_TIMEOUT_MS = 300
+DEFAULT_WRITE_TIMEOUT_MS = 2000  # retain and forget
+DEFAULT_BUDGET_TOKENS = 3000
+DEFAULT_MAX_BLOCKS = 8
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")  # readers ignore fields they do not know

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from memplane_core.contract import (
+    DEFAULT_BUDGET_TOKENS,
+    DEFAULT_MAX_BLOCKS,
     ForgetRequest,
     RecalledMemory,
     RecallRequest,
@@ -30,8 +32,6 @@ from ..engine.index import AgentIndex, RecallQuery, recall_with_shared
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
-DEFAULT_BUDGET_TOKENS = 3000
-DEFAULT_MAX_BLOCKS = 8
 EMBED_BATCH = 64
 
 
@@ -219,17 +219,8 @@ class EmbeddedMemory:
                      ) -> list[tuple[StoredMemory, float]]:
         idx = await self._index(agent_id)
         vector = await self._query_vector(query)
-        visible = _visible_in(session_id)
-        out = []
-        for m, score in idx.rank(query, vector, visible=visible):
-            if type_filter and m.type not in type_filter:
-                continue
-            if min_importance is not None and m.importance < min_importance:
-                continue
-            out.append((m, score))
-            if len(out) >= top_k:
-                break
-        return out
+        return idx.search(query, vector, top_k=top_k, visible=_visible_in(session_id), type_filter=type_filter,
+                          min_importance=min_importance)
 
     async def delete_memory(self, memory_id: str) -> bool:
         m = await self.store.get(memory_id)

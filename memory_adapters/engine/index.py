@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
 from .fusion import Signal, z_fuse
@@ -21,6 +22,7 @@ from .record import StoredMemory, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
+IMPORTANCE_Z = 0.5  # REST search: how far importance 0 or 1 moves a memory, in standard deviations
 
 
 
@@ -38,8 +40,8 @@ def _order_key(m: StoredMemory) -> tuple[float, float, str]:
 @dataclass
 class RecallQuery:
     text: str
-    budget_tokens: int = 3000
-    max_blocks: int = 8
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    max_blocks: int = DEFAULT_MAX_BLOCKS
     session_id: str | None = None
     vector: Any = None  # the query's embedding, when vectors are on
 
@@ -118,6 +120,33 @@ class AgentIndex:
             if m is None or m.expired(now) or (visible is not None and not visible(m)):
                 continue
             out.append((m, score))
+        return out
+
+    def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
+               type_filter: set[str] | None = None, min_importance: float | None = None
+               ) -> list[tuple[StoredMemory, float]]:
+        """The REST API's search: memories by fused relevance, filtered by type and importance,
+        each text once (unlike recall: no neighbours, no packing — a person reads these).
+
+        Importance, which a person set, moves a memory by up to ±IMPORTANCE_Z standard deviations:
+        enough to order near-equals, too little to lift an unrelated memory over a match."""
+        ranked = [(m, score + 2 * IMPORTANCE_Z * (m.importance - 0.5)) for m, score in self.rank(text, vector,
+                                                                                                   visible=visible)]
+        ranked.sort(key=lambda pair: pair[1], reverse=True)
+        out: list[tuple[StoredMemory, float]] = []
+        seen: set[str] = set()
+        for m, score in ranked:
+            if type_filter and m.type not in type_filter:
+                continue
+            if min_importance is not None and m.importance < min_importance:
+                continue
+            norm = " ".join(m.value.casefold().split())
+            if norm in seen:
+                continue
+            seen.add(norm)
+            out.append((m, score))
+            if len(out) >= top_k:
+                break
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:

@@ -65,7 +65,7 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
                         service.telemetry.info("consolidation", merged=len(report.merged), pruned=len(report.pruned))
                     except Exception as exc:  # keep the loop alive
                         service.telemetry.warning("consolidation_failed", error=type(exc).__name__)
-            service._spawn(periodic())
+            service.spawn(periodic())
 
     async def stop(app: web.Application) -> None:
         await service.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from memplane_core.contract import DEFAULT_BUDGET_TOKENS
+
 from ..server import AgentToken, load_agent_tokens
 
 
@@ -23,13 +25,12 @@ class TieredSettings:
     stm_max_entries: int = 20          # STM_MAX_ENTRIES: newest memories per agent kept in Redis
     ltm_max_entries: int = 0           # LTM_MAX_ENTRIES: memories per agent in MongoDB, 0 = unlimited (default)
     recall_top_k: int = 10             # RECALL_TOP_K
-    recall_budget_tokens: int = 3000   # RECALL_BUDGET_TOKENS
+    recall_budget_tokens: int = DEFAULT_BUDGET_TOKENS   # RECALL_BUDGET_TOKENS
     consolidation_threshold: float = 0.1  # CONSOLIDATION_THRESHOLD: prune below this composite importance
     consolidate_every_s: float = 0.0   # CONSOLIDATE_EVERY_S: periodic consolidation, 0 = off
     adapter_token: str | None = None   # MEMPLANE_ADAPTER_TOKEN: bearer token required on every call
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
-    ranking: str = "lexical,embeddings,importance,dates,expansion"  # MEMPLANE_RANKING: components (ablation)
     agent_tokens: dict[str, AgentToken] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
 
     @classmethod
@@ -46,7 +47,6 @@ class TieredSettings:
             adapter_token=os.environ.get("MEMPLANE_ADAPTER_TOKEN") or None,
             key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
             embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
-            ranking=os.environ.get("MEMPLANE_RANKING", cls.ranking),
             agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
         )
         for k, v in overrides.items():

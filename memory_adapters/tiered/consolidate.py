@@ -56,20 +56,14 @@ async def consolidate(service: TieredMemory, agent_ids: list[str] | None = None,
                 keep.created_at = min(keep.created_at, m.created_at)
                 keep.source_entry_ids = sorted(set(keep.source_entry_ids) | set(m.source_entry_ids))
                 gone.add(m.id)
-            await service.ltm.replace(keep)
-            await service.ltm.delete([m.id for m in group])
-            await service.stm.remove(agent_id, [m.id for m in group])
-            await service.stm.put([keep])
-            await service._after_write(agent_id, [keep], [m.id for m in group])
+            await service.merge(agent_id, keep, [m.id for m in group])
             report.merged.append({"agent_id": agent_id, "kept": keep.id, "value": keep.value,
                                   "merged": [m.id for m in group]})
         for m in memories:
             if m.id in gone:
                 continue
             if m.composite_importance(now) < threshold and (now - m.created_at) > PRUNE_AGE_DAYS * DAY_S:
-                await service.ltm.delete([m.id])
-                await service.stm.remove(agent_id, [m.id])
-                await service._after_write(agent_id, [], [m.id])
+                await service.remove(agent_id, [m.id])
                 report.pruned.append({"agent_id": agent_id, "id": m.id, "value": m.value[:80],
                                       "composite_importance": round(m.composite_importance(now), 4)})
     return report

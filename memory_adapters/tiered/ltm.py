@@ -164,9 +164,14 @@ class MongoLTM:
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
-    async def page(self, query: dict[str, Any], limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
-        """Keyset pagination on (updated_at, _id), newest first."""
-        q = dict(query)
+    async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
+                   live_at: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+        """One agent's memories alive at `live_at`, optionally filtered; keyset pagination on
+        (updated_at, _id), newest first."""
+        q: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": live_at}}
+        for name, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
+            if value is not None:
+                q[name] = value
         slack = 64  # rows sharing the cursor's updated_at, skipped below
         if after is not None:
             q["updated_at"] = {"$lte": after[0]}

@@ -1,0 +1,106 @@
+"""Keeping each agent's in-process index coherent across adapter processes.
+
+Every write, by any process, bumps the agent's version in Redis. A process serves from its own
+index while every bump since it loaded was its own (or is still on its way to Redis); otherwise
+it reloads the agent from MongoDB. With Redis away it trusts its index for INDEX_MAX_AGE_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.index import AgentIndex
+from ..engine.record import StoredMemory
+from .ltm import LTMUnavailable, MongoLTM
+from .stm import RedisSTM
+
+INDEX_MAX_AGE_S = 30.0
+
+
+@dataclass
+class VersionedIndex(AgentIndex):
+    """The engine's index of one agent, plus the Redis version it reflects."""
+
+    version: int | None = None
+    loaded_at: float = 0.0
+    own: set[int] = field(default_factory=set)  # version bumps this process made
+    inflight: int = 0  # bumps on their way to Redis
+
+    def put(self, m: StoredMemory, vector: Any = None) -> None:
+        if vector is None and m.embedding is not None and self.vectors is not None:
+            import numpy as np  # present whenever vectors are
+            vector = np.asarray(m.embedding, dtype=np.float32)
+        super().put(m, vector)
+        m.embedding = None  # the matrix holds it; a list of floats per object would cost ~9 KB
+
+    def fresh_for(self, remote: int | None) -> bool:
+        """Whether every write since our version was our own (so no reload is needed)."""
+        if remote is None or self.version is None:
+            return False
+        unexplained = [v for v in range(self.version + 1, remote + 1) if v not in self.own]
+        if len(unexplained) <= self.inflight:
+            if not unexplained:
+                self.version = max(self.version, remote)
+                self.own = {v for v in self.own if v > self.version}
+            return True
+        return False
+
+
+class CoherentIndexes:
+    """This process's indexes, one per agent, loaded from MongoDB and invalidated through Redis."""
+
+    def __init__(self, ltm: MongoLTM, stm: RedisSTM, new_index: Callable[[], VersionedIndex]) -> None:
+        self.ltm = ltm
+        self.stm = stm
+        self.new_index = new_index
+        self._indexes: dict[str, VersionedIndex] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def __len__(self) -> int:
+        """Memories loaded across all agents (the adapter's gauge)."""
+        return sum(len(idx) for idx in self._indexes.values())
+
+    async def get(self, agent_id: str, remote: int | None) -> VersionedIndex:
+        """The agent's index, reloaded from MongoDB when Redis's version shows writes this
+        process did not make; `remote` is that version (None: Redis is away)."""
+        idx = self._indexes.get(agent_id)
+        if idx is not None and (remote == idx.version or idx.fresh_for(remote) or
+                                (remote is None and time.time() - idx.loaded_at <= INDEX_MAX_AGE_S)):
+            return idx
+        async with self._locks.setdefault(agent_id, asyncio.Lock()):
+            idx = self._indexes.get(agent_id)
+            if idx is not None and idx.version == remote and remote is not None:
+                return idx
+            try:
+                loaded = await self.ltm.all_for(agent_id)
+            except LTMUnavailable:
+                if idx is not None:
+                    return idx  # serve what we have while MongoDB is away
+                raise
+            fresh = self.new_index()
+            fresh.version, fresh.loaded_at = remote, time.time()
+            for m in loaded:
+                fresh.put(m)
+            self._indexes[agent_id] = fresh
+            return fresh
+
+    async def written(self, agent_id: str, put: list[StoredMemory], dropped: list[str]) -> None:
+        """After a write reached both tiers: update our index and bump the agent's version."""
+        idx = self._indexes.get(agent_id)
+        if idx is not None:
+            for m in put:
+                idx.put(m)
+            for mid in dropped:
+                idx.drop(mid)
+            idx.inflight += 1
+        try:
+            version = await self.stm.bump_version(agent_id)
+        finally:
+            if idx is not None:
+                idx.inflight -= 1
+        if idx is not None and version is not None:
+            idx.own.add(version)
