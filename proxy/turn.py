@@ -237,7 +237,7 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
         return {"response": {"format": "text", "text": data.decode("utf-8", "replace")}, "usage": None, "model": None}
     usage = None
     try:  # an answer of an unexpected shape is still ledgered, whole, as the JSON it was
-        _, usage = fmt.summarize(doc) if isinstance(doc, dict) else ("", None)
+        usage = fmt.usage(doc) if isinstance(doc, dict) else None
     except Exception:
         usage = None
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None

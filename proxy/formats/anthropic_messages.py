@@ -88,15 +88,11 @@ class AnthropicMessages:
                 state.usage["prompt_tokens"] = usage["input_tokens"]
         return True
 
-    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-        texts = []
-        for block in response.get("content") or ():
-            if isinstance(block, dict) and block.get("type") == "text":
-                texts.append(block.get("text", ""))
+    def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
         usage = response.get("usage")
-        if isinstance(usage, dict):
-            usage = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
-        return "".join(texts), usage
+        if not isinstance(usage, dict):
+            return None
+        return {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
 
     def citations(self, response: dict[str, Any]) -> list[Any]:
         found = []

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from memplane_core.turn_text import latest_user_index, query_from, text_of
+from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
@@ -91,10 +91,8 @@ class OpenAIChat:
                 return False
         return True
 
-    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-        choices = response.get("choices") or [{}]
-        message = (choices[0] or {}).get("message") or {}
-        return text_of(message.get("content")), _usage(response.get("usage"))
+    def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
+        return _usage(response.get("usage"))
 
     def citations(self, response: dict[str, Any]) -> list[Any]:
         return []  # OpenAI answers carry no citation blocks

@@ -72,14 +72,8 @@ class OpenAIResponses:
             state.extra["response_id"] = response.get("id")
         return True
 
-    def summarize(self, response: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-        texts = []
-        for item in response.get("output") or ():
-            if isinstance(item, dict) and item.get("type") == "message":
-                for part in item.get("content") or ():
-                    if isinstance(part, dict) and part.get("type") == "output_text":
-                        texts.append(part.get("text", ""))
-        return "".join(texts), _usage(response.get("usage"))
+    def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
+        return _usage(response.get("usage"))
 
     def citations(self, response: dict[str, Any]) -> list[Any]:
         return []  # OpenAI answers carry no citation blocks
