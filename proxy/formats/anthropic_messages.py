@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
-from .base import StreamState, append_text, require
+from .base import StreamState, append_text, event_json, require, usage_counts
 
 
 class AnthropicMessages:
@@ -60,11 +58,8 @@ class AnthropicMessages:
         return body, False  # Anthropic streams carry usage already
 
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
-        try:
-            ev = orjson.loads(data) if data else None
-        except orjson.JSONDecodeError:
-            return True
-        if not isinstance(ev, dict):
+        ev = event_json(data)
+        if ev is None:
             return True
         kind = ev.get("type")
         if kind == "message_start":
@@ -89,10 +84,7 @@ class AnthropicMessages:
         return True
 
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
-        usage = response.get("usage")
-        if not isinstance(usage, dict):
-            return None
-        return {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+        return usage_counts(response.get("usage"), "input_tokens", "output_tokens")
 
     def citations(self, response: dict[str, Any]) -> list[Any]:
         found = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from ..errors import Dialect, ProxyError
 from ..recall_policy import InjectedMemory
 
@@ -18,6 +20,29 @@ def append_text(existing: Any, block: str) -> Any:
     if isinstance(existing, list):
         return [*existing, {"type": "text", "text": block}]
     return block
+
+
+def event_json(data: str) -> dict[str, Any] | None:
+    """One SSE event's data as a JSON object, or None (the event is relayed untouched)."""
+    try:
+        ev = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return None
+    return ev if isinstance(ev, dict) else None
+
+
+def usage_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, Any] | None:
+    """A provider's usage object in the ledger's words (prompt_tokens, completion_tokens)."""
+    if not isinstance(usage, dict):
+        return None
+    return {"prompt_tokens": usage.get(prompt_key), "completion_tokens": usage.get(completion_key)}
+
+
+class NoCitations:
+    """For formats whose answers carry no citation blocks."""
+
+    def citations(self, response: dict[str, Any]) -> list[Any]:
+        return []
 
 
 def require(condition: bool, message: str, param: str | None = None) -> None:

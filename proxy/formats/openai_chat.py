@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
-from .base import StreamState, append_text, require
+from .base import (
+    NoCitations,
+    StreamState,
+    append_text,
+    event_json,
+    require,
+    usage_counts,
+)
 
 
-class OpenAIChat:
+class OpenAIChat(NoCitations):
     name = "openai"
     provider = "openai"
     dialect = Dialect.OPENAI
@@ -65,13 +70,8 @@ class OpenAIChat:
         return {**body, "stream_options": {**(opts or {}), "include_usage": True}}, True
 
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
-        if not data or data == "[DONE]":
-            return True
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return True
-        if not isinstance(chunk, dict):
+        chunk = event_json(data) if data != "[DONE]" else None
+        if chunk is None:
             return True
         state.model = chunk.get("model", state.model)
         for choice in chunk.get("choices") or ():
@@ -86,19 +86,14 @@ class OpenAIChat:
                     slot["name"] += fn.get("name") or ""
                     slot["arguments"] += fn.get("arguments") or ""
         if chunk.get("usage"):
-            state.usage = _usage(chunk["usage"])
+            state.usage = _usage_of(chunk["usage"])
             if hidden_usage and not chunk.get("choices"):
                 return False
         return True
 
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
-        return _usage(response.get("usage"))
-
-    def citations(self, response: dict[str, Any]) -> list[Any]:
-        return []  # OpenAI answers carry no citation blocks
+        return _usage_of(response.get("usage"))
 
 
-def _usage(usage: Any) -> dict[str, Any] | None:
-    if not isinstance(usage, dict):
-        return None
-    return {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
+def _usage_of(usage: Any) -> dict[str, Any] | None:
+    return usage_counts(usage, "prompt_tokens", "completion_tokens")

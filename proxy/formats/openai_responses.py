@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
-from .base import StreamState, append_text, require
+from .base import (
+    NoCitations,
+    StreamState,
+    append_text,
+    event_json,
+    require,
+    usage_counts,
+)
 
 
 def _as_messages(inp: Any) -> list[Any]:
@@ -19,7 +24,7 @@ def _as_messages(inp: Any) -> list[Any]:
     return [item for item in inp if isinstance(item, dict)]
 
 
-class OpenAIResponses:
+class OpenAIResponses(NoCitations):
     name = "responses"
     provider = "openai"
     dialect = Dialect.OPENAI
@@ -56,11 +61,8 @@ class OpenAIResponses:
         return body, False  # response.completed carries usage
 
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
-        try:
-            ev = orjson.loads(data) if data else None
-        except orjson.JSONDecodeError:
-            return True
-        if not isinstance(ev, dict):
+        ev = event_json(data)
+        if ev is None:
             return True
         kind = ev.get("type") or event
         if kind == "response.output_text.delta":
@@ -68,18 +70,13 @@ class OpenAIResponses:
         elif kind in ("response.completed", "response.incomplete"):
             response = ev.get("response") or {}
             state.model = response.get("model", state.model)
-            state.usage = _usage(response.get("usage"))
+            state.usage = _usage_of(response.get("usage"))
             state.extra["response_id"] = response.get("id")
         return True
 
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
-        return _usage(response.get("usage"))
-
-    def citations(self, response: dict[str, Any]) -> list[Any]:
-        return []  # OpenAI answers carry no citation blocks
+        return _usage_of(response.get("usage"))
 
 
-def _usage(usage: Any) -> dict[str, Any] | None:
-    if not isinstance(usage, dict):
-        return None
-    return {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+def _usage_of(usage: Any) -> dict[str, Any] | None:
+    return usage_counts(usage, "input_tokens", "output_tokens")
