@@ -38,7 +38,7 @@ def _load_model() -> tuple[Any, str | None]:
     try:
         from threadpoolctl import threadpool_limits
         # Vector search is one matrix-vector product per query: BLAS threads spinning on the second
-        # core beside the encoder and the event loop doubled recall p50 at 10k memories (7.9 -> 4.1 ms).
+        # core beside the encoder and the event loop slowed recall (bench/README.md).
         threadpool_limits(limits=1, user_api="blas")
     except ImportError:  # a speed-up, not a requirement
         pass

@@ -147,7 +147,7 @@ class ReferenceStore:
                 return "empty"
             record = {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
                       "session_id": session_of(entry, req.metadata)}
-            # One short line into the page cache: cheaper inline than a hop to a thread (~0.3 ms).
+            # One short line into the page cache: cheaper inline than a hop to a thread.
             self._append(req.agent_id, "entries.jsonl", [record])
             agent.add(record)
             return "stored"
