@@ -21,7 +21,7 @@ def write_ledger(root: Path, lines: int) -> None:
     with open(d / "history.jsonl", "wb") as fh:
         for i in range(lines):
             ts = f"2026-{1 + i * 10 // lines:02d}-01T00:00:00.000Z-{i:08d}"  # increasing, like a real ledger
-            entry = build_entry(claw_id="agent", path="/v1/chat/completions", requested_model="m", provider="openai",
+            entry = build_entry(agent_id="agent", path="/v1/chat/completions", requested_model="m", provider="openai",
                                 effective_model="m", status_code=200, stream=False, request_original=body,
                                 request_effective=body, response={"format": "json", "json": {}}, usage=None,
                                 ts=ts)

@@ -43,7 +43,7 @@ async def response_path(n: int) -> dict:
         for i in range(n):
             t0 = time.perf_counter()
             body = request_body(i)
-            entry = build_entry(claw_id="a", path="/v1/chat/completions", requested_model="gpt-4o", provider="openai",
+            entry = build_entry(agent_id="a", path="/v1/chat/completions", requested_model="gpt-4o", provider="openai",
                                 effective_model="gpt-4o", status_code=200, stream=False, request_original=body,
                                 request_effective=body, response=response, usage={"prompt_tokens": 9, "completion_tokens": 5})
             start, end = await ledger.append("a", entry)

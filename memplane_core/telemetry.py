@@ -44,7 +44,7 @@ class Telemetry:
     def memory_op(
         self,
         *,
-        claw_id: str,
+        agent_id: str,
         service: str,
         op: str,
         status: str,
@@ -58,7 +58,7 @@ class Telemetry:
     ) -> None:
         event: dict[str, Any] = {
             "type": "memory_op",
-            "claw_id": claw_id,
+            "claw_id": agent_id,
             "memory_service": service,
             "memory_op": op,
             "memory_status": status,
@@ -81,10 +81,20 @@ class Telemetry:
             observe(event)
 
     def request(self, **fields: Any) -> None:
-        self.log.info("request", type="request", **fields)
+        self.log.info("request", type="request", **_wire(fields))
 
     def warning(self, event: str, **fields: Any) -> None:
-        self.log.warning(event, **fields)
+        self.log.warning(event, **_wire(fields))
 
     def info(self, event: str, **fields: Any) -> None:
-        self.log.info(event, **fields)
+        self.log.info(event, **_wire(fields))
+
+    def error(self, event: str, **fields: Any) -> None:
+        self.log.error(event, **_wire(fields))
+
+
+def _wire(fields: dict[str, Any]) -> dict[str, Any]:
+    """Log lines name the agent `claw_id`, as the contract's memory_op events do (CONTRACT §11)."""
+    if "agent_id" in fields:
+        fields["claw_id"] = fields.pop("agent_id")
+    return fields

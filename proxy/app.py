@@ -52,7 +52,7 @@ async def errors_middleware(request: web.Request, handler):
         return error_response(dialect, ProxyError(exc.status, exc.reason))
     except Exception as exc:
         state = request.app[STATE]
-        state.telemetry.log.error("unhandled_error", path=request.path, error=type(exc).__name__,
+        state.telemetry.error("unhandled_error", path=request.path, error=type(exc).__name__,
                                   where=traceback.format_exc(limit=3).splitlines()[-1])
         return error_response(dialect, ProxyError(500, "Internal proxy error.", code="internal_error"))
 
@@ -75,7 +75,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     ctx = authenticate(request, state)
     path = request.path
     if not allowed(state.passthrough, request.method, path):
-        state.telemetry.request(claw_id=ctx.agent_id, path=path, method=request.method, status_code=404,
+        state.telemetry.request(agent_id=ctx.agent_id, path=path, method=request.method, status_code=404,
                                 passthrough=True, refused="not on the pass-through allow-list")
         raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
     provider = provider_for_path(path)
@@ -101,7 +101,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         async for chunk in upstream.content.iter_any():
             await resp.write(chunk)
         await resp.write_eof()
-    state.telemetry.request(claw_id=ctx.agent_id, path=path, method=request.method, status_code=upstream.status,
+    state.telemetry.request(agent_id=ctx.agent_id, path=path, method=request.method, status_code=upstream.status,
                             passthrough=True, latency_ms=round((time.perf_counter() - started) * 1000, 3))
     return resp
 

@@ -82,7 +82,7 @@ class ContextStore:
         try:
             memory = MemoryManifest.from_doc(load_json(agent_dir / "memory.json", "memory"))
         except (ManifestError, OSError) as exc:
-            self.telemetry.warning("memory_manifest_invalid", claw_id=meta.agent_id, error=str(exc))
+            self.telemetry.warning("memory_manifest_invalid", agent_id=meta.agent_id, error=str(exc))
             return AgentContext(meta, None)
         return AgentContext(meta, memory)
 

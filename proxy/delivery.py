@@ -89,7 +89,7 @@ class RetainDelivery:
             except Exception as exc:
                 restarts += 1
                 lane.state = "backoff"
-                self.telemetry.log.error("retain_lane_restarted", claw_id=lane.agent_id, restarts=restarts,
+                self.telemetry.error("retain_lane_restarted", agent_id=lane.agent_id, restarts=restarts,
                                          error=f"{type(exc).__name__}: {exc}"[:300])
                 await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** min(restarts, 8)))
                 lane.from_file = True  # start again from the durable cursor
@@ -170,7 +170,7 @@ class RetainDelivery:
         return self.batch_call if self.sender.can_batch(manifest) else self.batch
 
     def _torn(self, lane: Lane) -> None:
-        self.telemetry.warning("ledger_torn_line", claw_id=lane.agent_id,
+        self.telemetry.warning("ledger_torn_line", agent_id=lane.agent_id,
                                detail="skipped an incomplete ledger line (a crash mid-write)")
 
     async def _run(self, lane: Lane) -> None:

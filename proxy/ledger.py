@@ -36,7 +36,7 @@ def entry_id(entry: dict[str, Any]) -> str:
     return "hist1_" + hashlib.sha256(orjson.dumps(body)).hexdigest()
 
 
-def build_entry(*, claw_id: str, path: str, requested_model: str | None, provider: str,
+def build_entry(*, agent_id: str, path: str, requested_model: str | None, provider: str,
                 effective_model: str | None, status_code: int, stream: bool,
                 request_original: Any, request_effective: Any, response: dict[str, Any],
                 usage: dict[str, Any] | None, ts: str | None = None,
@@ -45,7 +45,7 @@ def build_entry(*, claw_id: str, path: str, requested_model: str | None, provide
     entry: dict[str, Any] = {
         "version": 1,
         "ts": ts or now_rfc3339(),
-        "claw_id": claw_id,
+        "claw_id": agent_id,  # the contract's name for the agent on the wire
         "path": path,
         "requested_model": requested_model,
         "effective_provider": provider,

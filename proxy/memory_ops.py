@@ -99,7 +99,7 @@ async def _remote_forget(session, agent_id, contexts, manifest, entry_ids, reaso
         result = "ok" if 200 <= status_code < 300 else f"failed: status {status_code}"
     except TransportError as exc:
         result = f"failed: {exc.name}"
-    telemetry.memory_op(claw_id=agent_id, service=service, op="forget",
+    telemetry.memory_op(agent_id=agent_id, service=service, op="forget",
                         status="succeeded" if result == "ok" else "failed", status_code=status_code,
                         latency_ms=(time.perf_counter() - started) * 1000,
                         error=None if result == "ok" else result, entries=len(entry_ids))
@@ -174,7 +174,7 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
                     except RetryableRetainError:
                         ok = False
                     except Exception as exc:  # one entry that cannot be sent never stops the rest
-                        telemetry.warning("backfill_entry_failed", claw_id=agent_id, entry_id=entry.get("id"),
+                        telemetry.warning("backfill_entry_failed", agent_id=agent_id, entry_id=entry.get("id"),
                                           error=f"{type(exc).__name__}: {exc}"[:200])
                         ok = False
                 counts["sent" if ok else "failed"] += 1
@@ -182,7 +182,7 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
                     progress(1)
 
             await asyncio.gather(*(send(e) for e in jobs))
-            telemetry.memory_op(claw_id=agent_id, service=service, op="backfill",
+            telemetry.memory_op(agent_id=agent_id, service=service, op="backfill",
                                 status="succeeded" if not counts["failed"] else "failed",
                                 latency_ms=(time.perf_counter() - started) * 1000, **counts)
             stats.per_agent[agent_id] = counts

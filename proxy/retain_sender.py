@@ -54,7 +54,7 @@ class RetainSender:
                 return await self._send_together(lane, ctx, manifest, entries)
             except BatchUnsupported:
                 self._no_batch.add(manifest.batch_url())
-                self.telemetry.warning("retain_batch_unsupported", claw_id=lane.agent_id, service=manifest.service,
+                self.telemetry.warning("retain_batch_unsupported", agent_id=lane.agent_id, service=manifest.service,
                                        detail="the service has no batch endpoint; retaining one entry per call")
         return list(await asyncio.gather(*(self._send_one(lane, ctx, manifest, e) for e in entries)))
 
@@ -121,12 +121,12 @@ class RetainSender:
         entry_id = job.entry.get("id")
         if status is None or status >= 500 or status == 429:
             lane.last_error = error or f"status {status}"
-            self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
+            self.telemetry.memory_op(agent_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
                                      latency_ms=latency_ms, error=error or f"status {status}", entry_id=entry_id,
                                      will_retry=True, **extra)
             return False
         ok = 200 <= status < 300
-        self.telemetry.memory_op(claw_id=lane.agent_id, service=manifest.service, op="retain",
+        self.telemetry.memory_op(agent_id=lane.agent_id, service=manifest.service, op="retain",
                                  status="succeeded" if ok else "failed", status_code=status, latency_ms=latency_ms,
                                  removed=job.metadata.get("policy_removed", 0),
                                  error=None if ok else f"refused with status {status}", entry_id=entry_id, **extra)
@@ -139,13 +139,13 @@ class RetainSender:
         self.dead_letters += 1
         if entry_id:
             self.dead_ids.add(entry_id)
-        self.telemetry.memory_op(claw_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
+        self.telemetry.memory_op(agent_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
                                  status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
                                  dead_letter=True)
         try:
             append_dead_letter(self.history_root, lane.agent_id, entry_id, reason)
         except OSError as exc:
-            self.telemetry.log.error("dead_letter_not_written", claw_id=lane.agent_id, entry_id=entry_id,
+            self.telemetry.error("dead_letter_not_written", agent_id=lane.agent_id, entry_id=entry_id,
                                      error=type(exc).__name__)
         return True
 

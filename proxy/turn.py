@@ -86,7 +86,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     assert manifest is not None and manifest.recall is not None and state.session is not None
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
-        state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+        state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error="no user text to recall with")
         return body, RecallSummary("skipped", detail={"service": manifest.service})
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
@@ -103,7 +103,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         payload["system"] = redact.json(system)[0]
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
-        state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
+        state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
                                   status=outcome.status, status_code=outcome.status_code,
                                   latency_ms=outcome.latency_ms, error=outcome.error)
         return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
@@ -124,7 +124,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
         extra["policy_reasons"] = dict(policy.reasons)
-    state.telemetry.memory_op(claw_id=ctx.agent_id, service=manifest.service, op="recall",
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
                               status="succeeded", status_code=outcome.status_code,
                               latency_ms=outcome.latency_ms, blocks=len(policy.memories),
                               bytes_=injected, removed=policy.memory_removed, **extra)
@@ -205,7 +205,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
-    state.telemetry.request(claw_id=ctx.agent_id, path=request.path, status_code=upstream.status,
+    state.telemetry.request(agent_id=ctx.agent_id, path=request.path, status_code=upstream.status,
                             stream=stream, latency_ms=round((time.perf_counter() - started) * 1000, 3))
     return resp
 
@@ -328,7 +328,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     if record.get("citations"):
         extra["citations"] = record["citations"]
     entry = build_entry(
-        claw_id=ctx.agent_id, path=path, requested_model=original.get("model"),
+        agent_id=ctx.agent_id, path=path, requested_model=original.get("model"),
         provider=fmt.provider, effective_model=record.get("model") or effective.get("model"),
         status_code=status, stream=stream, request_original=original, request_effective=effective,
         response=record["response"], usage=record.get("usage"), extra=extra,

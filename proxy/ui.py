@@ -142,7 +142,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
                                                     "entry_ids": entry_ids, "reason": "forgotten in the inspector"},
                                               timeout=aiohttp.ClientTimeout(total=5)) as r:
                     await r.read()
-            state.telemetry.memory_op(claw_id=agent_id, service=manifest.service, op="forget", status="succeeded",
+            state.telemetry.memory_op(agent_id=agent_id, service=manifest.service, op="forget", status="succeeded",
                                       entry_ids=entry_ids, via="inspector")
         if memory_id:  # memories written through the REST API (and what is left of the turn's)
             async with state.session.delete(f"{manifest.base_url}/api/memories/{memory_id}",

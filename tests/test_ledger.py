@@ -10,7 +10,7 @@ from proxy.ledger import Ledger, build_entry
 
 
 def _entry(**kw):
-    base = dict(claw_id="a", path="/v1/chat/completions", requested_model="m", provider="openai",
+    base = dict(agent_id="a", path="/v1/chat/completions", requested_model="m", provider="openai",
                 effective_model="m", status_code=200, stream=False, request_original={"messages": []},
                 request_effective={"messages": []}, response={"format": "json", "json": {}}, usage=None,
                 ts="2026-11-20T10:00:00.000Z")
