@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -75,18 +76,22 @@ async def forget(contexts: ContextStore, history_root: Path, service: str, entry
         for agent_id, manifest in targets.items():
             ids = sorted(found[agent_id])
             append_tombstones(history_root, agent_id, ids, reason)
-            remote = await _remote_forget(session, agent_id, contexts, manifest, ids, reason, telemetry, service)
+            ctx = contexts.get(agent_id)
+            remote = await remote_forget(session, telemetry, manifest, agent_id, ctx.metadata.pod if ctx else "",
+                                         ids, reason)
             outcomes.append(ForgetOutcome(agent_id, len(ids), remote))
     return outcomes
 
 
-async def _remote_forget(session, agent_id, contexts, manifest, entry_ids, reason, telemetry, service) -> str:
+async def remote_forget(session: aiohttp.ClientSession, telemetry: Telemetry, manifest: MemoryManifest | None,
+                        agent_id: str, pod: str, entry_ids: list[str], reason: str, **log: Any) -> str:
+    """Ask the agent's memory service to forget entries; "ok" or what went wrong (logged as a
+    memory_op either way). The local tombstone is the caller's, written first."""
     if manifest is None:
         return "no memory.json for this agent; tombstone recorded locally only"
     if manifest.forget is None:
         return "service declares no forget endpoint; tombstone recorded locally only"
-    ctx = contexts.get(agent_id)
-    body = {"agent_id": agent_id, "pod": ctx.metadata.pod if ctx else "", "entry_ids": entry_ids, "reason": reason}
+    body = {"agent_id": agent_id, "pod": pod, "entry_ids": entry_ids, "reason": reason}
     started = time.perf_counter()
     status_code = None
     try:
@@ -99,10 +104,10 @@ async def _remote_forget(session, agent_id, contexts, manifest, entry_ids, reaso
         result = "ok" if 200 <= status_code < 300 else f"failed: status {status_code}"
     except TransportError as exc:
         result = f"failed: {exc.name}"
-    telemetry.memory_op(agent_id=agent_id, service=service, op="forget",
+    telemetry.memory_op(agent_id=agent_id, service=manifest.service, op="forget",
                         status="succeeded" if result == "ok" else "failed", status_code=status_code,
                         latency_ms=(time.perf_counter() - started) * 1000,
-                        error=None if result == "ok" else result, entries=len(entry_ids))
+                        error=None if result == "ok" else result, entries=len(entry_ids), **log)
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -19,7 +20,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from .admin import COOKIE, is_admin, session_value, token_matches
 from .explain import explanation
 from .ledger import append_tombstones
+from .memory_ops import remote_forget
 from .retain_files import dead_letter_path
+from .transport_errors import TransportError, transport_errors
 
 _env = Environment(loader=PackageLoader("proxy", "templates"), autoescape=select_autoescape(["html"]))
 
@@ -134,21 +137,25 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         memory_id = str(form.get("memory_id", ""))
         entry_ids = [str(e) for e in form.getall("entry_id", [])]
         manifest = ctx.memory
+        notice = "Forgotten."
         if entry_ids:
             append_tombstones(state.ledger.root, agent_id, entry_ids, "forgotten in the inspector")
-            if manifest.forget is not None:
-                async with state.session.post(manifest.url(manifest.forget), headers=manifest.headers(),
-                                              json={"agent_id": agent_id, "pod": ctx.metadata.pod,
-                                                    "entry_ids": entry_ids, "reason": "forgotten in the inspector"},
-                                              timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    await r.read()
-            state.telemetry.memory_op(agent_id=agent_id, service=manifest.service, op="forget", status="succeeded",
-                                      entry_ids=entry_ids, via="inspector")
+            result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
+                                         entry_ids, "forgotten in the inspector", via="inspector")
+            if result != "ok":
+                notice = f"Tombstoned here; the memory service did not confirm ({result})."
         if memory_id:  # memories written through the REST API (and what is left of the turn's)
-            async with state.session.delete(f"{manifest.base_url}/api/memories/{memory_id}",
-                                            headers=manifest.headers(), timeout=aiohttp.ClientTimeout(total=5)) as r:
-                await r.read()
-        raise web.HTTPSeeOther(f"/memplane/ui/agents/{agent_id}?notice=Forgotten.")
+            try:
+                with transport_errors():
+                    async with state.session.delete(f"{manifest.base_url}/api/memories/{memory_id}",
+                                                    headers=manifest.headers(),
+                                                    timeout=aiohttp.ClientTimeout(total=5)) as r:
+                        await r.read()
+                if not 200 <= r.status < 300 and r.status != 404:
+                    notice = f"The memory service refused to delete it (status {r.status})."
+            except TransportError as exc:
+                notice = f"The memory service is unreachable ({exc.name})."
+        raise web.HTTPSeeOther(f"/memplane/ui/agents/{agent_id}?" + urlencode({"notice": notice}))
 
     async def turn(request: web.Request) -> web.Response:
         state = guard(request)
