@@ -27,8 +27,9 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
+from ..engine.dense import query_vector
 from ..engine.episodes import episodes_from_entry
-from ..engine.index import AgentIndex, RecallQuery, recall_with_shared
+from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
@@ -165,11 +166,6 @@ class EmbeddedMemory:
                 idx.drop(memory_id)
             return len(removed)
 
-    async def _query_vector(self, text: str) -> Any:
-        if self.embedder is None or not text.strip():
-            return None
-        return await asyncio.to_thread(self.embedder.embed_query, text)
-
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         text = req.query if req.query is not None else query_from(req.messages)
         if not text.strip():
@@ -178,11 +174,11 @@ class EmbeddedMemory:
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
-        vector = await self._query_vector(text)
+        vector = await query_vector(self.embedder, text)
         gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
         packed = recall_with_shared(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
-                                    visible=_visible_in(session_id))
+                                    visible=visible_in(session_id, time.time()))
         return [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
                 for p in packed]
 
@@ -218,8 +214,8 @@ class EmbeddedMemory:
                      type_filter: set[str] | None = None, min_importance: float | None = None
                      ) -> list[tuple[StoredMemory, float]]:
         idx = await self._index(agent_id)
-        vector = await self._query_vector(query)
-        return idx.search(query, vector, top_k=top_k, visible=_visible_in(session_id), type_filter=type_filter,
+        vector = await query_vector(self.embedder, query)
+        return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()), type_filter=type_filter,
                           min_importance=min_importance)
 
     async def delete_memory(self, memory_id: str) -> bool:
@@ -235,10 +231,3 @@ class EmbeddedMemory:
 
 def _positive(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def _visible_in(session_id: str | None):
-    """Session-scoped memories are seen only in their own session."""
-    def visible(m: StoredMemory) -> bool:
-        return m.scope != "session" or (session_id is not None and m.session_id == session_id)
-    return visible

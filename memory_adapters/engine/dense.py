@@ -9,6 +9,7 @@ matrix-vector product, which stays in the low milliseconds at tens of thousands 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import threading
@@ -211,3 +212,10 @@ class VectorIndex:
             return top, 0.0, 0.0
         sample = self.matrix[rows] @ query
         return top, float(sample.mean()), float(sample.std())
+
+
+async def query_vector(embedder: Any, text: str) -> Any:
+    """A query's embedding, computed on a worker thread; None when embeddings are off."""
+    if embedder is None or not text.strip():
+        return None
+    return await asyncio.to_thread(embedder.embed_query, text)

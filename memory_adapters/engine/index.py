@@ -37,6 +37,16 @@ def _order_key(m: StoredMemory) -> tuple[float, float, str]:
     return (m.said_at or m.created_at, m.created_at, m.key)
 
 
+def visible_in(session_id: str | None, now: float):
+    """What a recall or search in `session_id` may see at `now`: nothing expired (a neighbour
+    included), and session-scoped memories only in their own session."""
+    def visible(m: StoredMemory) -> bool:
+        if m.expired(now):
+            return False
+        return m.scope != "session" or (session_id is not None and m.session_id == session_id)
+    return visible
+
+
 @dataclass
 class RecallQuery:
     text: str

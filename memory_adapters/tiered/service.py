@@ -23,7 +23,8 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.index import RecallQuery, recall_with_shared
+from ..engine.dense import query_vector
+from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -148,9 +149,8 @@ class TieredMemory:
                      ) -> list[tuple[StoredMemory, float]]:
         remote = await self.stm.version(agent_id)
         idx = await self.indexes.get(agent_id, remote)
-        vector = await self._query_vector(query)
-        now = time.time()
-        return idx.search(query, vector, top_k=top_k, visible=lambda m: self._visible(m, session_id, now),
+        vector = await query_vector(self.embedder, query)
+        return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()),
                           type_filter=type_filter, min_importance=min_importance)
 
     async def delete_memory(self, memory_id: str) -> bool:
@@ -227,37 +227,22 @@ class TieredMemory:
 
     # -- reads --
 
-    def _visible(self, m: StoredMemory | None, session_id: str | None, now: float) -> bool:
-        if m is None or m.expired(now):
-            return False
-        return m.scope != "session" or (session_id is not None and m.session_id == session_id)
-
-    async def _query_vector(self, query: str) -> Any:
-        """The query's embedding, computed on a worker thread (None when embeddings are off)."""
-        if self.embedder is None or not query.strip():
-            return None
-        return await asyncio.to_thread(self.embedder.embed_query, query)
-
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         """The engine's recall (memory_adapters/engine): fused ranking, neighbours, dated blocks
         packed to the proxy's budget; the two best matching global memories first."""
         query = req.query if req.query is not None else query_from(req.messages)
         if not query.strip():
             return []
-        now = time.time()
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = req.budget_tokens or self.settings.recall_budget_tokens
         max_blocks = req.max_blocks or DEFAULT_MAX_BLOCKS
         remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
         idx = await self.indexes.get(req.agent_id, remote)
         gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
-        vector = await self._query_vector(query)
-
-        def visible(m: StoredMemory) -> bool:
-            return self._visible(m, session_id, now)
-
+        vector = await query_vector(self.embedder, query)
         packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
-                                                           session_id=session_id, vector=vector), visible=visible)
+                                                           session_id=session_id, vector=vector),
+                                    visible=visible_in(session_id, time.time()))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in (idx, gidx) if i in ix.memories]
