@@ -165,10 +165,10 @@ class MongoLTM:
             raise LTMUnavailable(str(exc)) from None
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   live_at: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
-        """One agent's memories alive at `live_at`, optionally filtered; keyset pagination on
+                   now: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+        """One agent's memories alive at `now`, optionally filtered; keyset pagination on
         (updated_at, _id), newest first."""
-        q: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": live_at}}
+        q: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": now}}
         for name, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
             if value is not None:
                 q[name] = value

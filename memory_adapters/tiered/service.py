@@ -142,7 +142,7 @@ class TieredMemory:
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
                    limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         return await self.ltm.page(agent_id=agent_id, scope=scope, type_=type_, session_id=session_id,
-                                   live_at=time.time(), limit=limit, after=after)
+                                   now=time.time(), limit=limit, after=after)
 
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
