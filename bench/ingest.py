@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import aiohttp
@@ -32,6 +34,28 @@ def entries(conv: dict, agent: str) -> list[dict]:
              "request_original": {"model": "m", "messages": [{"role": "user", "content": t["message"]}]},
              "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
             for n, t in enumerate(conv["turns"])]
+
+
+IN_FLIGHT = 8
+
+
+def ask_all(url: str, questions: list[tuple[str, str]], in_flight: int) -> list[float]:
+    """Recall latencies (ms) with `in_flight` questions outstanding at a time."""
+    async def go() -> list[float]:
+        lat: list[float] = []
+        sem = asyncio.Semaphore(in_flight)
+        async with aiohttp.ClientSession() as http:
+            async def ask(agent: str, q: str) -> None:
+                async with sem:
+                    t0 = time.perf_counter()
+                    async with http.post(url + "/recall", json={"agent_id": agent, "query": q, "budget_tokens": 3000,
+                                                                "max_blocks": 8}) as r:
+                        await r.read()
+                        assert r.status == 200, r.status
+                    lat.append((time.perf_counter() - t0) * 1000)
+            await asyncio.gather(*(ask(a, q) for a, q in questions))
+        return lat
+    return asyncio.run(go())
 
 
 async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> dict:
@@ -71,24 +95,24 @@ async def run(app, label: str, convs: list[dict], agents: int, batch: bool) -> d
                         break
                 await asyncio.sleep(0.2)
             caught_up_s = time.perf_counter() - started
-            questions = [(a, q["question"]) for a in list(work)[:3] for q in convs[int(a.rsplit("a", 1)[1]) % len(convs)]["questions"][:80]]
-            lat: list[float] = []
-            sem = asyncio.Semaphore(8)
-
-            async def ask(agent: str, q: str) -> None:
-                async with sem:
-                    t0 = time.perf_counter()
-                    async with http.post(url + "/recall", json={"agent_id": agent, "query": q, "budget_tokens": 3000,
-                                                                "max_blocks": 8}) as r:
-                        await r.read()
-                    lat.append((time.perf_counter() - t0) * 1000)
-            await asyncio.gather(*(ask(a, q) for a, q in questions))
+            questions = [(a, q["question"]) for a in list(work)[:3] for q in convs[int(a.rsplit("a", 1)[1]) % len(convs)]["questions"][:160]]
+        # the questions come from another process, as an agent's would: a client in the service's own
+        # event loop would take the CPU the service is being measured on
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            loop = asyncio.get_running_loop()
+            # different questions for each (a query asked before is embedded from the cache)
+            lone = await loop.run_in_executor(pool, ask_all, url, questions[0::2], 1)
+            lat = await loop.run_in_executor(pool, ask_all, url, questions[1::2], IN_FLIGHT)
     finally:
         await runner.cleanup()
-    lat.sort()
     return {"turns": total, "retained_s": round(retained_s, 1), "turns_per_s": round(total / retained_s),
-            "vectors_caught_up_s": round(caught_up_s, 1), "recall_p50_ms": round(statistics.median(lat), 1),
-            "recall_p99_ms": round(lat[int(len(lat) * 0.99) - 1], 1)}
+            "vectors_caught_up_s": round(caught_up_s, 1),
+            "lone_recall_p50_ms": percentile(lone, 50), "lone_recall_p99_ms": percentile(lone, 99),
+            "recall_p50_ms": percentile(lat, 50), "recall_p99_ms": percentile(lat, 99)}
+
+
+def percentile(values: list[float], p: int) -> float:
+    return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1] if p < 100 else max(values), 1)
 
 
 async def main_async() -> None:
@@ -115,9 +139,11 @@ async def main_async() -> None:
             settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/ingest")
             rows["tiered (Mongo stand-in)"] = await run(build_tiered_app(settings, quiet, Redactor()), "tie", convs, agents,
                                                         batch=True)
-    print(table(["service", "turns", "retained s", "turns/s", "vectors caught up s", "recall p50 ms", "recall p99 ms"],
-                [[k, r["turns"], r["retained_s"], r["turns_per_s"], r["vectors_caught_up_s"], r["recall_p50_ms"],
-                  r["recall_p99_ms"]] for k, r in rows.items()]))
+    print(table(["service", "turns", "retained s", "turns/s", "vectors caught up s", "lone recall p50/p99 ms",
+                 f"recall p50/p99 ms, {IN_FLIGHT} in flight"],
+                [[k, r["turns"], r["retained_s"], r["turns_per_s"], r["vectors_caught_up_s"],
+                  f'{r["lone_recall_p50_ms"]} / {r["lone_recall_p99_ms"]}', f'{r["recall_p50_ms"]} / {r["recall_p99_ms"]}']
+                 for k, r in rows.items()]))
     write_results("ingest", {"agents": agents, "rows": rows})
 
 

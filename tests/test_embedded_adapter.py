@@ -188,6 +188,37 @@ async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
     assert "kitten" in got["memories"][0]["text"].split("\n\n")[0]
 
 
+async def test_questions_asked_at_once_each_find_their_own_memory(aiohttp_server, tmp_path):
+    """Concurrent recalls share encoder calls; no question may get another's embedding."""
+    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
+    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                             embeddings="auto")
+    server = await aiohttp_server(app)
+    url = url_of(server)
+    service = server.app[EMBEDDED_SERVICE]
+    if service.embedder is None:
+        pytest.skip("the embeddings model could not be loaded here")
+    said = {"pets cat": "I adopted a kitten last spring",
+            "work deadline": "The quarterly report is due Friday",
+            "music instrument": "My brother practises the violin every evening",
+            "travel japan": "We flew to Tokyo and Kyoto in April"}
+    async with aiohttp.ClientSession() as s:
+        for n, text in enumerate(said.values()):
+            await call(s, url, "/retain", {"agent_id": "a", "entry": entry(f"hist1_{n}", text)})
+        for _ in range(100):
+            if service.embedding_backlog == 0 and len(service._indexes["a"].vectors) == len(said):
+                break
+            await asyncio.sleep(0.05)
+        # no question shares a word with its memory: only its own query vector can find it, and a
+        # budget of a few tokens has room for the best memory alone
+        answers = await asyncio.gather(*(call(s, url, "/recall", {"agent_id": "a", "query": q, "budget_tokens": 20,
+                                                                 "max_blocks": 1})
+                                         for q in [*said, *said]))
+    for q, (status, got) in zip([*said, *said], answers):
+        lines = [line for m in got["memories"] for line in m["text"].splitlines() if not line.startswith("[")]
+        assert status == 200 and lines == [said[q]], (q, got["memories"])
+
+
 async def test_the_service_exposes_its_own_metrics_behind_its_token(aiohttp_server, tmp_path):
     server = await aiohttp_server(embedded_app(tmp_path / "mem", token="svc-admin"))
     url = url_of(server)

@@ -47,8 +47,7 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
-        service.embedder = await load_embedder(mode, telemetry)
-        await service.start()
+        await service.start(embedder=await load_embedder(mode, telemetry))
 
     async def stop(app: web.Application) -> None:
         await service.close()

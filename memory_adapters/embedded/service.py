@@ -27,7 +27,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import query_vector
+from ..engine.dense import QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -42,6 +42,7 @@ class EmbeddedMemory:
         self.redactor = redactor
         self.telemetry = telemetry
         self.embedder = embedder  # engine.dense.Embedder, or None for lexical recall only
+        self.queries = QueryBatcher(embedder) if embedder is not None else None
         self._indexes: dict[str, AgentIndex] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -51,7 +52,10 @@ class EmbeddedMemory:
 
     # -- lifecycle --
 
-    async def start(self) -> None:
+    async def start(self, embedder: Any = None) -> None:
+        """Open the store; `embedder` (engine.dense.Embedder), when given, turns dense recall on."""
+        if embedder is not None:
+            self.embedder, self.queries = embedder, QueryBatcher(embedder)
         await self.store.open()
         if self.embedder is not None:
             self._embedder_task = asyncio.create_task(self._embed_forever())
@@ -174,7 +178,7 @@ class EmbeddedMemory:
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
-        vector = await query_vector(self.embedder, text)
+        vector = await query_vector(self.queries, text)
         gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
         packed = recall_with_shared(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
@@ -214,7 +218,7 @@ class EmbeddedMemory:
                      type_filter: set[str] | None = None, min_importance: float | None = None
                      ) -> list[tuple[StoredMemory, float]]:
         idx = await self._index(agent_id)
-        vector = await query_vector(self.embedder, query)
+        vector = await query_vector(self.queries, query)
         return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()), type_filter=type_filter,
                           min_importance=min_importance)
 

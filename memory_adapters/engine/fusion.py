@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass
 class Signal:
@@ -24,15 +26,20 @@ class Signal:
     missing: float
     weight: float = 1.0
 
-    def z(self, doc_id: str) -> float:
-        score = self.scores.get(doc_id, self.missing)
+    def z(self, doc_ids: list[str]) -> np.ndarray:
+        get, missing = self.scores.get, self.missing
+        raw = np.fromiter((get(d, missing) for d in doc_ids), dtype=np.float64, count=len(doc_ids))
         if self.std <= 1e-12:  # one memory, or all alike: a match is all this signal can tell
-            return self.weight if score > self.missing else 0.0
-        return self.weight * (score - self.mean) / self.std
+            return self.weight * (raw > missing)
+        return self.weight * (raw - self.mean) / self.std
 
 
 def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
-    """Sum of per-signal z-scores over the union of every signal's candidates, best first."""
-    candidates = set().union(*(s.scores for s in signals))
-    fused = {d: sum(s.z(d) for s in signals) for d in candidates}
-    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+    """Sum of per-signal z-scores over the union of every signal's candidates, best first
+    (equal scores: by id, so a ranking never depends on set order)."""
+    ids = sorted(set().union(*(s.scores for s in signals)))
+    if not ids:
+        return []
+    fused = sum(s.z(ids) for s in signals)
+    order = np.argsort(-fused, kind="stable")
+    return list(zip((ids[i] for i in order), fused[order].tolist()))

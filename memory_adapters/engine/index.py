@@ -17,7 +17,7 @@ from memplane_core.tokens import estimate_tokens
 
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
-from .packing import MAX_HITS, Packed, memory_line, pack, said_time
+from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
 from .record import StoredMemory, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
@@ -64,6 +64,7 @@ class AgentIndex:
     memories: dict[str, StoredMemory] = field(default_factory=dict)
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
+    snippets: dict[str, Snippet] = field(default_factory=dict)  # id → what packing shows of it
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -71,6 +72,7 @@ class AgentIndex:
     def put(self, m: StoredMemory, vector: Any = None) -> None:
         self.drop(m.id)
         self.memories[m.id] = m
+        self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
         bisect.insort(self.order, (*_order_key(m), m.id))
         if vector is not None:
@@ -84,6 +86,7 @@ class AgentIndex:
         m = self.memories.pop(memory_id, None)
         if m is None:
             return None
+        self.snippets.pop(memory_id, None)
         self.lexical.remove(memory_id)
         if self.vectors is not None:
             self.vectors.remove(memory_id)
@@ -91,6 +94,10 @@ class AgentIndex:
         if i < len(self.order) and self.order[i][3] == m.id:
             del self.order[i]
         return m
+
+    def snippet(self, m: StoredMemory) -> Snippet:
+        got = self.snippets.get(m.id)
+        return got if got is not None else snippet_of(m)
 
     def position(self, m: StoredMemory) -> int:
         return bisect.bisect_left(self.order, (*_order_key(m), m.id))
@@ -109,8 +116,9 @@ class AgentIndex:
         return out
 
     def rank(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
-             visible: Any = None) -> list[tuple[StoredMemory, float]]:
-        """Memories by fused z-score, best first; expired ones and those `visible` refuses left out."""
+             visible: Any = None, limit: int | None = None) -> list[tuple[StoredMemory, float]]:
+        """Memories by fused z-score, best first (the best `limit` when given); expired ones and
+        those `visible` refuses left out."""
         now = now or time.time()
         lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
         signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
@@ -130,6 +138,8 @@ class AgentIndex:
             if m is None or m.expired(now) or (visible is not None and not visible(m)):
                 continue
             out.append((m, score))
+            if limit is not None and len(out) >= limit:
+                break
         return out
 
     def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
@@ -150,7 +160,7 @@ class AgentIndex:
                 continue
             if min_importance is not None and m.importance < min_importance:
                 continue
-            norm = " ".join(m.value.casefold().split())
+            norm = self.snippet(m).norm
             if norm in seen:
                 continue
             seen.add(norm)
@@ -160,21 +170,24 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, visible=visible)
+        ranked = self.rank(q.text, q.vector, visible=visible, limit=2 * MAX_HITS)
         if not ranked:
             return []
         seen: set[str] = set()
         distinct = []
-        for m, s in ranked[:2 * MAX_HITS]:  # a user who repeats small talk should not fill the block
-            norm = " ".join(m.value.casefold().split())
+        for m, s in ranked:  # a user who repeats small talk should not fill the block
+            norm = self.snippet(m).norm
             if norm not in seen:
                 seen.add(norm)
                 distinct.append((m, s))
+                if len(distinct) >= MAX_HITS:
+                    break
 
         def near(m: StoredMemory) -> list[StoredMemory]:
             return [n for n in self.neighbours(m) if visible is None or visible(n)]
 
-        return pack(distinct, near, self.position, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
+        return pack(distinct, near, self.position, self.snippet, budget_tokens=q.budget_tokens,
+                    max_blocks=q.max_blocks)
 
 
 SHARED_FIRST = 2  # global memories that may lead a recall: few, and they bind every agent
@@ -186,7 +199,7 @@ def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuer
     of the budget and the block count."""
     first: list[Packed] = []
     if shared is not None and len(shared):
-        for m, score in shared.rank(q.text, q.vector, visible=visible)[:SHARED_FIRST]:
+        for m, score in shared.rank(q.text, q.vector, visible=visible, limit=SHARED_FIRST):
             if score > 0 and len(first) < q.max_blocks:
                 first.append(Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)),
                                     id=m.id, memory_ids=[m.id]))

@@ -55,25 +55,37 @@ def memory_line(m: StoredMemory) -> str:
     return f"{m.type} ({m.key}): {m.value}"
 
 
-def _render(runs: list[list[StoredMemory]]) -> str:
+@dataclass(frozen=True, slots=True)
+class Snippet:
+    """What packing needs of a memory, computed once when it is indexed (not on every recall)."""
+
+    line: str  # memory_line()
+    day: str  # the date its run is filed under
+    norm: str  # casefolded, whitespace-collapsed text: two memories that say the same thing
+
+
+def snippet_of(m: StoredMemory) -> Snippet:
+    return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()))
+
+
+def _render(runs: list[list[Snippet]]) -> str:
     """Runs apart by a blank line; a date line whenever the date a turn was said changes."""
     out: list[str] = []
     last_day = None
     for run in runs:
         lines = []
-        for m in run:
-            day = _day(m)
-            if day != last_day:
-                lines.append(f"[{day}]")
-                last_day = day
-            lines.append(memory_line(m))
+        for sn in run:
+            if sn.day != last_day:
+                lines.append(f"[{sn.day}]")
+                last_day = sn.day
+            lines.append(sn.line)
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
 def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
-         position: Callable[[StoredMemory], int], *, budget_tokens: int, max_blocks: int,
-         max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
+         position: Callable[[StoredMemory], int], snippet: Callable[[StoredMemory], Snippet], *,
+         budget_tokens: int, max_blocks: int, max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
     """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`."""
     budget_tokens = max(0, budget_tokens)
     max_blocks = max(1, max_blocks)
@@ -85,7 +97,7 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
             if m.id in chosen:
                 continue
-            cost = len(memory_line(m)) + 2
+            cost = len(snippet(m).line) + 2
             if used + cost > room:
                 continue
             chosen[m.id] = (m, score, rank)
@@ -93,7 +105,7 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
         if room - used < 40:
             break
     while chosen:
-        blocks = _group(list(chosen.values()), position, max_blocks)
+        blocks = _group(list(chosen.values()), position, snippet, max_blocks)
         size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
         tokens = sum(estimate_tokens(b.text) for b in blocks)
         if size <= max_bytes and tokens <= budget_tokens:
@@ -103,14 +115,14 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
         for worst in sorted(chosen.values(), key=lambda c: (-c[2], c[1])):
             chosen.pop(worst[0].id)
-            excess -= len(memory_line(worst[0]).encode()) + 1
+            excess -= len(snippet(worst[0]).line.encode()) + 1
             if excess <= 0:
                 break
     return []
 
 
 def _group(chosen: list[tuple[StoredMemory, float, int]], position: Callable[[StoredMemory], int],
-           max_blocks: int) -> list[Packed]:
+           snippet: Callable[[StoredMemory], Snippet], max_blocks: int) -> list[Packed]:
     """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
     similar size; the blocks are returned best first."""
     where = {c[0].id: position(c[0]) for c in chosen}
@@ -121,12 +133,13 @@ def _group(chosen: list[tuple[StoredMemory, float, int]], position: Callable[[St
             runs[-1].append(c)
         else:
             runs.append([c])
-    total = sum(len(memory_line(c[0])) for c in chosen)
+    size_of = {c[0].id: len(snippet(c[0]).line) for c in chosen}
+    total = sum(size_of.values())
     per_block = math.ceil(total / max_blocks)
     groups: list[list[list[tuple[StoredMemory, float, int]]]] = [[]]
     size = 0
     for run in runs:
-        run_size = sum(len(memory_line(c[0])) for c in run)
+        run_size = sum(size_of[c[0].id] for c in run)
         if groups[-1] and size + run_size > per_block and len(groups) < max_blocks:
             groups.append([])
             size = 0
@@ -138,7 +151,7 @@ def _group(chosen: list[tuple[StoredMemory, float, int]], position: Callable[[St
         best = min(members, key=lambda c: (c[2], -c[1]))
         first = members[0][0]
         blocks.append(Packed(
-            text=_render([[c[0] for c in run] for run in group]),
+            text=_render([[snippet(c[0]) for c in run] for run in group]),
             score=round(best[1], 4),
             kind="episode" if all(c[0].type == "episode" for c in members) else best[0].type,
             ts=iso(said_time(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))

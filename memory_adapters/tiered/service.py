@@ -23,7 +23,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import query_vector
+from ..engine.dense import QueryBatcher, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
@@ -43,6 +43,7 @@ class TieredMemory:
         self.telemetry = telemetry
         self.redactor = redactor
         self.embedder = None  # loaded at start when the embeddings extra is installed
+        self.queries: QueryBatcher | None = None  # embeds recall queries, once the embedder is loaded
         self.indexes = CoherentIndexes(ltm, stm, self._new_index)
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
@@ -56,6 +57,7 @@ class TieredMemory:
         from ..engine.dense import Embedder
         try:
             self.embedder = await asyncio.to_thread(Embedder.load)
+            self.queries = QueryBatcher(self.embedder)
             self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
                                 engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
         except Exception as exc:  # ImportError without the extra, or a broken install
@@ -149,7 +151,7 @@ class TieredMemory:
                      ) -> list[tuple[StoredMemory, float]]:
         remote = await self.stm.version(agent_id)
         idx = await self.indexes.get(agent_id, remote)
-        vector = await query_vector(self.embedder, query)
+        vector = await query_vector(self.queries, query)
         return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()),
                           type_filter=type_filter, min_importance=min_importance)
 
@@ -239,7 +241,7 @@ class TieredMemory:
         remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
         idx = await self.indexes.get(req.agent_id, remote)
         gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
-        vector = await query_vector(self.embedder, query)
+        vector = await query_vector(self.queries, query)
         packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=visible_in(session_id, time.time()))
