@@ -19,12 +19,15 @@ from tests.conftest import url_of
 BATCHED = {"path": "/retain", "timeout_ms": 2000, "batch_path": RETAIN_BATCH_PATH}
 
 
-def counting(app: web.Application) -> Counter:
+def counting(app: web.Application, retain_takes: float = 0.0) -> Counter:
+    """Calls per path; each retain call takes at least `retain_takes` seconds, as a busy service's do."""
     calls: Counter = Counter()
 
     @web.middleware
     async def count(request, handler):
         calls[request.path] += 1
+        if request.path in ("/retain", RETAIN_BATCH_PATH):
+            await asyncio.sleep(retain_takes)
         return await handler(request)
 
     app.middlewares.insert(0, count)
@@ -33,7 +36,7 @@ def counting(app: web.Application) -> Counter:
 
 async def test_a_busy_agent_is_retained_in_batches_each_turn_exactly_once(make_stack, aiohttp_server, tmp_path):
     app = build_reference_app(tmp_path / "ref", redactor=Redactor())
-    calls = counting(app)
+    calls = counting(app, retain_takes=0.1)  # turns arrive while a call is out: they wait and go together
     url = url_of(await aiohttp_server(app))
     stack = await make_stack()
     stack.add_agent("busy", url, retain=BATCHED)

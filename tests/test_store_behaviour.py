@@ -91,3 +91,82 @@ async def test_both_stores_keep_the_same_promises(store_app, aiohttp_server):
         _, sister = await post(s, url_of(restarted), "/recall", {"agent_id": "p", "query": "What does Ines study?"})
         _, dup = await post(s, url_of(restarted), "/retain", {"agent_id": "p", "entry": items[0]["entry"]})
     assert "Vienna" in text_of(home) and "marine biology" not in text_of(sister) and dup["status"] == "duplicate"
+
+
+@pytest.fixture(params=["embedded", "tiered"])
+def meaning_app(request, tmp_path):
+    """Like store_app, with dense embeddings on (skipped where the extra is not installed)."""
+    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
+    quiet = Telemetry(make_logger(io.StringIO()))
+    if request.param == "embedded":
+        return lambda: build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=quiet, embeddings="auto")
+    from memory_adapters.tiered.app import build_tiered_app
+    settings = request.getfixturevalue("tiered_settings")
+    settings.embeddings = "auto"
+    return lambda: build_tiered_app(settings, quiet, Redactor())
+
+
+async def caught_up(s, url) -> dict:
+    for _ in range(200):
+        async with s.get(url + "/health") as r:
+            health = await r.json()
+        if not health.get("embedding_backlog"):
+            return health
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"embeddings never caught up: {health}")
+
+
+async def only_line(s, url, query: str) -> list[str]:
+    """The memory lines a recall with room for one short memory returns."""
+    _, got = await post(s, url, "/recall", {"agent_id": "m", "query": query, "budget_tokens": 20, "max_blocks": 1})
+    return [line for b in got["memories"] for line in b["text"].splitlines() if not line.startswith("[")]
+
+
+async def test_a_retained_turn_is_found_by_its_words_at_once_and_by_its_meaning_once_embedded(meaning_app,
+                                                                                           aiohttp_server):
+    """Retains are acknowledged before their vectors exist (ingest keeps up with talk); the vectors
+    follow in the background, are stored, and come back with a restart."""
+    server = await aiohttp_server(meaning_app())
+    url = url_of(server)
+    items = [{"entry": entry("hist1_k", "I adopted a kitten last spring", "2026-01-10T10:00:00.000Z")},
+             {"entry": entry("hist1_r", "The quarterly report is due Friday", "2026-01-10T10:00:01.000Z")}]
+    async with aiohttp.ClientSession() as s:
+        health = await caught_up(s, url)
+        if not health.get("embeddings"):
+            pytest.skip("the embeddings model could not be loaded here")
+        status, done = await post(s, url, "/retain/batch", {"agent_id": "m", "items": items})
+        assert status == 200 and [r["status"] for r in done["results"]] == ["stored", "stored"]
+        assert await only_line(s, url, "kitten") == ["I adopted a kitten last spring"]  # words: at once
+        await caught_up(s, url)
+        # no shared word: only the vectors connect these questions to their memories
+        assert await only_line(s, url, "pets cat") == ["I adopted a kitten last spring"]
+        assert await only_line(s, url, "work deadline") == ["The quarterly report is due Friday"]
+    await server.close()
+
+    restarted = await aiohttp_server(meaning_app())  # vectors come back from storage
+    async with aiohttp.ClientSession() as s:
+        await caught_up(s, url_of(restarted))
+        assert await only_line(s, url_of(restarted), "pets cat") == ["I adopted a kitten last spring"]
+
+
+async def test_tiered_embeds_at_start_what_a_stopped_process_left_without_a_vector(aiohttp_server, tiered_settings):
+    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
+    from pymongo import MongoClient
+
+    from memory_adapters.tiered.app import build_tiered_app
+    tiered_settings.embeddings = "auto"
+    quiet = Telemetry(make_logger(io.StringIO()))
+    server = await aiohttp_server(build_tiered_app(tiered_settings, quiet, Redactor()))
+    async with aiohttp.ClientSession() as s:
+        if not (await caught_up(s, url_of(server))).get("embeddings"):
+            pytest.skip("the embeddings model could not be loaded here")
+        await post(s, url_of(server), "/retain", {"agent_id": "m", "entry": entry(
+            "hist1_k", "I adopted a kitten last spring", "2026-01-10T10:00:00.000Z")})
+    await server.close()
+    with MongoClient(tiered_settings.mongo_url) as client:  # as if the process stopped before embedding
+        client.get_default_database()["memories"].update_many({}, {"$set": {"embedding": None}})
+
+    restarted = await aiohttp_server(build_tiered_app(tiered_settings, quiet, Redactor()))
+    async with aiohttp.ClientSession() as s:
+        await caught_up(s, url_of(restarted))
+        assert await only_line(s, url_of(restarted), "pets cat") == ["I adopted a kitten last spring"]

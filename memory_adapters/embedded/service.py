@@ -49,6 +49,7 @@ class EmbeddedMemory:
         self._tombstones: dict[str, set[str]] = {}
         self._pending: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (agent, memory id) to embed
         self._embedder_task: asyncio.Task | None = None
+        self._embedding = 0  # taken from the queue, vectors not in the index yet
 
     # -- lifecycle --
 
@@ -71,7 +72,7 @@ class EmbeddedMemory:
 
     @property
     def embedding_backlog(self) -> int:
-        return self._pending.qsize()
+        return self._pending.qsize() + self._embedding
 
     # -- the per-agent index --
 
@@ -106,22 +107,29 @@ class EmbeddedMemory:
             batch = [await self._pending.get()]
             while len(batch) < EMBED_BATCH and not self._pending.empty():
                 batch.append(self._pending.get_nowait())
-            todo = [(a, self._indexes[a].memories[i]) for a, i in batch
-                    if a in self._indexes and i in self._indexes[a].memories]
-            if not todo:
-                continue
+            self._embedding = len(batch)
             try:
-                vecs = await asyncio.to_thread(self.embedder.embed, [m.value for _, m in todo])
-            except Exception as exc:  # a broken model must not stop retains: words still find memories
-                self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
-                continue
-            for (agent_id, m), vec in zip(todo, vecs):
-                self._indexes[agent_id].add_vector(m.id, vec)
-            try:
-                await self.store.set_vectors([(m.id, np.asarray(v, dtype=np.float32).tobytes())
-                                              for (_, m), v in zip(todo, vecs)])
-            except Exception as exc:
-                self.telemetry.warning("embedding_not_saved", error=f"{type(exc).__name__}: {exc}"[:200])
+                await self._embed_batch(batch)
+            finally:
+                self._embedding = 0
+
+    async def _embed_batch(self, batch: list[tuple[str, str]]) -> None:
+        todo = [(a, self._indexes[a].memories[i]) for a, i in batch
+                if a in self._indexes and i in self._indexes[a].memories]
+        if not todo:
+            return
+        try:
+            vecs = await asyncio.to_thread(self.embedder.embed, [m.value for _, m in todo])
+        except Exception as exc:  # a broken model must not stop retains: words still find memories
+            self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            return
+        for (agent_id, m), vec in zip(todo, vecs):
+            self._indexes[agent_id].add_vector(m.id, vec)
+        try:
+            await self.store.set_vectors([(m.id, np.asarray(v, dtype=np.float32).tobytes())
+                                          for (_, m), v in zip(todo, vecs)])
+        except Exception as exc:
+            self.telemetry.warning("embedding_not_saved", error=f"{type(exc).__name__}: {exc}"[:200])
 
     # -- contract --
 

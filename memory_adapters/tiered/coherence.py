@@ -96,6 +96,19 @@ class CoherentIndexes:
                 idx.put(m)
             for mid in dropped:
                 idx.drop(mid)
+        await self._bump(agent_id, idx)
+
+    async def embedded(self, agent_id: str, vectors: list[tuple[str, Any]]) -> None:
+        """Vectors computed after their memories were written (and stored in MongoDB): into our
+        index, and a version bump so that other processes load them too."""
+        idx = self._indexes.get(agent_id)
+        if idx is not None:
+            for memory_id, vector in vectors:
+                idx.add_vector(memory_id, vector)
+        await self._bump(agent_id, idx)
+
+    async def _bump(self, agent_id: str, idx: VersionedIndex | None) -> None:
+        if idx is not None:
             idx.inflight += 1
         try:
             version = await self.stm.bump_version(agent_id)

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, TEXT, AsyncMongoClient, UpdateOne
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne
+from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory
+
+
+DUPLICATE_KEY = 11000
+
+
+def _mark_id(agent_id: str, entry_id: str) -> str:
+    """A retained mark's primary key: the idempotency check is a lookup by key, not a query."""
+    return f"{agent_id}/{entry_id}"
 
 
 class LTMUnavailable(Exception):
@@ -36,7 +45,6 @@ class MongoLTM:
         wanted = [
             (self.memories, [("agent_id", ASCENDING), ("scope", ASCENDING), ("session_id", ASCENDING),
                              ("key", ASCENDING)], {"unique": True, "name": "agent_scope_session_key"}),
-            (self.memories, [("value", TEXT), ("key", TEXT)], {"name": "text_search"}),
             (self.memories, [("expires_on", ASCENDING)], {"expireAfterSeconds": 0, "name": "ttl"}),
             (self.memories, [("agent_id", ASCENDING), ("updated_at", DESCENDING)], {"name": "agent_recent"}),
             (self.memories, [("agent_id", ASCENDING), ("source_entry_ids", ASCENDING)], {"name": "agent_sources"}),
@@ -45,6 +53,10 @@ class MongoLTM:
         ]
         failed = []
         try:
+            # Earlier versions kept a MongoDB text index that no query uses any more (search runs the
+            # engine in process); every write paid for it.
+            if "text_search" in await self.memories.index_information():
+                await self.memories.drop_index("text_search")
             existing: dict[str, list[list]] = {}
             for collection, keys, options in wanted:
                 if collection.name not in existing:
@@ -83,10 +95,13 @@ class MongoLTM:
             res = await self.memories.update_one(
                 ident, {"$set": update_fields, "$setOnInsert": on_insert,
                         "$addToSet": {"source_entry_ids": {"$each": sources}}}, upsert=True)
+            if res.upserted_id is not None:  # inserted: what we wrote is what is stored
+                return replace(m, access_count=0, last_accessed_at=None,
+                               source_entry_ids=list(dict.fromkeys(sources))), True
             stored = await self.memories.find_one(ident)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return StoredMemory.from_doc(stored), res.upserted_id is not None
+        return StoredMemory.from_doc(stored), False
 
     async def replace(self, m: StoredMemory) -> None:
         try:
@@ -199,39 +214,40 @@ class MongoLTM:
 
     # -- idempotency and tombstones --
 
-    async def seen_entry(self, agent_id: str, entry_id: str) -> str | None:
-        """'tombstoned', 'duplicate' or None for an entry id never retained."""
-        try:
-            if await self.tombstones.find_one({"agent_id": agent_id, "entry_id": entry_id}):
-                return "tombstoned"
-            if await self.retained.find_one({"agent_id": agent_id, "entry_id": entry_id}):
-                return "duplicate"
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
-        return None
-
     async def seen_entries(self, agent_id: str, entry_ids: list[str]) -> dict[str, str]:
-        """entry id → 'tombstoned' | 'duplicate' for the ids already seen (two queries for a batch)."""
+        """entry id → 'tombstoned' | 'duplicate' for the ids already seen (two queries for a batch;
+        retained marks are found by primary key)."""
         try:
             tomb = {d["entry_id"] async for d in self.tombstones.find(
                 {"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})}
             done = {d["entry_id"] async for d in self.retained.find(
-                {"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})}
+                {"_id": {"$in": [_mark_id(agent_id, e) for e in entry_ids]}}, {"entry_id": 1})}
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
         return {**{e: "duplicate" for e in done}, **{e: "tombstoned" for e in tomb}}
 
     async def upsert_many(self, memories: list[StoredMemory]) -> None:
-        """Upsert by (agent, scope, session, key) in one unordered bulk write."""
+        """Write new memories in one unordered insert; any that already exist by (agent, scope,
+        session, key) — a batch resent after a crash between its writes — are upserted instead."""
         if not memories:
             return
+        try:
+            await self.memories.insert_many([m.to_doc() for m in memories], ordered=False)
+            return
+        except BulkWriteError as exc:
+            failed = {e["index"] for e in exc.details.get("writeErrors", []) if e.get("code") == DUPLICATE_KEY}
+            if len(failed) < len(exc.details.get("writeErrors", [])):
+                raise LTMUnavailable(str(exc)[:300]) from None
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
         ops = []
-        for m in memories:
+        for m in (memories[i] for i in sorted(failed)):
             doc = m.to_doc()
             ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
             on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
             fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
-                      and k not in ("last_accessed_at", "source_entry_ids")}
+                      and k not in ("last_accessed_at", "source_entry_ids")
+                      and not (k == "embedding" and v is None)}  # a vector comes later; never erase one
             ops.append(UpdateOne(ident, {"$set": fields, "$setOnInsert": on_insert,
                                          "$addToSet": {"source_entry_ids": {"$each": m.source_entry_ids}}},
                                  upsert=True))
@@ -240,21 +256,36 @@ class MongoLTM:
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
+    async def set_vectors(self, vectors: list[tuple[StoredMemory, list[float]]]) -> None:
+        """Embeddings computed after the write, in one bulk write; a memory whose value changed
+        meanwhile is left for the vector of its new value."""
+        if not vectors:
+            return
+        try:
+            await self.memories.bulk_write([UpdateOne({"_id": m.id, "value": m.value}, {"$set": {"embedding": v}})
+                                            for m, v in vectors], ordered=False)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def unembedded(self) -> list[StoredMemory]:
+        """Memories stored without a vector (a process stopped before it embedded them)."""
+        try:
+            return [StoredMemory.from_doc(d) async for d in self.memories.find({"embedding": None})]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
     async def mark_retained_many(self, agent_id: str, entry_ids: list[str]) -> None:
+        """Record entries as retained: one unordered insert keyed by (agent, entry); an entry
+        marked already (a resent batch) is not an error."""
         if not entry_ids:
             return
         now = time.time()
         try:
-            await self.retained.bulk_write([UpdateOne({"agent_id": agent_id, "entry_id": e},
-                                                      {"$setOnInsert": {"ts": now}}, upsert=True)
-                                            for e in entry_ids], ordered=False)
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
-
-    async def mark_retained(self, agent_id: str, entry_id: str) -> None:
-        try:
-            await self.retained.update_one({"agent_id": agent_id, "entry_id": entry_id},
-                                           {"$setOnInsert": {"ts": time.time()}}, upsert=True)
+            await self.retained.insert_many([{"_id": _mark_id(agent_id, e), "agent_id": agent_id, "entry_id": e,
+                                              "ts": now} for e in entry_ids], ordered=False)
+        except BulkWriteError as exc:
+            if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
+                raise LTMUnavailable(str(exc)[:300]) from None
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 

@@ -30,8 +30,10 @@ from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
 from .config import TieredSettings
 from .extract import memories_from_entry
-from .ltm import MongoLTM
+from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
+
+EMBED_BATCH = 64
 
 
 class TieredMemory:
@@ -47,6 +49,8 @@ class TieredMemory:
         self.indexes = CoherentIndexes(ltm, stm, self._new_index)
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
+        self._unembedded: asyncio.Queue[StoredMemory] = asyncio.Queue()  # episodes waiting for a vector
+        self._embedding = 0  # taken from the queue, vectors not in the index yet
 
     # -- lifecycle --
 
@@ -77,6 +81,44 @@ class TieredMemory:
             self.telemetry.warning("ltm_index_not_created", detail=failure)
         if warm:
             await self.warm_up()
+        if self.embedder is not None:
+            for m in await self.ltm.unembedded():  # a process stopped before it embedded them
+                self._unembedded.put_nowait(m)
+            self.spawn(self._embed_forever())
+
+    @property
+    def embedding_backlog(self) -> int:
+        return self._unembedded.qsize() + self._embedding
+
+    async def _embed_forever(self) -> None:
+        """Episodes are acknowledged once durable and searchable by their words; their vectors are
+        computed here in batches on a worker thread, stored in MongoDB, then loaded by every
+        process's index (the same version bump as a write)."""
+        while True:
+            batch = [await self._unembedded.get()]
+            while len(batch) < EMBED_BATCH and not self._unembedded.empty():
+                batch.append(self._unembedded.get_nowait())
+            self._embedding = len(batch)
+            try:
+                await self._embed_batch(batch)
+            finally:
+                self._embedding = 0
+
+    async def _embed_batch(self, batch: list[StoredMemory]) -> None:
+        try:
+            vecs = await asyncio.to_thread(self.embedder.embed, [m.value for m in batch])
+        except Exception as exc:  # a broken model must not stop retains: words still find memories
+            self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+            return
+        try:
+            await self.ltm.set_vectors([(m, [round(float(x), 5) for x in v]) for m, v in zip(batch, vecs)])
+        except LTMUnavailable as exc:  # this process's index still gets them; a restart embeds again
+            self.telemetry.warning("embedding_not_saved", error=str(exc)[:200])
+        by_agent: dict[str, list[tuple[str, Any]]] = {}
+        for m, v in zip(batch, vecs):
+            by_agent.setdefault(m.agent_id, []).append((m.id, v))
+        for agent_id, vectors in by_agent.items():
+            await self.indexes.embedded(agent_id, vectors)
 
     async def warm_up(self) -> int:
         """Load each agent's newest memories from MongoDB into Redis."""
@@ -185,9 +227,10 @@ class TieredMemory:
         return (await self.retain_many([req]))[0]
 
     async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
-        """One agent's retains together: one query for what was seen, one embedding call, one bulk
-        write to MongoDB, one Redis pipeline, one version bump. Keyed facts and typed statements go
-        through `store` one by one (they may replace older ones)."""
+        """One agent's retains together: one query for what was seen, one bulk write to MongoDB,
+        one Redis pipeline, one version bump; the episodes' vectors follow in the background
+        (`_embed_forever`). Keyed facts and typed statements go through `store` one by one (they
+        may replace older ones)."""
         if not reqs:
             return []
         agent_id = reqs[0].agent_id
@@ -206,7 +249,6 @@ class TieredMemory:
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)
             outcomes.append("stored" if made else "empty")
-        await self._embed(episodes + keyed)  # one batch on a worker thread
         await self.ltm.upsert_many(episodes)
         removed = await self.ltm.enforce_cap(agent_id, self.settings.ltm_max_entries) if episodes else []
         await self.stm.put(episodes)
@@ -214,6 +256,9 @@ class TieredMemory:
             await self.stm.remove(agent_id, removed)
         if episodes or removed:
             await self.indexes.written(agent_id, episodes, removed)
+        if self.embedder is not None:
+            for m in episodes:
+                self._unembedded.put_nowait(m)
         for m in keyed:
             await self.store(m)
         await self.ltm.mark_retained_many(agent_id, fresh)
@@ -258,4 +303,5 @@ class TieredMemory:
     async def health(self) -> dict[str, Any]:
         mongo = await self.ltm.ping()
         redis_ok = await self.stm.version("_health") is not None
-        return {"status": "ok" if mongo else "degraded", "adapter": "tiered", "mongo": mongo, "redis": redis_ok}
+        return {"status": "ok" if mongo else "degraded", "adapter": "tiered", "mongo": mongo, "redis": redis_ok,
+                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog}
