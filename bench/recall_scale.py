@@ -23,7 +23,7 @@ from memplane_core.telemetry import Telemetry, make_logger
 from proxy.runner import Site, start_site
 
 from .harness import QUICK, mongo, redis_url, table, write_results
-from .seed import VOCAB, seed_reference, seed_tiered
+from .seed import VOCAB, seed_embedded, seed_reference, seed_tiered
 
 
 def queries(n: int, seed: int = 3) -> list[str]:
@@ -60,6 +60,22 @@ async def main_async() -> dict:
         runner, port = await start_site(Site(build_reference_app(tmp / f"ref{size}", redactor=Redactor()), "127.0.0.1", 0))
         results[f"reference|1 agent x {size}"] = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
         print(f"reference 1 agent x {size}: {results[f'reference|1 agent x {size}']}", flush=True)
+        await runner.cleanup()
+    from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
+    for size in sizes:
+        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
+        runner, port = await start_site(Site(app, "127.0.0.1", 0))  # loads the model: its dimension seeds vectors
+        embedder = app[EMBEDDED_SERVICE].embedder
+        await runner.cleanup()
+        t0 = time.perf_counter()
+        await seed_embedded(tmp / f"emb{size}", {"one": size}, embedder.dim if embedder else None)
+        seeded = time.perf_counter() - t0
+        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
+        runner, port = await start_site(Site(app, "127.0.0.1", 0))
+        row = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
+        row.update(seed_s=round(seeded, 1), embeddings=embedder is not None)
+        results[f"embedded|1 agent x {size}"] = row
+        print(f"embedded 1 agent x {size}: {row}", flush=True)
         await runner.cleanup()
     many = {f"agent{i:04d}": 100 for i in range(1000 if not QUICK else 200)}
     for agent in many:
@@ -109,7 +125,8 @@ async def main_async() -> dict:
     path = write_results("recall_scale", results)
     big = max(sizes)
     t = results.get(f"tiered|1 agent x {big}")
-    print(f"recall scale: tiered p50 {t and t['p50_ms']} ms / p99 {t and t['p99_ms']} ms at {big} memories; "
+    e = results[f"embedded|1 agent x {big}"]
+    print(f"recall scale: embedded p50 {e['p50_ms']} ms / p99 {e['p99_ms']} ms at {big} memories; tiered p50 {t and t['p50_ms']} ms / p99 {t and t['p99_ms']} ms at {big} memories; "
           f"reference p50 {results[f'reference|1 agent x {big}']['p50_ms']} ms ({path.name})")
     return results
 

@@ -86,3 +86,27 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
     if batch:
         await ltm.memories.insert_many(batch, ordered=False)
     await ltm.close()
+
+
+async def seed_embedded(data_dir: Path, agent_counts: dict[str, int], dim: int | None = None, seed: int = 1) -> None:
+    """Write memories straight into the embedded store's SQLite file, each with a random unit
+    vector when `dim` is given (as seed_tiered)."""
+    import numpy as np
+
+    from memory_adapters.embedded.sqlite_store import SQLiteStore
+    from memory_adapters.engine.record import StoredMemory
+
+    store = SQLiteStore(data_dir)
+    await store.open()
+    rng, vectors, now = random.Random(seed), np.random.default_rng(seed), time.time()
+    for agent_id, count in agent_counts.items():
+        for start in range(0, count, 5000):
+            batch = [StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
+                                  type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i)
+                     for i in range(start, min(count, start + 5000))]
+            await store.write(batch)
+            if dim:
+                v = vectors.standard_normal((len(batch), dim)).astype(np.float32)
+                v /= np.linalg.norm(v, axis=1, keepdims=True)
+                await store.set_vectors([(m.id, row.tobytes()) for m, row in zip(batch, v)])
+    await store.close()

@@ -27,7 +27,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import QueryBatcher, query_vector
+from ..engine.dense import QueryBatcher, background_pool, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -50,6 +50,7 @@ class EmbeddedMemory:
         self._pending: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (agent, memory id) to embed
         self._embedder_task: asyncio.Task | None = None
         self._embedding = 0  # taken from the queue, vectors not in the index yet
+        self._pool = background_pool()
 
     # -- lifecycle --
 
@@ -65,6 +66,7 @@ class EmbeddedMemory:
         if self._embedder_task is not None:
             self._embedder_task.cancel()
             await asyncio.gather(self._embedder_task, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         await self.store.close()
 
     def loaded_memories(self) -> int:
@@ -119,7 +121,8 @@ class EmbeddedMemory:
         if not todo:
             return
         try:
-            vecs = await asyncio.to_thread(self.embedder.embed, [m.value for _, m in todo])
+            vecs = await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed,
+                                                                    [m.value for _, m in todo])
         except Exception as exc:  # a broken model must not stop retains: words still find memories
             self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
             return

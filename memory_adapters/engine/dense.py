@@ -14,6 +14,7 @@ import functools
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 try:
@@ -124,6 +125,20 @@ class Embedder:
         return self.embed_queries([text])[0]
 
 
+def _yield_to_serving() -> None:
+    """Run this worker thread at a lower CPU priority (Linux: nice applies per thread), so that
+    embedding retained turns never slows an agent's recall on a busy host."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not allowed: same priority, still correct
+        pass
+
+
+def background_pool() -> ThreadPoolExecutor:
+    """One low-priority thread for embedding what was retained (one encoder call at a time)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-embed", initializer=_yield_to_serving)
+
+
 class QueryBatcher:
     """Recall queries that wait at the same moment are embedded in one encoder call on a worker
     thread: under load a query waits at most one encoder call, and a batch costs less per query
@@ -172,13 +187,15 @@ class VectorIndex:
 
     Past EXACT_UP_TO rows, a float32 scan is bound by memory bandwidth (150 MB at 100k x 384),
     so search first ranks every row by the Hamming distance of sign bits (48 bytes a row),
-    then scores the best CANDIDATES_PER_HIT x k of those exactly: the usual binary-quantization
+    then scores the RESCORED closest of those exactly (at least k): the usual binary-quantization
     prefilter with rescoring. A memory that is actually close to the query shares most of its
-    signs, so it survives the prefilter.
+    signs, so it survives the prefilter; a recall's fusion needs the dense signal's best few dozen,
+    which 2,000 rescored rows keep with a wide margin.
     """
 
     EXACT_UP_TO = 20_000
-    CANDIDATES_PER_HIT = 10
+    RESCORED = 2_000
+    SAMPLE = 2_000  # rows the moments are estimated on, past EXACT_UP_TO
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -189,6 +206,7 @@ class VectorIndex:
         self.ids: list[str | None] = []
         self.rows: dict[str, int] = {}
         self.removed = 0  # dead rows (never reused): the prefilter's mask is skipped while there are none
+        self._sample: tuple[tuple[int, int], Any] | None = None  # ((rows, removed), contiguous sample rows)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -243,7 +261,7 @@ class VectorIndex:
             if self.removed:
                 distance[self.dead[:n]] = self.dim + 1
             # the closest `pool` rows by a histogram cut: cheaper than a partition of n
-            pool = min(n, k * self.CANDIDATES_PER_HIT)
+            pool = min(n, max(k, self.RESCORED))
             cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), pool))
             rows = np.flatnonzero(distance <= cutoff)
             scores = self.matrix[rows] @ query
@@ -258,11 +276,7 @@ class VectorIndex:
         if n == 0 or query is None:
             return [], 0.0, 0.0
         if n > self.EXACT_UP_TO:
-            rows = np.linspace(0, n - 1, 2_000).astype(np.int64)
-            if self.removed:
-                rows = rows[~self.dead[rows]]
-            sample = self.matrix[rows] @ query
-            return self.search(query, k), *_moments(sample)
+            return self.search(query, k), *_moments(self._sampled() @ query)
         scores = self.matrix[:n] @ query  # one product serves both the top k and the moments
         live = scores[~self.dead[:n]] if self.removed else scores
         k = min(k, n)
@@ -270,6 +284,18 @@ class VectorIndex:
         top = top[np.argsort(-scores[top])]
         ids = self.ids
         return [(ids[i], float(scores[i])) for i in top.tolist() if ids[i] is not None], *_moments(live)
+
+
+    def _sampled(self) -> Any:
+        """An evenly spread sample of the live rows, copied contiguous once per change of the index
+        (a gather of 2,000 rows on every recall cost more than the product)."""
+        n = len(self.ids)
+        if self._sample is None or self._sample[0] != (n, self.removed):
+            rows = np.linspace(0, n - 1, self.SAMPLE).astype(np.int64)
+            if self.removed:
+                rows = rows[~self.dead[rows]]
+            self._sample = ((n, self.removed), np.ascontiguousarray(self.matrix[rows]))
+        return self._sample[1]
 
 
 def _moments(scores: Any) -> tuple[float, float]:

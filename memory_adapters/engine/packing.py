@@ -104,8 +104,9 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
             used += cost
         if room - used < 40:
             break
+    where = {memory_id: position(m) for memory_id, (m, _, _) in chosen.items()}  # in time order
     while chosen:
-        blocks = _group(list(chosen.values()), position, snippet, max_blocks)
+        blocks = _group(list(chosen.values()), where, snippet, max_blocks)
         size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
         tokens = sum(estimate_tokens(b.text) for b in blocks)
         if size <= max_bytes and tokens <= budget_tokens:
@@ -121,11 +122,10 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
     return []
 
 
-def _group(chosen: list[tuple[StoredMemory, float, int]], position: Callable[[StoredMemory], int],
+def _group(chosen: list[tuple[StoredMemory, float, int]], where: dict[str, int],
            snippet: Callable[[StoredMemory], Snippet], max_blocks: int) -> list[Packed]:
     """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
     similar size; the blocks are returned best first."""
-    where = {c[0].id: position(c[0]) for c in chosen}
     chosen.sort(key=lambda c: (where[c[0].id], c[0].id))
     runs: list[list[tuple[StoredMemory, float, int]]] = []
     for c in chosen:

@@ -23,7 +23,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import QueryBatcher, query_vector
+from ..engine.dense import QueryBatcher, background_pool, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
@@ -51,6 +51,7 @@ class TieredMemory:
         self._background: set[asyncio.Task] = set()
         self._unembedded: asyncio.Queue[StoredMemory] = asyncio.Queue()  # episodes waiting for a vector
         self._embedding = 0  # taken from the queue, vectors not in the index yet
+        self._pool = background_pool()
 
     # -- lifecycle --
 
@@ -106,7 +107,8 @@ class TieredMemory:
 
     async def _embed_batch(self, batch: list[StoredMemory]) -> None:
         try:
-            vecs = await asyncio.to_thread(self.embedder.embed, [m.value for m in batch])
+            vecs = await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed,
+                                                                    [m.value for m in batch])
         except Exception as exc:  # a broken model must not stop retains: words still find memories
             self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
             return
@@ -135,6 +137,7 @@ class TieredMemory:
         for t in list(self._background):
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         await self.stm.close()
         await self.ltm.close()
 
