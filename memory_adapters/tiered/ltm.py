@@ -11,7 +11,6 @@ from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 
-
 DUPLICATE_KEY = 11000
 
 
