@@ -167,15 +167,20 @@ async def test_scopes_have_owners_over_the_rest_api(rest_service):
         assert status == 200 and again["id"] == mine["id"] and again["value"] == "spaces"
 
 
-async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
+async def with_vectors(aiohttp_server, tmp_path):
+    """An embedded service with dense embeddings on: (url, service); skipped where they cannot load."""
     pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
     app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
                              embeddings="auto")
     server = await aiohttp_server(app)
-    url = url_of(server)
     service = server.app[EMBEDDED_SERVICE]
     if service.embedder is None:
         pytest.skip("the embeddings model could not be loaded here")
+    return url_of(server), service
+
+
+async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
+    url, service = await with_vectors(aiohttp_server, tmp_path)
     async with aiohttp.ClientSession() as s:
         await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_1", "I adopted a kitten last spring")})
         await call(s, url, "/retain", {"agent_id": "a", "entry": entry("hist1_2", "The quarterly report is due Friday")})
@@ -190,14 +195,7 @@ async def test_embeddings_catch_up_in_the_background(aiohttp_server, tmp_path):
 
 async def test_questions_asked_at_once_each_find_their_own_memory(aiohttp_server, tmp_path):
     """Concurrent recalls share encoder calls; no question may get another's embedding."""
-    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
-    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
-                             embeddings="auto")
-    server = await aiohttp_server(app)
-    url = url_of(server)
-    service = server.app[EMBEDDED_SERVICE]
-    if service.embedder is None:
-        pytest.skip("the embeddings model could not be loaded here")
+    url, service = await with_vectors(aiohttp_server, tmp_path)
     said = {"pets cat": "I adopted a kitten last spring",
             "work deadline": "The quarterly report is due Friday",
             "music instrument": "My brother practises the violin every evening",

@@ -66,8 +66,14 @@ EVERYDAY_TURNS = ["My grandmother taught me to knit when I was seven.", "The pri
 
 
 async def _tell(svc, agent_id: str, texts: list[str]) -> None:
+    """Retain each text as a turn, then wait until their vectors are in (they follow the retain)."""
     for i, t in enumerate(texts):
         await svc.retain(RetainRequest(agent_id=agent_id, entry=_entry(f"hist1_{agent_id}{i}", t, f"2024-03-0{i + 1}")))
+    for _ in range(400):
+        if not svc.embedding_backlog:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the vectors of retained turns never arrived")
 
 
 async def test_a_paraphrased_question_finds_its_memory_with_embeddings(hybrid):
@@ -78,7 +84,7 @@ async def test_a_paraphrased_question_finds_its_memory_with_embeddings(hybrid):
 
 
 async def test_questions_asked_at_once_each_find_their_own_memory(hybrid):
-    """Concurrent recalls embed their questions on threads (a lone one embeds inline): the same answers."""
+    """Concurrent recalls share encoder calls (QueryBatcher): each gets the answer it gets alone."""
     svc = hybrid
     await _tell(svc, "many", EVERYDAY_TURNS)
     questions = {"Which herb do I dislike?": "cilantro", "Who taught me to knit?": "grandmother",

@@ -21,16 +21,21 @@ def entry(eid: str, user: str, ts: str):
             "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
 
 
-@pytest.fixture(params=["embedded", "tiered"])
-def store_app(request, tmp_path):
+def app_factory(request, tmp_path, embeddings: str):
     """A factory for the store's app; calling it again is a restart on the same storage."""
     quiet = Telemetry(make_logger(io.StringIO()))
     if request.param == "embedded":
-        return lambda: build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=quiet, embeddings="off")
+        return lambda: build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=quiet,
+                                          embeddings=embeddings)
     from memory_adapters.tiered.app import build_tiered_app
     settings = request.getfixturevalue("tiered_settings")
-    settings.embeddings = "off"
+    settings.embeddings = embeddings
     return lambda: build_tiered_app(settings, quiet, Redactor())
+
+
+@pytest.fixture(params=["embedded", "tiered"])
+def store_app(request, tmp_path):
+    return app_factory(request, tmp_path, "off")
 
 
 async def post(s, url, path, body):
@@ -97,13 +102,7 @@ async def test_both_stores_keep_the_same_promises(store_app, aiohttp_server):
 def meaning_app(request, tmp_path):
     """Like store_app, with dense embeddings on (skipped where the extra is not installed)."""
     pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
-    quiet = Telemetry(make_logger(io.StringIO()))
-    if request.param == "embedded":
-        return lambda: build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=quiet, embeddings="auto")
-    from memory_adapters.tiered.app import build_tiered_app
-    settings = request.getfixturevalue("tiered_settings")
-    settings.embeddings = "auto"
-    return lambda: build_tiered_app(settings, quiet, Redactor())
+    return app_factory(request, tmp_path, "auto")
 
 
 async def caught_up(s, url) -> dict:

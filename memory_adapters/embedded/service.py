@@ -27,13 +27,11 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import QueryBatcher, background_pool, query_vector
+from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
-
-EMBED_BATCH = 64
 
 
 class EmbeddedMemory:
@@ -47,26 +45,25 @@ class EmbeddedMemory:
         self._loading: dict[str, asyncio.Lock] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, set[str]] = {}
-        self._pending: asyncio.Queue[tuple[str, str]] = asyncio.Queue()  # (agent, memory id) to embed
+        self.backlog: EmbeddingBacklog | None = None  # (agent, memory id) waiting for a vector
         self._embedder_task: asyncio.Task | None = None
-        self._embedding = 0  # taken from the queue, vectors not in the index yet
-        self._pool = background_pool()
 
     # -- lifecycle --
 
     async def start(self, embedder: Any = None) -> None:
         """Open the store; `embedder` (engine.dense.Embedder), when given, turns dense recall on."""
         if embedder is not None:
-            self.embedder, self.queries = embedder, QueryBatcher(embedder)
+            self.embedder, self.queries, self.backlog = embedder, QueryBatcher(embedder), EmbeddingBacklog(embedder)
         await self.store.open()
-        if self.embedder is not None:
-            self._embedder_task = asyncio.create_task(self._embed_forever())
+        if self.backlog is not None:
+            self._embedder_task = asyncio.create_task(self.backlog.run(self._embed_batch))
 
     async def close(self) -> None:
         if self._embedder_task is not None:
             self._embedder_task.cancel()
             await asyncio.gather(self._embedder_task, return_exceptions=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.backlog is not None:
+            self.backlog.close()
         await self.store.close()
 
     def loaded_memories(self) -> int:
@@ -74,7 +71,7 @@ class EmbeddedMemory:
 
     @property
     def embedding_backlog(self) -> int:
-        return self._pending.qsize() + self._embedding
+        return len(self.backlog) if self.backlog is not None else 0
 
     # -- the per-agent index --
 
@@ -94,8 +91,8 @@ class EmbeddedMemory:
                 for m, vector in await self.store.load(agent_id):
                     vec = np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None
                     idx.put(m, vec)
-                    if vec is None and self.embedder is not None:
-                        self._pending.put_nowait((agent_id, m.id))
+                    if vec is None and self.backlog is not None:
+                        self.backlog.add((agent_id, m.id))
                 self._tombstones[agent_id] = await self.store.tombstones(agent_id)
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
@@ -103,26 +100,14 @@ class EmbeddedMemory:
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
 
-    async def _embed_forever(self) -> None:
-        """Embed new memories in batches on a worker thread; store the vectors."""
-        while True:
-            batch = [await self._pending.get()]
-            while len(batch) < EMBED_BATCH and not self._pending.empty():
-                batch.append(self._pending.get_nowait())
-            self._embedding = len(batch)
-            try:
-                await self._embed_batch(batch)
-            finally:
-                self._embedding = 0
-
     async def _embed_batch(self, batch: list[tuple[str, str]]) -> None:
+        """Embed memories still indexed; the vectors go into the index, then into SQLite."""
         todo = [(a, self._indexes[a].memories[i]) for a, i in batch
                 if a in self._indexes and i in self._indexes[a].memories]
         if not todo:
             return
         try:
-            vecs = await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed,
-                                                                    [m.value for _, m in todo])
+            vecs = await self.backlog.embed([m.value for _, m in todo])
         except Exception as exc:  # a broken model must not stop retains: words still find memories
             self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
             return
@@ -168,8 +153,8 @@ class EmbeddedMemory:
                 await self.store.write(put, retained=marks)
                 for m in put:
                     idx.put(m)
-                    if self.embedder is not None:
-                        self._pending.put_nowait((agent_id, m.id))
+                    if self.backlog is not None:
+                        self.backlog.add((agent_id, m.id))
             return outcomes
 
     async def forget(self, req: ForgetRequest) -> int:
@@ -213,8 +198,8 @@ class EmbeddedMemory:
             m.value, _ = self.redactor.text(m.value)
             await self.store.write([m])
             idx.put(m)
-            if self.embedder is not None:
-                self._pending.put_nowait((m.agent_id, m.id))
+            if self.backlog is not None:
+                self.backlog.add((m.agent_id, m.id))
             return m, old is None
 
     async def get_memory(self, memory_id: str) -> StoredMemory | None:

@@ -14,6 +14,7 @@ import functools
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -134,9 +135,43 @@ def _yield_to_serving() -> None:
         pass
 
 
-def background_pool() -> ThreadPoolExecutor:
-    """One low-priority thread for embedding what was retained (one encoder call at a time)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-embed", initializer=_yield_to_serving)
+class EmbeddingBacklog:
+    """What waits for its vector after a retain was acknowledged: drained in batches by one task,
+    embedded on one low-priority thread. `len()` — queued plus in hand — is what `/health` reports as
+    `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept."""
+
+    BATCH = 64
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._in_hand = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-embed",
+                                        initializer=_yield_to_serving)
+
+    def __len__(self) -> int:
+        return self._queue.qsize() + self._in_hand
+
+    def add(self, item: Any) -> None:
+        self._queue.put_nowait(item)
+
+    async def embed(self, texts: list[str]) -> "np.ndarray":
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed, texts)
+
+    async def run(self, handle: Callable[[list[Any]], Awaitable[None]]) -> None:
+        """Hand each batch to `handle` until cancelled; a batch that fails is the handler's to report."""
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self.BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._in_hand = len(batch)
+            try:
+                await handle(batch)
+            finally:
+                self._in_hand = 0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class QueryBatcher:

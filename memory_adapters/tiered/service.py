@@ -23,7 +23,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import QueryBatcher, background_pool, query_vector
+from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
@@ -32,8 +32,6 @@ from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
-
-EMBED_BATCH = 64
 
 
 class TieredMemory:
@@ -49,9 +47,7 @@ class TieredMemory:
         self.indexes = CoherentIndexes(ltm, stm, self._new_index)
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
-        self._unembedded: asyncio.Queue[StoredMemory] = asyncio.Queue()  # episodes waiting for a vector
-        self._embedding = 0  # taken from the queue, vectors not in the index yet
-        self._pool = background_pool()
+        self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
 
     # -- lifecycle --
 
@@ -62,7 +58,7 @@ class TieredMemory:
         from ..engine.dense import Embedder
         try:
             self.embedder = await asyncio.to_thread(Embedder.load)
-            self.queries = QueryBatcher(self.embedder)
+            self.queries, self.backlog = QueryBatcher(self.embedder), EmbeddingBacklog(self.embedder)
             self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
                                 engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
         except Exception as exc:  # ImportError without the extra, or a broken install
@@ -82,33 +78,21 @@ class TieredMemory:
             self.telemetry.warning("ltm_index_not_created", detail=failure)
         if warm:
             await self.warm_up()
-        if self.embedder is not None:
+        if self.backlog is not None:
             for m in await self.ltm.unembedded():  # a process stopped before it embedded them
-                self._unembedded.put_nowait(m)
-            self.spawn(self._embed_forever())
+                self.backlog.add(m)
+            self.spawn(self.backlog.run(self._embed_batch))
 
     @property
     def embedding_backlog(self) -> int:
-        return self._unembedded.qsize() + self._embedding
-
-    async def _embed_forever(self) -> None:
-        """Episodes are acknowledged once durable and searchable by their words; their vectors are
-        computed here in batches on a worker thread, stored in MongoDB, then loaded by every
-        process's index (the same version bump as a write)."""
-        while True:
-            batch = [await self._unembedded.get()]
-            while len(batch) < EMBED_BATCH and not self._unembedded.empty():
-                batch.append(self._unembedded.get_nowait())
-            self._embedding = len(batch)
-            try:
-                await self._embed_batch(batch)
-            finally:
-                self._embedding = 0
+        return len(self.backlog) if self.backlog is not None else 0
 
     async def _embed_batch(self, batch: list[StoredMemory]) -> None:
+        """Episodes are acknowledged once durable and searchable by their words; their vectors are
+        computed here, stored in MongoDB, then loaded by every process's index (the same version
+        bump as a write)."""
         try:
-            vecs = await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed,
-                                                                    [m.value for m in batch])
+            vecs = await self.backlog.embed([m.value for m in batch])
         except Exception as exc:  # a broken model must not stop retains: words still find memories
             self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
             return
@@ -137,7 +121,8 @@ class TieredMemory:
         for t in list(self._background):
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.backlog is not None:
+            self.backlog.close()
         await self.stm.close()
         await self.ltm.close()
 
@@ -232,7 +217,7 @@ class TieredMemory:
     async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
         """One agent's retains together: one query for what was seen, one bulk write to MongoDB,
         one Redis pipeline, one version bump; the episodes' vectors follow in the background
-        (`_embed_forever`). Keyed facts and typed statements go through `store` one by one (they
+        (`_embed_batch`). Keyed facts and typed statements go through `store` one by one (they
         may replace older ones)."""
         if not reqs:
             return []
@@ -259,9 +244,9 @@ class TieredMemory:
             await self.stm.remove(agent_id, removed)
         if episodes or removed:
             await self.indexes.written(agent_id, episodes, removed)
-        if self.embedder is not None:
+        if self.backlog is not None:
             for m in episodes:
-                self._unembedded.put_nowait(m)
+                self.backlog.add(m)
         for m in keyed:
             await self.store(m)
         await self.ltm.mark_retained_many(agent_id, fresh)
