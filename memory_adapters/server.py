@@ -30,6 +30,8 @@ from memplane_core.contract import (
     RetainRequest,
 )
 
+from .admission import DEFAULT_MAX_RETAINS_IN_FLIGHT, RETRY_AFTER_S, RetainAdmission
+
 
 class MemoryBackend(Protocol):
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]: ...
@@ -72,11 +74,13 @@ def load_agent_tokens(path: str | None) -> dict[str, AgentToken] | None:
     raise ValueError(f"{path}: must be a JSON object of agent id -> token or {{\"token\", \"grants\"}}")
 
 
-def json_error(status: int, message: str, field: str | None = None) -> web.Response:
+def json_error(status: int, message: str, field: str | None = None, *,
+               retry_after_s: int | None = None) -> web.Response:
     body: dict[str, Any] = {"error": {"message": message}}
     if field:
         body["error"]["field"] = field
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
 
 
 def bearer_auth(token: str | None, agent_tokens: dict[str, AgentToken | str] | None = None):
@@ -138,7 +142,7 @@ class AdapterMetrics:
         self.recall_latency = Histogram("memplane_adapter_recall_latency_seconds", "Recall handling time.",
                                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0), registry=r)
         self.retains = Counter("memplane_adapter_retains", "Retained entries by outcome "
-                               "(stored, duplicate, tombstoned, empty, refused).", ["outcome"], registry=r)
+                               "(stored, duplicate, tombstoned, empty, refused; busy: a call shed with 503).", ["outcome"], registry=r)
         memories = Gauge("memplane_adapter_memories", "Memories in the loaded indexes.", registry=r)
         memories.set_function(lambda: float(getattr(backend, "loaded_memories", lambda: 0)()))
         queue = Gauge("memplane_adapter_ingest_queue_depth", "Memories waiting for their embedding.", registry=r)
@@ -149,9 +153,16 @@ class AdapterMetrics:
 
 
 def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
-                      agent_tokens: dict[str, AgentToken | str] | None = None) -> web.Application:
+                      agent_tokens: dict[str, AgentToken | str] | None = None,
+                      max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
     app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
     metrics = AdapterMetrics(backend)
+    admission = RetainAdmission(max_retains_in_flight)
+
+    def busy() -> web.Response:
+        metrics.retains.labels("busy").inc()
+        return json_error(503, f"memory service is busy ({admission.limit} retains in hand); "
+                               f"retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S)
 
     async def recall(request: web.Request) -> web.Response:
         req = await parse(request, RecallRequest)
@@ -162,7 +173,12 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
-        outcome = await backend.retain(req)
+        if not admission.admit():
+            return busy()
+        try:
+            outcome = await backend.retain(req)
+        finally:
+            admission.done()
         metrics.retains.labels(outcome).inc()
         return web.Response(status=202, body=orjson.dumps({"status": outcome, "id": req.entry["id"]}),
                             content_type="application/json")
@@ -172,6 +188,14 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
+        if not admission.admit():
+            return busy()
+        try:
+            return await retain_items(batch)
+        finally:
+            admission.done()
+
+    async def retain_items(batch: RetainBatchRequest) -> web.Response:
         results: list[dict[str, Any]] = []
         valid: list[tuple[int, RetainRequest]] = []
         many = getattr(backend, "retain_many", None)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from manifests.agents import memory_manifest, write_agent
+from memory_adapters.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
@@ -135,8 +136,11 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
 @click.option("--agent-tokens", default=None, envvar="MEMPLANE_ADAPTER_AGENT_TOKENS",
               help="JSON file of per-agent tokens: {agent: token} or {agent: {token, grants}}.")
 @click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
+@click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=DEFAULT_MAX_RETAINS_IN_FLIGHT,
+              show_default=True, envvar="MEMPLANE_MAX_RETAINS_IN_FLIGHT",
+              help="Retain calls worked on at once; the next is answered 503 with Retry-After.")
 def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
-                     redaction_rules: Path | None) -> None:
+                     redaction_rules: Path | None, max_retains_in_flight: int) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.server import load_agent_tokens
@@ -150,7 +154,8 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
         raise click.ClickException(str(exc)) from None
     _warn_if_open(host, token or tokens)
     click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
-    app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens)
+    app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens,
+                             max_retains_in_flight=max_retains_in_flight)
     runner.run(runner.serve([runner.Site(app, host, port)]))
 
 

@@ -270,3 +270,35 @@ async def test_memories_round_trip_from_embedded_to_tiered(aiohttp_server, tmp_p
     assert len(listed) == 4
     for said in ("Comet", "Four, and he sleeps on the sofa all day.", "[9:00 am on 3 May, 2024]"):
         assert said in before["memories"][0]["text"] and said in "\n".join(m["text"] for m in after["memories"])
+
+
+async def test_a_busy_service_sheds_a_retain_at_once_with_retry_after_and_takes_it_when_retried(
+        aiohttp_server, tmp_path):
+    """More retain calls than it works on at once: the next is answered 503 + Retry-After at once
+    (not queued until the proxy's 2 s timeout fires and sends it again); resent, it is stored."""
+    server = await aiohttp_server(embedded_app(tmp_path / "mem", max_retains_in_flight=1))
+    url = url_of(server)
+    service = server.app[EMBEDDED_SERVICE]
+    release = asyncio.Event()
+    store_write = service.store.write
+
+    async def slow_write(*args, **kwargs):  # a disk that stalls the first write
+        await release.wait()
+        return await store_write(*args, **kwargs)
+
+    service.store.write = slow_write
+    async with aiohttp.ClientSession() as s:
+        first = asyncio.ensure_future(call(s, url, "/retain", {"agent_id": "b", "entry": entry("hist1_1", "I keep bees")}))
+        await asyncio.sleep(0.05)
+        async with s.post(url + "/retain/batch", json={"agent_id": "b", "items": [
+                {"entry": entry("hist1_2", "The hives are on the roof")}]},
+                timeout=aiohttp.ClientTimeout(total=3)) as r:  # queued instead of shed: a timeout
+            shed = (r.status, r.headers.get("Retry-After"), await r.json())
+        service.store.write = store_write
+        release.set()
+        assert (await first)[0] == 202
+        _, again = await call(s, url, "/retain/batch", {"agent_id": "b", "items": [
+            {"entry": entry("hist1_2", "The hives are on the roof")}]})
+        _, got = await call(s, url, "/recall", {"agent_id": "b", "query": "where are the hives?"})
+    assert shed[0] == 503 and shed[1] == "1" and "busy" in shed[2]["error"]["message"]
+    assert again["results"][0]["status"] == "stored" and "roof" in got["memories"][0]["text"]

@@ -125,8 +125,10 @@ async def test_mongo_down_is_a_clear_503_and_nothing_reaches_redis(tiered_settin
     server = await aiohttp_server(app)
     async with aiohttp.ClientSession() as s:
         st, body = await api(s, "POST", url_of(server) + "/api/memories", json={"agent_id": "m", "key": "k", "value": "v"})
-        st2, _ = await api(s, "POST", url_of(server) + "/retain", json={"agent_id": "m", "entry": entry("hist1_a", "hello there")})
+        async with s.post(url_of(server) + "/retain", json={"agent_id": "m", "entry": entry("hist1_a", "hello there")}) as r:
+            st2, retry_after = r.status, r.headers.get("Retry-After")
     assert st == 503 and "MongoDB" in body["error"]["message"] and st2 == 503
+    assert retry_after is not None and int(retry_after) >= 1  # delivery waits, then sends again
     assert await service.stm.newest("m") == []
 
 

@@ -12,6 +12,7 @@ from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
 from .service import EmbeddedMemory
@@ -38,11 +39,14 @@ async def load_embedder(mode: str, telemetry: Telemetry):
 
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
                        agent_tokens: dict[str, AgentToken] | None = None,
-                       embeddings: str | None = None) -> web.Application:
-    """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS."""
+                       embeddings: str | None = None,
+                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
+    """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS.
+    `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After."""
     mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
-    app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens)
+    app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
+                            max_retains_in_flight=max_retains_in_flight)
     add_api_routes(app, service)
     app[EMBEDDED_SERVICE] = service
 

@@ -19,6 +19,7 @@ from .service import TieredMemory
 from .stm import RedisSTM
 
 TIERED_SERVICE = web.AppKey("tiered_service", TieredMemory)
+LTM_RETRY_AFTER_S = 2  # MongoDB away: ask callers to come back after a server selection would have failed
 
 
 @web.middleware
@@ -27,7 +28,8 @@ async def ltm_unavailable_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except LTMUnavailable:
-        return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored")
+        return json_error(503, "long-term memory store (MongoDB) is unavailable; nothing was stored",
+                          retry_after_s=LTM_RETRY_AFTER_S)
 
 
 def build_service(settings: TieredSettings, telemetry: Telemetry, redactor: Redactor) -> TieredMemory:
@@ -49,7 +51,8 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
     """`service`: an already built one (tests build it to reach its parts); else one from `settings`."""
     if service is None:
         service = build_service(settings, telemetry, redactor)
-    app = build_adapter_app(service, describe(retain_batch=True), token=settings.adapter_token, agent_tokens=settings.agent_tokens)
+    app = build_adapter_app(service, describe(retain_batch=True), token=settings.adapter_token,
+                            agent_tokens=settings.agent_tokens, max_retains_in_flight=settings.max_retains_in_flight)
     app.middlewares.append(ltm_unavailable_middleware)
     add_api_routes(app, service)
     app[TIERED_SERVICE] = service

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS
 
+from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..server import AgentToken, load_agent_tokens
 
 
@@ -32,6 +33,7 @@ class TieredSettings:
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
     agent_tokens: dict[str, AgentToken] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
+    max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT  # MEMPLANE_MAX_RETAINS_IN_FLIGHT: then 503 + Retry-After
 
     @classmethod
     def from_env(cls, **overrides) -> "TieredSettings":
@@ -48,6 +50,7 @@ class TieredSettings:
             key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
             embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
             agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
+            max_retains_in_flight=_int("MEMPLANE_MAX_RETAINS_IN_FLIGHT", cls.max_retains_in_flight),
         )
         for k, v in overrides.items():
             if v is not None:
