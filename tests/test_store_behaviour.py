@@ -169,3 +169,33 @@ async def test_tiered_embeds_at_start_what_a_stopped_process_left_without_a_vect
     async with aiohttp.ClientSession() as s:
         await caught_up(s, url_of(restarted))
         assert await only_line(s, url_of(restarted), "pets cat") == ["I adopted a kitten last spring"]
+
+
+async def test_a_batch_whose_embedding_fails_does_not_stop_the_next(meaning_app, aiohttp_server):
+    from memory_adapters.embedded.app import EMBEDDED_SERVICE
+    from memory_adapters.tiered.app import TIERED_SERVICE
+    app = meaning_app()
+    server = await aiohttp_server(app)
+    url = url_of(server)
+    service = app[EMBEDDED_SERVICE] if EMBEDDED_SERVICE in app else app[TIERED_SERVICE]
+    async with aiohttp.ClientSession() as s:
+        if not (await caught_up(s, url)).get("embeddings"):
+            pytest.skip("the embeddings model could not be loaded here")
+        embed, calls = service.embedder.embed, []
+
+        def broken_once(texts):  # the model fails on the first batch only
+            calls.append(texts)
+            if len(calls) == 1:
+                raise RuntimeError("model crashed")
+            return embed(texts)
+
+        service.embedder.embed = broken_once
+        await post(s, url, "/retain", {"agent_id": "m", "entry": entry(
+            "hist1_k", "I adopted a kitten last spring", "2026-01-10T10:00:00.000Z")})
+        await caught_up(s, url)
+        await post(s, url, "/retain", {"agent_id": "m", "entry": entry(
+            "hist1_r", "The quarterly report is due Friday", "2026-01-10T10:00:01.000Z")})
+        await caught_up(s, url)
+        assert len(calls) == 2
+        assert await only_line(s, url, "work deadline") == ["The quarterly report is due Friday"]  # by meaning
+        assert await only_line(s, url, "kitten") == ["I adopted a kitten last spring"]  # still by its words

@@ -56,7 +56,7 @@ class EmbeddedMemory:
             self.embedder, self.queries, self.backlog = embedder, QueryBatcher(embedder), EmbeddingBacklog(embedder)
         await self.store.open()
         if self.backlog is not None:
-            self._embedder_task = asyncio.create_task(self.backlog.run(self._embed_batch))
+            self._embedder_task = asyncio.create_task(self.backlog.run(self._embed_batch, self._embedding_failed))
 
     async def close(self) -> None:
         if self._embedder_task is not None:
@@ -100,17 +100,17 @@ class EmbeddedMemory:
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
 
+    def _embedding_failed(self, exc: Exception) -> None:
+        """A broken model or store must not stop retains: words still find the memories."""
+        self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+
     async def _embed_batch(self, batch: list[tuple[str, str]]) -> None:
         """Embed memories still indexed; the vectors go into the index, then into SQLite."""
         todo = [(a, self._indexes[a].memories[i]) for a, i in batch
                 if a in self._indexes and i in self._indexes[a].memories]
         if not todo:
             return
-        try:
-            vecs = await self.backlog.embed([m.value for _, m in todo])
-        except Exception as exc:  # a broken model must not stop retains: words still find memories
-            self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
-            return
+        vecs = await self.backlog.embed([m.value for _, m in todo])
         for (agent_id, m), vec in zip(todo, vecs):
             self._indexes[agent_id].add_vector(m.id, vec)
         try:

@@ -158,8 +158,10 @@ class EmbeddingBacklog:
     async def embed(self, texts: list[str]) -> "np.ndarray":
         return await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed, texts)
 
-    async def run(self, handle: Callable[[list[Any]], Awaitable[None]]) -> None:
-        """Hand each batch to `handle` until cancelled; a batch that fails is the handler's to report."""
+    async def run(self, handle: Callable[[list[Any]], Awaitable[None]],
+                  on_error: Callable[[Exception], None]) -> None:
+        """Hand each batch to `handle` until cancelled; a batch that fails goes to `on_error` and the
+        next one is handled as usual (its memories keep being found by their words)."""
         while True:
             batch = [await self._queue.get()]
             while len(batch) < self.BATCH and not self._queue.empty():
@@ -167,6 +169,8 @@ class EmbeddingBacklog:
             self._in_hand = len(batch)
             try:
                 await handle(batch)
+            except Exception as exc:
+                on_error(exc)
             finally:
                 self._in_hand = 0
 

@@ -81,21 +81,21 @@ class TieredMemory:
         if self.backlog is not None:
             for m in await self.ltm.unembedded():  # a process stopped before it embedded them
                 self.backlog.add(m)
-            self.spawn(self.backlog.run(self._embed_batch))
+            self.spawn(self.backlog.run(self._embed_batch, self._embedding_failed))
 
     @property
     def embedding_backlog(self) -> int:
         return len(self.backlog) if self.backlog is not None else 0
 
+    def _embedding_failed(self, exc: Exception) -> None:
+        """A broken model or store must not stop retains: words still find the memories."""
+        self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+
     async def _embed_batch(self, batch: list[StoredMemory]) -> None:
         """Episodes are acknowledged once durable and searchable by their words; their vectors are
         computed here, stored in MongoDB, then loaded by every process's index (the same version
         bump as a write)."""
-        try:
-            vecs = await self.backlog.embed([m.value for m in batch])
-        except Exception as exc:  # a broken model must not stop retains: words still find memories
-            self.telemetry.warning("embedding_failed", error=f"{type(exc).__name__}: {exc}"[:200])
-            return
+        vecs = await self.backlog.embed([m.value for m in batch])
         try:
             await self.ltm.set_vectors([(m, [round(float(x), 5) for x in v]) for m, v in zip(batch, vecs)])
         except LTMUnavailable as exc:  # this process's index still gets them; a restart embeds again
