@@ -263,3 +263,21 @@ async def test_recalled_memories_get_their_access_counted(tiered):
     await service.access.flush()  # what the adapter does within a second, and on shutdown
     fresh = await service.ltm.get(stored.id)
     assert fresh.access_count == 3 and fresh.last_accessed_at is not None
+
+
+async def test_turns_retained_by_an_earlier_version_are_still_duplicates_after_an_upgrade(tiered_settings,
+                                                                                          aiohttp_server):
+    """Earlier versions keyed retained marks by a random id; the idempotency check now looks them
+    up by (agent, entry), so they are rekeyed at start."""
+    from pymongo import MongoClient
+    tiered_settings.embeddings = "off"
+    with MongoClient(tiered_settings.mongo_url) as client:
+        client.get_default_database()["retained_entries"].insert_one(
+            {"agent_id": "old", "entry_id": "hist1_before", "ts": 1.0})  # as the old version wrote it
+    server = await aiohttp_server(build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor()))
+    async with aiohttp.ClientSession() as s:
+        st, again = await api(s, "POST", url_of(server) + "/retain",
+                              json={"agent_id": "old", "entry": entry("hist1_before", "resent after the upgrade")})
+        _, fresh = await api(s, "POST", url_of(server) + "/retain",
+                             json={"agent_id": "old", "entry": entry("hist1_after", "a new turn")})
+    assert st == 202 and again["status"] == "duplicate" and fresh["status"] == "stored"

@@ -12,6 +12,7 @@ from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 
 DUPLICATE_KEY = 11000
+MARKS_REKEYED = "retained_marks_keyed_by_entry"  # memplane_meta: the one-time rekey of old marks is done
 
 
 def _mark_id(agent_id: str, entry_id: str) -> str:
@@ -31,6 +32,7 @@ class MongoLTM:
         self.memories = db["memories"]
         self.retained = db["retained_entries"]
         self.tombstones = db["tombstones"]
+        self.meta = db["memplane_meta"]  # one-time migrations done
 
     async def close(self) -> None:
         await self.client.close()
@@ -270,6 +272,37 @@ class MongoLTM:
         """Memories stored without a vector (a process stopped before it embedded them)."""
         try:
             return [StoredMemory.from_doc(d) async for d in self.memories.find({"embedding": None})]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def rekey_marks(self) -> int:
+        """Give retained marks written by earlier versions (a random `_id`) the key the
+        idempotency lookup uses, so a resent old entry is still a duplicate; returns how many.
+
+        The unique (agent, entry) index forbids old and new side by side, so the old are removed
+        first: a crash in between loses only "duplicate" answers — a resent turn's episodes are
+        upserted by key, never stored twice — and the next start finds nothing left to rekey."""
+        try:
+            if await self.meta.find_one({"_id": MARKS_REKEYED}):
+                return 0
+            old = [d async for d in self.retained.find({}) if not isinstance(d["_id"], str)]  # once, ever
+            if old:
+                await self._rekey(old)
+            await self.meta.update_one({"_id": MARKS_REKEYED}, {"$set": {"at": time.time()}}, upsert=True)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return len(old)
+
+    async def _rekey(self, old: list[dict[str, Any]]) -> None:
+        try:
+            await self.retained.delete_many({"_id": {"$in": [d["_id"] for d in old]}})
+            try:
+                await self.retained.insert_many(
+                    [{**{k: v for k, v in d.items() if k != "_id"}, "_id": _mark_id(d["agent_id"], d["entry_id"])}
+                     for d in old], ordered=False)
+            except BulkWriteError as exc:  # another process rekeyed the same marks: fine
+                if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
+                    raise
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 

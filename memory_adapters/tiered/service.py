@@ -76,6 +76,8 @@ class TieredMemory:
         await self.load_embedder()
         for failure in await self.ltm.ensure_indexes():
             self.telemetry.warning("ltm_index_not_created", detail=failure)
+        if rekeyed := await self.ltm.rekey_marks():
+            self.telemetry.info("retained_marks_rekeyed", count=rekeyed)
         if warm:
             await self.warm_up()
         if self.backlog is not None:
