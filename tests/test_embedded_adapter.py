@@ -279,23 +279,26 @@ async def test_a_busy_service_sheds_a_retain_at_once_with_retry_after_and_takes_
     server = await aiohttp_server(embedded_app(tmp_path / "mem", max_retains_in_flight=1))
     url = url_of(server)
     service = server.app[EMBEDDED_SERVICE]
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
     store_write = service.store.write
 
     async def slow_write(*args, **kwargs):  # a disk that stalls the first write
+        entered.set()
         await release.wait()
         return await store_write(*args, **kwargs)
 
     service.store.write = slow_write
     async with aiohttp.ClientSession() as s:
         first = asyncio.ensure_future(call(s, url, "/retain", {"agent_id": "b", "entry": entry("hist1_1", "I keep bees")}))
-        await asyncio.sleep(0.05)
-        async with s.post(url + "/retain/batch", json={"agent_id": "b", "items": [
-                {"entry": entry("hist1_2", "The hives are on the roof")}]},
-                timeout=aiohttp.ClientTimeout(total=3)) as r:  # queued instead of shed: a timeout
-            shed = (r.status, r.headers.get("Retry-After"), await r.json())
-        service.store.write = store_write
-        release.set()
+        try:
+            await asyncio.wait_for(entered.wait(), 10)  # the first retain is in hand
+            async with s.post(url + "/retain/batch", json={"agent_id": "b", "items": [
+                    {"entry": entry("hist1_2", "The hives are on the roof")}]},
+                    timeout=aiohttp.ClientTimeout(total=3)) as r:  # queued instead of shed: a timeout
+                shed = (r.status, r.headers.get("Retry-After"), await r.json())
+        finally:
+            service.store.write = store_write
+            release.set()
         assert (await first)[0] == 202
         _, again = await call(s, url, "/retain/batch", {"agent_id": "b", "items": [
             {"entry": entry("hist1_2", "The hives are on the roof")}]})
