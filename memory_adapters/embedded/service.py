@@ -46,7 +46,6 @@ class EmbeddedMemory:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, set[str]] = {}
         self.backlog: EmbeddingBacklog | None = None  # (agent, memory id) waiting for a vector
-        self._embedder_task: asyncio.Task | None = None
 
     # -- lifecycle --
 
@@ -56,14 +55,11 @@ class EmbeddedMemory:
             self.embedder, self.queries, self.backlog = embedder, QueryBatcher(embedder), EmbeddingBacklog(embedder)
         await self.store.open()
         if self.backlog is not None:
-            self._embedder_task = asyncio.create_task(self.backlog.run(self._embed_batch, self._embedding_failed))
+            self.backlog.start(self._embed_batch, self._embedding_failed)
 
     async def close(self) -> None:
-        if self._embedder_task is not None:
-            self._embedder_task.cancel()
-            await asyncio.gather(self._embedder_task, return_exceptions=True)
         if self.backlog is not None:
-            self.backlog.close()
+            await self.backlog.stop()
         await self.store.close()
 
     def loaded_memories(self) -> int:

@@ -146,6 +146,8 @@ class EmbeddingBacklog:
         self.embedder = embedder
         self._queue: asyncio.Queue = asyncio.Queue()
         self._in_hand = 0
+        self._stopping = False
+        self._task: asyncio.Task | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-embed",
                                         initializer=_yield_to_serving)
 
@@ -158,11 +160,14 @@ class EmbeddingBacklog:
     async def embed(self, texts: list[str]) -> "np.ndarray":
         return await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed, texts)
 
-    async def run(self, handle: Callable[[list[Any]], Awaitable[None]],
-                  on_error: Callable[[Exception], None]) -> None:
-        """Hand each batch to `handle` until cancelled; a batch that fails goes to `on_error` and the
+    def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
+        """Hand each batch to `handle` until stopped; a batch that fails goes to `on_error` and the
         next one is handled as usual (its memories keep being found by their words)."""
-        while True:
+        self._task = asyncio.create_task(self._run(handle, on_error))
+
+    async def _run(self, handle: Callable[[list[Any]], Awaitable[None]],
+                   on_error: Callable[[Exception], None]) -> None:
+        while not self._stopping:
             batch = [await self._queue.get()]
             while len(batch) < self.BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
@@ -174,7 +179,17 @@ class EmbeddingBacklog:
             finally:
                 self._in_hand = 0
 
-    def close(self) -> None:
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Let the batch in hand finish — its vectors are saved, and a database write cancelled
+        halfway can leave the driver's connection in doubt — then stop; what is still queued is
+        embedded at the next start (both stores find memories without a vector)."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            if self._in_hand:
+                await asyncio.wait([task], timeout=grace_s)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

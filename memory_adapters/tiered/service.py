@@ -83,7 +83,7 @@ class TieredMemory:
         if self.backlog is not None:
             for m in await self.ltm.unembedded():  # a process stopped before it embedded them
                 self.backlog.add(m)
-            self.spawn(self.backlog.run(self._embed_batch, self._embedding_failed))
+            self.backlog.start(self._embed_batch, self._embedding_failed)
 
     @property
     def embedding_backlog(self) -> int:
@@ -119,12 +119,12 @@ class TieredMemory:
         return count
 
     async def close(self) -> None:
+        if self.backlog is not None:
+            await self.backlog.stop()
         await self.access.close()
         for t in list(self._background):
             t.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.backlog is not None:
-            self.backlog.close()
         await self.stm.close()
         await self.ltm.close()
 
