@@ -8,12 +8,15 @@ shed call costs one round trip and loses nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 DEFAULT_MAX_RETAINS_IN_FLIGHT = 32  # retain calls (single or batch) a service works on at once
 RETRY_AFTER_S = 1
 
 
 class RetainAdmission:
-    """Counts retain calls in hand; `admit()` is False once `limit` are."""
+    """Counts retain calls in hand; `slot()` admits one while fewer than `limit` are."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -21,11 +24,14 @@ class RetainAdmission:
         self.limit = limit
         self.in_flight = 0
 
-    def admit(self) -> bool:
+    @contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Yields whether this call was admitted; an admitted call holds its place until it ends."""
         if self.in_flight >= self.limit:
-            return False
+            yield False
+            return
         self.in_flight += 1
-        return True
-
-    def done(self) -> None:
-        self.in_flight -= 1
+        try:
+            yield True
+        finally:
+            self.in_flight -= 1

@@ -173,12 +173,10 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
-        if not admission.admit():
-            return busy()
-        try:
+        with admission.slot() as admitted:
+            if not admitted:
+                return busy()
             outcome = await backend.retain(req)
-        finally:
-            admission.done()
         metrics.retains.labels(outcome).inc()
         return web.Response(status=202, body=orjson.dumps({"status": outcome, "id": req.entry["id"]}),
                             content_type="application/json")
@@ -188,12 +186,8 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
-        if not admission.admit():
-            return busy()
-        try:
-            return await retain_items(batch)
-        finally:
-            admission.done()
+        with admission.slot() as admitted:
+            return await retain_items(batch) if admitted else busy()
 
     async def retain_items(batch: RetainBatchRequest) -> web.Response:
         results: list[dict[str, Any]] = []

@@ -35,12 +35,12 @@ from .sqlite_store import SQLiteStore
 
 
 class EmbeddedMemory:
-    def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry, embedder: Any = None) -> None:
+    def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry) -> None:
         self.store = store
         self.redactor = redactor
         self.telemetry = telemetry
-        self.embedder = embedder  # engine.dense.Embedder, or None for lexical recall only
-        self.queries = QueryBatcher(embedder) if embedder is not None else None
+        self.embedder: Any = None  # engine.dense.Embedder once `start` is given one; else lexical recall only
+        self.queries: QueryBatcher | None = None  # embeds recall queries, with the embedder
         self._indexes: dict[str, AgentIndex] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._locks: dict[str, asyncio.Lock] = {}

@@ -122,9 +122,6 @@ class Embedder:
                     self._cache.popitem(last=False)
         return [found[t] for t in texts]
 
-    def embed_query(self, text: str) -> "np.ndarray":
-        return self.embed_queries([text])[0]
-
 
 def _yield_to_serving() -> None:
     """Run this worker thread at a lower CPU priority (Linux: nice applies per thread), so that
@@ -304,24 +301,30 @@ class VectorIndex:
         if n == 0 or query is None:
             return []
         k = min(k, n)
+        return self._best(*self._candidates(query, n, k), k)
+
+    def _candidates(self, query: Any, n: int, k: int) -> tuple[Any, Any]:
+        """Rows worth scoring and their cosines: every row up to EXACT_UP_TO, else the prefilter's."""
         if n <= self.EXACT_UP_TO or not hasattr(np, "bitwise_count"):
-            rows = np.arange(n)
-            scores = self.matrix[:n] @ query
-        else:
-            signs = self._signs(query)
-            distance = np.bitwise_count(self.bits[0, :n] ^ signs[0]).astype(np.uint16)
-            for w in range(1, self.words):
-                distance += np.bitwise_count(self.bits[w, :n] ^ signs[w])
-            if self.removed:
-                distance[self.dead[:n]] = self.dim + 1
-            # the closest `pool` rows by a histogram cut: cheaper than a partition of n
-            pool = min(n, max(k, self.RESCORED))
-            cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), pool))
-            rows = np.flatnonzero(distance <= cutoff)
-            scores = self.matrix[rows] @ query
+            return np.arange(n), self.matrix[:n] @ query
+        signs = self._signs(query)
+        distance = np.bitwise_count(self.bits[0, :n] ^ signs[0]).astype(np.uint16)
+        for w in range(1, self.words):
+            distance += np.bitwise_count(self.bits[w, :n] ^ signs[w])
+        if self.removed:
+            distance[self.dead[:n]] = self.dim + 1
+        # the closest `pool` rows by a histogram cut: cheaper than a partition of n
+        pool = min(n, max(k, self.RESCORED))
+        cutoff = int(np.searchsorted(np.cumsum(np.bincount(distance)), pool))
+        rows = np.flatnonzero(distance <= cutoff)
+        return rows, self.matrix[rows] @ query
+
+    def _best(self, rows: Any, scores: Any, k: int) -> list[tuple[str, float]]:
+        """The `k` best of `scores` (cosines of `rows`), best first, removed rows left out."""
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        return [(self.ids[rows[i]], float(scores[i])) for i in top if self.ids[rows[i]] is not None]
+        ids = self.ids
+        return [(ids[rows[i]], float(scores[i])) for i in top.tolist() if ids[rows[i]] is not None]
 
     def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` by cosine with the mean and standard deviation of cosine over the live rows
@@ -333,12 +336,7 @@ class VectorIndex:
             return self.search(query, k), *_moments(self._sampled() @ query)
         scores = self.matrix[:n] @ query  # one product serves both the top k and the moments
         live = scores[~self.dead[:n]] if self.removed else scores
-        k = min(k, n)
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top])]
-        ids = self.ids
-        return [(ids[i], float(scores[i])) for i in top.tolist() if ids[i] is not None], *_moments(live)
-
+        return self._best(np.arange(n), scores, min(k, n)), *_moments(live)
 
     def _sampled(self) -> Any:
         """An evenly spread sample of the live rows, copied contiguous once per change of the index

@@ -24,6 +24,21 @@ class LTMUnavailable(Exception):
     """MongoDB could not be reached; callers answer 503."""
 
 
+async def _insert_new(collection: Any, docs: list[dict[str, Any]]) -> set[int]:
+    """Insert `docs` in one unordered write; returns the positions of those that already existed
+    (duplicate key). Any other failure is MongoDB being unavailable."""
+    try:
+        await collection.insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if any(e.get("code") != DUPLICATE_KEY for e in errors):
+            raise LTMUnavailable(str(exc)[:300]) from None
+        return {e["index"] for e in errors}
+    except PyMongoError as exc:
+        raise LTMUnavailable(str(exc)) from None
+    return set()
+
+
 class MongoLTM:
     def __init__(self, url: str, *, timeout_ms: int = 3000) -> None:
         self.client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms,
@@ -232,15 +247,9 @@ class MongoLTM:
         session, key) — a batch resent after a crash between its writes — are upserted instead."""
         if not memories:
             return
-        try:
-            await self.memories.insert_many([m.to_doc() for m in memories], ordered=False)
+        failed = await _insert_new(self.memories, [m.to_doc() for m in memories])
+        if not failed:
             return
-        except BulkWriteError as exc:
-            failed = {e["index"] for e in exc.details.get("writeErrors", []) if e.get("code") == DUPLICATE_KEY}
-            if len(failed) < len(exc.details.get("writeErrors", [])):
-                raise LTMUnavailable(str(exc)[:300]) from None
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
         ops = []
         for m in (memories[i] for i in sorted(failed)):
             doc = m.to_doc()
@@ -287,24 +296,14 @@ class MongoLTM:
                 return 0
             old = [d async for d in self.retained.find({}) if not isinstance(d["_id"], str)]  # once, ever
             if old:
-                await self._rekey(old)
+                await self.retained.delete_many({"_id": {"$in": [d["_id"] for d in old]}})
+                # a mark another process rekeyed at the same time already exists: fine
+                await _insert_new(self.retained, [{**{k: v for k, v in d.items() if k != "_id"},
+                                                   "_id": _mark_id(d["agent_id"], d["entry_id"])} for d in old])
             await self.meta.update_one({"_id": MARKS_REKEYED}, {"$set": {"at": time.time()}}, upsert=True)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
         return len(old)
-
-    async def _rekey(self, old: list[dict[str, Any]]) -> None:
-        try:
-            await self.retained.delete_many({"_id": {"$in": [d["_id"] for d in old]}})
-            try:
-                await self.retained.insert_many(
-                    [{**{k: v for k, v in d.items() if k != "_id"}, "_id": _mark_id(d["agent_id"], d["entry_id"])}
-                     for d in old], ordered=False)
-            except BulkWriteError as exc:  # another process rekeyed the same marks: fine
-                if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
-                    raise
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
 
     async def mark_retained_many(self, agent_id: str, entry_ids: list[str]) -> None:
         """Record entries as retained: one unordered insert keyed by (agent, entry); an entry
@@ -312,14 +311,8 @@ class MongoLTM:
         if not entry_ids:
             return
         now = time.time()
-        try:
-            await self.retained.insert_many([{"_id": _mark_id(agent_id, e), "agent_id": agent_id, "entry_id": e,
-                                              "ts": now} for e in entry_ids], ordered=False)
-        except BulkWriteError as exc:
-            if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
-                raise LTMUnavailable(str(exc)[:300]) from None
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
+        await _insert_new(self.retained, [{"_id": _mark_id(agent_id, e), "agent_id": agent_id, "entry_id": e,
+                                           "ts": now} for e in entry_ids])
 
     async def tombstone(self, agent_id: str, entry_ids: list[str], reason: str) -> None:
         try:
