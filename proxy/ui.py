@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import aiohttp
 from aiohttp import web
@@ -147,7 +147,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         if memory_id:  # memories written through the REST API (and what is left of the turn's)
             try:
                 with transport_errors():
-                    async with state.session.delete(f"{manifest.base_url}/api/memories/{memory_id}",
+                    async with state.session.delete(f"{manifest.base_url}/api/memories/{quote(memory_id, safe='')}",
                                                     headers=manifest.headers(),
                                                     timeout=aiohttp.ClientTimeout(total=5)) as r:
                         await r.read()

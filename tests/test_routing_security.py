@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
+import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from manifests.agents import write_agent
+from tests.conftest import url_of
 
 
 async def raw_request(url: str, method: str, path: str, token: str, body: bytes = b"") -> tuple[int, dict]:
@@ -93,3 +96,25 @@ async def test_allowed_models_are_enforced_on_turns_and_pass_through(stack):
     assert len(stack.provider.received) == before and stack.ledger("limited") == []
     ok = orjson.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
     assert (await raw_request(stack.proxy_url, "POST", "/v1/chat/completions", token, ok))[0] == 200
+
+
+async def test_a_hostile_memory_id_in_the_inspector_cannot_reach_another_route_of_the_memory_service(
+        make_stack, aiohttp_server):
+    """The inspector deletes a REST memory by id; an id full of dot-segments stays one path segment."""
+    seen: list[tuple[str, str]] = []
+
+    async def record(request):
+        seen.append((request.method, request.raw_path))
+        return web.Response(status=404)
+
+    service = web.Application()
+    service.router.add_route("*", "/{tail:.*}", record)
+    memory = await aiohttp_server(service)
+    stack = await make_stack(admin_token="inspector-admin-token")
+    stack.add_agent("ui-agent", url_of(memory))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{stack.proxy_url}/memplane/ui/agents/ui-agent/forget",
+                          data={"memory_id": "../../retain?x=1#y"}, allow_redirects=False,
+                          headers={"Authorization": "Bearer inspector-admin-token"}) as r:
+            assert r.status == 303
+    assert seen == [("DELETE", "/api/memories/..%2F..%2Fretain%3Fx=1%23y")]  # one segment, on the wire
