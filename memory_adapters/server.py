@@ -29,6 +29,13 @@ from memplane_core.contract import (
     RetainBatchRequest,
     RetainRequest,
 )
+from memplane_core.local_trust import (
+    HOST_REFUSED_STATUS,
+    cross_site,
+    is_json_content_type,
+    is_loopback_host,
+    is_loopback_ip,
+)
 
 from .admission import DEFAULT_MAX_RETAINS_IN_FLIGHT, RETRY_AFTER_S, RetainAdmission
 
@@ -81,6 +88,39 @@ def json_error(status: int, message: str, field: str | None = None, *,
         body["error"]["field"] = field
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def local_guard(tokenless: bool):
+    """Loopback is not an identity (DESIGN.md, "Local defaults"): web pages in the operator's
+    browser are loopback callers too. Refused before auth or parsing: a request a browser made
+    for another site (403), a tokenless service reached under a name that is not loopback's
+    (421: DNS rebinding), and a body that is not `application/json` (415: a cross-site form or
+    `text/plain` fetch needs no CORS preflight)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        host = request.headers.get("Host")
+        if tokenless and is_loopback_ip(request.remote) and not is_loopback_host(host):
+            return json_error(HOST_REFUSED_STATUS, "this service answers loopback callers only under a loopback "
+                                                   "name (localhost, 127.0.0.1, [::1]); set a token to serve others",
+                              "Host")
+        why = cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"), host)
+        if why is not None:
+            return json_error(403, f"cross-site browser requests are refused ({why})", "Origin")
+        if request.method in BODY_METHODS and not is_json_content_type(request.headers.get("Content-Type")):
+            return json_error(415, "the body must be sent as Content-Type: application/json", "Content-Type")
+        return await handler(request)
+
+    return middleware
+
+
+def public_health(doc: dict[str, Any]) -> dict[str, Any]:
+    """`/health` answers without auth: no file paths or URLs (a path tells where the memories live)."""
+    return {k: v for k, v in doc.items()
+            if k != "data_dir" and not (isinstance(v, str) and ("/" in v or "\\" in v))}
 
 
 def bearer_auth(token: str | None, agent_tokens: dict[str, AgentToken | str] | None = None):
@@ -155,7 +195,8 @@ class AdapterMetrics:
 def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
                       agent_tokens: dict[str, AgentToken | str] | None = None,
                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
-    app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
+    app = web.Application(middlewares=[local_guard(not token and not agent_tokens), bearer_auth(token, agent_tokens)],
+                          client_max_size=32 * 1024 * 1024)
     metrics = AdapterMetrics(backend)
     admission = RetainAdmission(max_retains_in_flight)
 
@@ -223,7 +264,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         return web.Response(status=204)
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response(await backend.health())
+        return web.json_response(public_health(await backend.health()))
 
     async def describe(request: web.Request) -> web.Response:
         return web.json_response(descriptor)
