@@ -193,7 +193,7 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
     import urllib.error
     import urllib.request
 
-    from .explain import render_text
+    from .explain import json_terminal_safe, render_text, terminal_safe
 
     req = urllib.request.Request(f"{url.rstrip('/')}/memplane/turns/{turn_id}",
                                  headers={"Authorization": f"Bearer {admin_token}"} if admin_token else {})
@@ -205,10 +205,11 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
             message = orjson.loads(exc.read())["error"]["message"]
         except Exception:
             message = exc.reason
-        raise click.ClickException(f"{exc.code}: {message}") from None
+        raise click.ClickException(terminal_safe(f"{exc.code}: {message}")) from None
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if as_json else render_text(doc))
+    click.echo(json_terminal_safe(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()) if as_json
+               else render_text(doc))
 
 
 def _rest_target(service: str, url: str | None, token: str | None, context_root: Path, agent: str):

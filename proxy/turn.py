@@ -128,11 +128,15 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                               status="succeeded", status_code=outcome.status_code,
                               latency_ms=outcome.latency_ms, blocks=len(policy.memories),
                               bytes_=injected, removed=policy.memory_removed, **extra)
+    # the explanation shows what the block showed: policy-redacted text, never the recalled raw text
+    kept = iter(policy.memories)
     detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
               "tokens": tokens,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
-                            "id": m.get("id"), "text": str(m.get("text"))[:500], "decision": decision}
+                            "id": m.get("id"), "decision": decision,
+                            "text": (next(kept).text if decision == "injected"
+                                     else redact.text(str(m.get("text"))[:2000])[0])[:500]}
                            for m, decision in zip(outcome.memories, policy.decisions)]}
     return body, RecallSummary("succeeded", len(policy.memories), policy.memory_removed, outcome.latency_ms, detail)
 
