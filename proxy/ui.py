@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, OPERATOR_GATE, Operator, OperatorGate, OperatorRefused, install
+from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from .explain import explanation
 from .ledger import append_tombstones
 from .memory_ops import remote_forget
@@ -99,10 +99,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             try:
                 response = await handler(request)
-            except OperatorRefused as exc:
-                response = _page("error.html", status=exc.status, message=exc.message)
-                response.headers.update(exc.headers)
-            except PageError as exc:
+            except (OperatorRefused, PageError) as exc:
                 response = _page("error.html", status=exc.status, message=exc.message)
                 response.headers.update(exc.headers)
             if CSRF_COOKIE not in request.cookies and NEW_CSRF_COOKIE in request:
@@ -212,7 +209,8 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             raise PageError(404, "No such agent.")
         q = request.query.get("q", "").strip()
         found, error = await memories(state, ctx, agent_id, q)
-        return render(request, operator, "agent.html", agent=agent_id, turns=state.explanations.recent(agent_id, limit=50),
+        return render(request, operator, "agent.html", agent=agent_id,
+                      turns=state.explanations.recent(agent_id, limit=50),
                      memories=found, memories_error=error, q=q, notice=request.query.get("notice"),
                      service=ctx.memory.service if ctx.memory else None)
 
