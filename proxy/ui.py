@@ -137,10 +137,18 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         gate.check_csrf(request, operator, str(form.get("csrf", "")))
         return form
 
+    def no_login_needed(request: web.Request) -> None:
+        """Without an admin token there is nothing to log in with: on to the pages (Host-checked)."""
+        if not request.app[state_key].settings.admin_token:
+            guard(request)
+            raise web.HTTPSeeOther("/memplane/ui/")
+
     async def login_form(request: web.Request) -> web.Response:
+        no_login_needed(request)
         return render(request, None, "login.html", error=None)
 
     async def login(request: web.Request) -> web.Response:
+        no_login_needed(request)
         form = await checked_form(request, None)
         sid = gate.login(request, str(form.get("token", "")))
         if sid is None:
@@ -266,6 +274,9 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             raise PageError(404, "No such turn (explanations are kept for the most recent turns).")
         return render(request, operator, "turn.html", t=doc, retain_state=doc.get("retain_state"))
 
+    async def to_the_agents(request: web.Request) -> web.Response:
+        raise web.HTTPMovedPermanently("/memplane/ui/")
+
     async def not_found(request: web.Request) -> web.Response:
         guard(request)
         raise PageError(404, "No such inspector page.")
@@ -273,6 +284,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
     app.router.add_get("/memplane/ui/login", page(login_form))
     app.router.add_post("/memplane/ui/login", page(login))
     app.router.add_post("/memplane/ui/logout", page(logout))
+    app.router.add_get("/memplane/ui", page(to_the_agents))
     app.router.add_get("/memplane/ui/", page(agents))
     app.router.add_get("/memplane/ui/agents/{agent}", page(agent))
     app.router.add_post("/memplane/ui/agents/{agent}/forget", page(forget))

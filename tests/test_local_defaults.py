@@ -176,11 +176,12 @@ async def test_dns_rebinding_cannot_read_the_proxys_operator_routes(stack):
     await stack.openai("agent").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     [turn] = stack.state.explanations.recent("agent")
     for path in ("/metrics", f"/memplane/turns/{turn['turn_id']}", "/memplane/ui/", "/memplane/ui/agents/agent",
-                 f"/memplane/ui/turns/{turn['turn_id']}"):
+                 f"/memplane/ui/turns/{turn['turn_id']}", "/memplane/ui/nope"):
         status, _, body = await raw(stack.proxy_url, "GET", path, host=f"{REBIND}:8080")
         assert status == 421, path
         assert turn["turn_id"].encode() not in body and b"memplane_recall" not in body
-        assert (await raw(stack.proxy_url, "GET", path, host="localhost:8080"))[0] == 200, path
+        assert (await raw(stack.proxy_url, "GET", path, host="localhost:8080"))[0] == (404 if "nope" in path else 200)
+    assert (await raw(stack.proxy_url, "GET", "/memplane/ui/login", host=REBIND))[0] == 421
     # agents authenticate with their token: SDKs keep working whatever name they use
     status, _, _ = await raw(stack.proxy_url, "POST", "/v1/chat/completions",
                              orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
