@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -20,7 +21,7 @@ from memplane_core.telemetry import Telemetry
 from .config import ProxySettings
 from .errors import ProxyError
 from .rate_limit import retry_after_header
-from .sessions import FailureThrottle, SessionStore
+from .sessions import MAX_CLIENTS, FailureThrottle, SessionStore
 
 COOKIE = "memplane_admin"  # the login session id (random per login)
 CSRF_COOKIE = "memplane_csrf"  # binds CSRF tokens to a browser before (or without) a session
@@ -63,6 +64,8 @@ class OperatorGate:
         self.sessions = sessions or SessionStore()
         self.throttle = throttle or FailureThrottle()
         self._csrf_key = secrets.token_bytes(32)
+        self._refused: dict[str, int] = {}  # attempts refused while throttled, per address
+        self._refused_logged: dict[str, float] = {}
 
     # -- who is calling --
 
@@ -91,8 +94,18 @@ class OperatorGate:
         return None
 
     def check_throttle(self, request: web.Request) -> None:
-        wait = self.throttle.blocked(request.remote or "")
+        client = request.remote or ""
+        wait = self.throttle.blocked(client)
         if wait:
+            self._refused[client] = self._refused.get(client, 0) + 1
+            if self._refused[client] == 1 or time.monotonic() - self._refused_logged.get(client, 0.0) >= 60:
+                # logged once a minute per address, with the count: guessing goes on, the log stays small
+                self.telemetry.warning("operator_auth_throttled", client=client, path=request.path,
+                                       refused=self._refused[client], retry_after_s=round(wait, 1))
+                self._refused_logged[client] = time.monotonic()
+                if len(self._refused_logged) > MAX_CLIENTS:
+                    self._refused.clear()
+                    self._refused_logged.clear()
             raise OperatorRefused(429, "Too many failed admin token attempts from this address; try again later.",
                                   {"Retry-After": retry_after_header(wait)})
 

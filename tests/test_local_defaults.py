@@ -334,6 +334,8 @@ async def test_guessing_the_admin_token_is_throttled_and_logged(make_stack):
     failures = [ln for ln in stack.log_lines() if ln.get("event") == "operator_auth_failed"]
     assert len(failures) == 5 and {f["client"] for f in failures} == {"127.0.0.1"}
     assert all(f["via"] == "bearer" and f["path"] == "/metrics" for f in failures)
+    [throttled] = [ln for ln in stack.log_lines() if ln.get("event") == "operator_auth_throttled"]
+    assert throttled["client"] == "127.0.0.1" and throttled["refused"] == 1  # once a minute, with a count
     assert "guess-" not in stack.log.getvalue() and "the-admin-token" not in stack.log.getvalue()
 
 
