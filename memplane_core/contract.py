@@ -7,12 +7,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .ids import AGENT_ID_PATTERN
+from .instants import OutOfRange, parse_instant
 
 # The contract's defaults (CONTRACT §2, §5): what a manifest or a recall body that says nothing means.
 DEFAULT_RECALL_TIMEOUT_MS = 300
 DEFAULT_WRITE_TIMEOUT_MS = 2000  # retain and forget
 DEFAULT_BUDGET_TOKENS = 3000
 DEFAULT_MAX_BLOCKS = 8
+# memplane's services refuse a forget naming more entries (400): one call's cost stays bounded,
+# and the CLI splits larger requests into calls of at most this many.
+MAX_FORGET_IDS = 1000
 
 
 class _Body(BaseModel):
@@ -54,6 +58,14 @@ class RetainRequest(_Body):
     def _entry_has_id(cls, entry: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(entry.get("id"), str) or not entry["id"]:
             raise ValueError("entry.id must be a non-empty string")
+        ts = entry.get("ts")
+        if isinstance(ts, str):
+            try:
+                parse_instant(ts)
+            except OutOfRange as exc:
+                raise ValueError(f"entry.ts: {exc}") from None
+            except ValueError:
+                pass  # an unreadable stamp is ignored, as before: the engine uses the time of receipt
         return entry
 
 
@@ -70,7 +82,7 @@ class RetainBatchRequest(_Body):
 class ForgetRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
-    entry_ids: list[str] = Field(min_length=1)
+    entry_ids: list[str] = Field(min_length=1, max_length=MAX_FORGET_IDS)
     reason: str = ""
 
 
