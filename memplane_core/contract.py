@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, with_config
+from typing_extensions import Required, TypedDict
 
 from .ids import AGENT_ID_PATTERN
 from .instants import OutOfRange, parse_instant
@@ -47,26 +48,33 @@ class RecalledMemory(BaseModel):
     id: str | None = None
 
 
+def _entry_time(ts: Any) -> Any:
+    """A ledger stamp out of range is refused; one that does not read as a time is left to the
+    service, which uses the time of receipt (as before)."""
+    if isinstance(ts, str):
+        try:
+            parse_instant(ts)
+        except OutOfRange:
+            raise
+        except ValueError:
+            pass
+    return ts
+
+
+@with_config(ConfigDict(extra="allow"))
+class RetainEntry(TypedDict, total=False):
+    """The fields of a ledger entry (CONTRACT §6) a service relies on; the rest is kept as sent
+    (the model gives a plain dict, and a 400 names `entry.id` or `entry.ts`)."""
+
+    id: Required[Annotated[str, Field(min_length=1)]]
+    ts: Annotated[Any, AfterValidator(_entry_time)]
+
+
 class RetainRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    entry: dict[str, Any]
-
-    @field_validator("entry")
-    @classmethod
-    def _entry_has_id(cls, entry: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(entry.get("id"), str) or not entry["id"]:
-            raise ValueError("entry.id must be a non-empty string")
-        ts = entry.get("ts")
-        if isinstance(ts, str):
-            try:
-                parse_instant(ts)
-            except OutOfRange as exc:
-                raise ValueError(f"entry.ts: {exc}") from None
-            except ValueError:
-                pass  # an unreadable stamp is ignored, as before: the engine uses the time of receipt
-        return entry
+    entry: RetainEntry
 
 
 class RetainBatchRequest(_Body):

@@ -84,7 +84,7 @@ async def test_a_retain_with_an_entry_time_out_of_range_is_refused_and_one_bad_b
     async with aiohttp.ClientSession() as s:
         status, body = await post(s, service_url, "/retain", {
             "agent_id": "mallory", "entry": entry("hist1_bad", "I like poison", ts=YEAR_ONE_EAST)})
-        assert status == 400 and "entry.ts" in body["error"]["message"]
+        assert status == 400 and body["error"]["field"] == "entry.ts" and "out of range" in body["error"]["message"]
         status, body = await post(s, service_url, "/retain/batch", {"agent_id": "bob", "items": [
             {"entry": entry("hist1_1", "My cat is called Miso")},
             {"entry": entry("hist1_2", "I like poison", ts=YEAR_9999_WEST)},
@@ -92,7 +92,7 @@ async def test_a_retain_with_an_entry_time_out_of_range_is_refused_and_one_bad_b
         assert status == 200
         codes = [(r["id"], r["code"]) for r in body["results"]]
         assert codes == [("hist1_1", 202), ("hist1_2", 400), ("hist1_3", 202)]
-        assert "entry.ts" in body["results"][1]["error"]
+        assert body["results"][1]["field"] == "items.1.entry.ts" and "out of range" in body["results"][1]["error"]
         _, got = await post(s, service_url, "/recall", {"agent_id": "bob", "query": "which instrument do I play?"})
         assert "cello" in str(got)
         _, listed = await get(s, service_url, "/api/memories", agent_id="bob")
