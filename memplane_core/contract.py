@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, with_config
-from typing_extensions import Required, TypedDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, with_config
+from typing_extensions import TypedDict
 
 from .ids import AGENT_ID_PATTERN
 from .instants import OutOfRange, parse_instant
@@ -63,10 +63,9 @@ def _entry_time(ts: Any) -> Any:
 
 @with_config(ConfigDict(extra="allow"))
 class RetainEntry(TypedDict, total=False):
-    """The fields of a ledger entry (CONTRACT §6) a service relies on; the rest is kept as sent
-    (the model gives a plain dict, and a 400 names `entry.id` or `entry.ts`)."""
+    """A ledger entry (CONTRACT §6): the rest is kept as sent (the model gives a plain dict), and
+    a time out of range is a 400 naming `entry.ts`."""
 
-    id: Required[Annotated[str, Field(min_length=1)]]
     ts: Annotated[Any, AfterValidator(_entry_time)]
 
 
@@ -75,6 +74,13 @@ class RetainRequest(_Body):
     pod: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
     entry: RetainEntry
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_has_id(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(entry.get("id"), str) or not entry["id"]:
+            raise ValueError("entry.id must be a non-empty string")
+        return entry
 
 
 class RetainBatchRequest(_Body):

@@ -270,7 +270,7 @@ async def test_a_forget_over_the_cap_is_refused_and_the_cli_path_splits_a_large_
 
         ids = [f"hist1_x{i}" for i in range(2400)] + ["hist1_2"]
         manifest = MemoryManifest.from_doc({"service": "mem", "base_url": service_url,
-                                                  "forget": {"path": "/forget"}})
+                                                  "forget": {"path": "/forget", "timeout_ms": 60000}})
         log = io.StringIO()
         result = await remote_forget(s, Telemetry(make_logger(log)), manifest, "ann", "", ids, "gdpr")
         assert result == "ok"

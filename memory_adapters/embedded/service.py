@@ -23,6 +23,7 @@ from memplane_core.contract import (
     RecallRequest,
     RetainRequest,
 )
+from memplane_core.instants import epoch_ok
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
@@ -198,7 +199,9 @@ class EmbeddedMemory:
         async with self._lock(m.agent_id):
             old = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if old is not None:
-                m.id, m.created_at = old.id, old.created_at
+                m.id = old.id
+                if epoch_ok(old.created_at):  # a row an older version wrote with a bad time is healed
+                    m.created_at = old.created_at
             m.value, _ = self.redactor.text(m.value)
             await self.store.write([m])
             idx.put(m)

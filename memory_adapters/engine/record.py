@@ -90,6 +90,12 @@ class StoredMemory:
         """A stored row, its types and times checked: a row written by an older version (or by
         hand) that the engine could not index or show raises ValueError here, on load, so the
         store skips that one row instead of failing the agent's index."""
+        if isinstance(data, dict) and data.get("embedding") is not None:
+            # a vector is checked by the index that takes it (numpy), not float by float here
+            vector = data["embedding"]
+            m = _CHECK.validate_python({**data, "embedding": None})
+            m.embedding = vector if isinstance(vector, list) else None
+            return m
         return _CHECK.validate_python(data)
 
     @classmethod

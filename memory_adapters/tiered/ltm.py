@@ -338,19 +338,14 @@ class MongoLTM:
                                            "ts": now} for e in entry_ids])
 
     async def tombstone(self, agent_id: str, entry_ids: list[str], reason: str) -> None:
-        """One unordered bulk write (a forget's cost follows its ids, in one round trip)."""
+        """One unordered insert keyed by (agent, entry), like retained marks: a forget's cost
+        follows its ids, in one round trip; an entry tombstoned already (by any version: the
+        unique (agent, entry) index) keeps its first reason."""
         if not entry_ids:
             return
         now = time.time()
-        try:
-            await self.tombstones.bulk_write(
-                [UpdateOne({"agent_id": agent_id, "entry_id": eid}, {"$setOnInsert": {"reason": reason, "ts": now}},
-                           upsert=True) for eid in dict.fromkeys(entry_ids)], ordered=False)
-        except BulkWriteError as exc:  # two forgets of one entry at once: one upsert loses the race
-            if any(e.get("code") != DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
-                raise LTMUnavailable(str(exc)[:300]) from None
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
+        await _insert_new(self.tombstones, [{"_id": _mark_id(agent_id, e), "agent_id": agent_id, "entry_id": e,
+                                             "reason": reason, "ts": now} for e in dict.fromkeys(entry_ids)])
 
     async def tombstoned(self, agent_id: str) -> set[str]:
         try:
