@@ -23,7 +23,7 @@ from memory_adapters.embedded.sqlite_store import SQLiteStore
 from memory_adapters.engine.record import StoredMemory
 from memplane_core.contract import MAX_FORGET_IDS
 
-from .harness import QUICK, table, write_results
+from .harness import QUICK, mongo, table, write_results
 
 
 def episode(agent: str, n: int) -> StoredMemory:
@@ -66,6 +66,36 @@ async def timed_forget(store: SQLiteStore, agent: str, ids: list[str], legacy: b
     return time.perf_counter() - t0, waited, len(removed)
 
 
+async def tiered_forget(memories: int, ids: int) -> dict | None:
+    """The same on MongoDB (the stand-in unless MEMPLANE_TEST_MONGO_URL): the earlier tombstones,
+    one upsert per id, against the one unordered insert; memories found by the `agent_sources` index."""
+    from memory_adapters.tiered.ltm import MongoLTM
+
+    with tempfile.TemporaryDirectory(prefix="memplane-forget-mongo-") as tmp, mongo(Path(tmp)) as url:
+        if url is None:
+            return None
+        ltm = MongoLTM(url)
+        await ltm.ensure_indexes()
+        for i in range(0, memories, 2000):
+            await ltm.upsert_many([episode("big", n) for n in range(i, min(memories, i + 2000))])
+        out = {}
+        for legacy in (True, False):
+            start = 0 if legacy else ids
+            chosen = [f"hist1_{n}" for n in range(start, start + ids)]
+            t0 = time.perf_counter()
+            if legacy:
+                for eid in chosen:
+                    await ltm.tombstones.update_one({"agent_id": "big", "entry_id": eid},
+                                                    {"$setOnInsert": {"reason": "bench", "ts": time.time()}}, upsert=True)
+            else:
+                await ltm.tombstone("big", chosen, "bench")
+            found = await ltm.by_source("big", chosen)
+            await ltm.delete(found)
+            out["upserts" if legacy else "insert"] = {"ms": (time.perf_counter() - t0) * 1000, "removed": len(found)}
+        await ltm.close()
+    return out
+
+
 async def main(memories: int, ids: int) -> dict:
     rows, out = [], {}
     with tempfile.TemporaryDirectory(prefix="memplane-forget-") as tmp:
@@ -91,7 +121,13 @@ async def main(memories: int, ids: int) -> dict:
     print(f"summary: {ids} ids on {memories:,} memories: lookup {out['lookup_big']['forget_ms']:.0f} ms vs scan "
           f"{out['scan_big']['forget_ms']:.0f} ms ({speedup:.0f}x); {memories // small}x the memories costs the lookup "
           f"{growth:.2f}x and the scan {scan_growth:.2f}x; cap {MAX_FORGET_IDS} ids per call")
-    doc = {"rows": out, "speedup": speedup, "lookup_growth": growth, "scan_growth": scan_growth}
+    tiered = await tiered_forget(min(memories, 5000 if QUICK else 20000), ids)
+    if tiered:
+        print(f"tiered ({min(memories, 5000 if QUICK else 20000):,} memories, Mongo stand-in unless "
+              f"MEMPLANE_TEST_MONGO_URL): {ids} ids with one upsert per tombstone (before) "
+              f"{tiered['upserts']['ms']:.0f} ms, one insert {tiered['insert']['ms']:.0f} ms "
+              f"({tiered['upserts']['ms'] / tiered['insert']['ms']:.1f}x)")
+    doc = {"rows": out, "speedup": speedup, "lookup_growth": growth, "scan_growth": scan_growth, "tiered": tiered}
     write_results("forget", doc)
     return doc
 
