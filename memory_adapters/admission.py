@@ -44,7 +44,7 @@ class RetainAdmission:
         return max(1, self.limit // max(2, busy))
 
     @contextmanager
-    def slot(self, agent_id: str = "") -> Iterator[bool]:
+    def slot(self, agent_id: str) -> Iterator[bool]:
         """Yields whether this call was admitted; an admitted call holds its place until it ends."""
         held = self._held.get(agent_id, 0)
         if self.in_flight >= self.limit or held >= self.share(agent_id):
