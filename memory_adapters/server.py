@@ -202,8 +202,8 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
 
     def busy() -> web.Response:
         metrics.retains.labels("busy").inc()
-        return json_error(503, f"memory service is busy ({admission.limit} retains in hand); "
-                               f"retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S)
+        return json_error(503, f"memory service is busy ({admission.limit} retains in hand, shared fairly "
+                               f"between agents); retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S)
 
     async def recall(request: web.Request) -> web.Response:
         req = await parse(request, RecallRequest)
@@ -214,7 +214,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
-        with admission.slot() as admitted:
+        with admission.slot(req.agent_id) as admitted:
             if not admitted:
                 return busy()
             outcome = await backend.retain(req)
@@ -227,7 +227,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
-        with admission.slot() as admitted:
+        with admission.slot(batch.agent_id) as admitted:
             return await retain_items(batch) if admitted else busy()
 
     async def retain_items(batch: RetainBatchRequest) -> web.Response:

@@ -138,7 +138,8 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
 @click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
 @click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=DEFAULT_MAX_RETAINS_IN_FLIGHT,
               show_default=True, envvar="MEMPLANE_MAX_RETAINS_IN_FLIGHT",
-              help="Retain calls worked on at once; the next is answered 503 with Retry-After.")
+              help="Retain calls worked on at once, shared fairly between agents (one holds at most half, "
+                   "or its share when more are busy); the next is answered 503 with Retry-After.")
 def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
                      redaction_rules: Path | None, max_retains_in_flight: int) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""

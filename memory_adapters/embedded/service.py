@@ -23,6 +23,7 @@ from memplane_core.contract import (
     RecallRequest,
     RetainRequest,
 )
+from memplane_core.instants import epoch_ok
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
@@ -37,6 +38,7 @@ from .sqlite_store import SQLiteStore
 class EmbeddedMemory:
     def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry) -> None:
         self.store = store
+        store.on_bad_row = self.bad_row
         self.redactor = redactor
         self.telemetry = telemetry
         self.embedder: Any = None  # engine.dense.Embedder once `start` is given one; else lexical recall only
@@ -84,14 +86,21 @@ class EmbeddedMemory:
         async with self._loading.setdefault(agent_id, asyncio.Lock()):
             if agent_id not in self._indexes:
                 idx = self._new_index()
-                for m, vector in await self.store.load(agent_id):
-                    vec = np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None
-                    idx.put(m, vec)
-                    if vec is None and self.backlog is not None:
-                        self.backlog.add((agent_id, m.id))
+                rows = [(m, np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None)
+                        for m, vector in await self.store.load(agent_id)]
+                idx.load(rows, self.bad_row)
+                if self.backlog is not None:
+                    for m, vec in rows:
+                        if vec is None and m.id in idx.memories:
+                            self.backlog.add((agent_id, m.id))
                 self._tombstones[agent_id] = await self.store.tombstones(agent_id)
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
+
+    def bad_row(self, memory_id: str, error: str) -> None:
+        """A stored row that cannot be read or indexed is skipped, and said so (the store's
+        `on_bad_row` too): the operator can find it by id and delete it."""
+        self.telemetry.warning("memory_row_skipped", store="embedded", memory_id=memory_id, error=error)
 
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
@@ -190,7 +199,9 @@ class EmbeddedMemory:
         async with self._lock(m.agent_id):
             old = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if old is not None:
-                m.id, m.created_at = old.id, old.created_at
+                m.id = old.id
+                if epoch_ok(old.created_at):  # a row an older version wrote with a bad time is healed
+                    m.created_at = old.created_at
             m.value, _ = self.redactor.text(m.value)
             await self.store.write([m])
             idx.put(m)

@@ -78,6 +78,25 @@ class AgentIndex:
         if vector is not None:
             self.add_vector(m.id, vector)
 
+    def load(self, rows: Any, on_bad_row: Any = None) -> int:
+        """Index rows read from a store, `(memory, vector or None)`; a row that cannot be indexed
+        is left out and reported to `on_bad_row(memory_id, error)`, never failing the agent's
+        index (one bad row, say a global memory, would otherwise break every agent's recall).
+        Returns how many were indexed."""
+        count = 0
+        for m, vector in rows:
+            try:
+                self.put(m, vector)
+                count += 1
+            except Exception as exc:  # noqa: BLE001 - whatever the row holds, the others load
+                try:
+                    self.drop(m.id)
+                except Exception:  # noqa: BLE001 - half indexed and unremovable: rebuilt on the next load
+                    pass
+                if on_bad_row is not None:
+                    on_bad_row(str(getattr(m, "id", "?")), f"{type(exc).__name__}: {exc}"[:300])
+        return count
+
     def add_vector(self, memory_id: str, vector: Any) -> None:
         if self.vectors is not None and memory_id in self.memories:
             self.vectors.add(memory_id, vector)

@@ -83,8 +83,7 @@ class CoherentIndexes:
                 raise
             fresh = self.new_index()
             fresh.version, fresh.loaded_at = remote, time.time()
-            for m in loaded:
-                fresh.put(m)
+            fresh.load(((m, None) for m in loaded), self.ltm.on_bad_row)
             self._indexes[agent_id] = fresh
             return fresh
 

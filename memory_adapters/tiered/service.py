@@ -39,6 +39,7 @@ class TieredMemory:
                  telemetry: Telemetry, redactor: Redactor) -> None:
         self.settings = settings
         self.ltm = ltm
+        ltm.on_bad_row = self.bad_row
         self.stm = stm
         self.telemetry = telemetry
         self.redactor = redactor
@@ -64,6 +65,11 @@ class TieredMemory:
         except Exception as exc:  # ImportError without the extra, or a broken install
             self.telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
                                    detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
+
+    def bad_row(self, memory_id: str, error: str) -> None:
+        """A stored memory that cannot be read or indexed is skipped, and said so: the operator
+        can find it by id (the listing still shows it) and delete it."""
+        self.telemetry.warning("memory_row_skipped", store="tiered", memory_id=memory_id, error=error)
 
     def _new_index(self) -> VersionedIndex:
         idx = VersionedIndex()
