@@ -185,10 +185,10 @@ class SQLiteStore:
                 db.execute("BEGIN")
                 db.executemany("INSERT OR IGNORE INTO tombstones (agent_id, entry_id, reason, ts) VALUES (?,?,?,?)",
                                [(agent_id, e, reason, now) for e in entry_ids])
-                for doc, _ in db.execute("SELECT doc, vector FROM memories WHERE agent_id = ? AND type = 'episode'",
-                                         (agent_id,)).fetchall():
-                    m = StoredMemory(**orjson.loads(doc))
-                    if set(m.source_entry_ids) & set(entry_ids):
+                for doc, _ in db.execute("SELECT doc, vector FROM memories WHERE agent_id = ? AND type IN"
+                                         " ('episode', 'summary', 'directive', 'fact')", (agent_id,)).fetchall():
+                    m = StoredMemory(**orjson.loads(doc))  # episodes, and what the curator drew from them
+                    if (m.type == "episode" or "curator" in m.metadata) and set(m.source_entry_ids) & set(entry_ids):
                         removed.append(m.id)
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in removed])
             return removed
