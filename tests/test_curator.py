@@ -387,3 +387,34 @@ async def test_the_curator_is_off_unless_the_operator_turns_it_on(aiohttp_server
     on = CuratorSettings.from_env({"MEMPLANE_CURATOR_BASE_URL": "http://x/v1", "MEMPLANE_CURATOR_MODEL": "m",
                                    "MEMPLANE_CURATOR_DAILY_TOKENS": "5000"})
     assert on.llm_on and on.daily_tokens == 5000 and on.every_messages == 45 and on.every_tokens == 1000
+
+
+async def test_tiered_curates_the_same_way_over_redis_and_mongo(aiohttp_server, tiered_settings, llm):
+    """One curator implementation: the tiered service (real Redis, real Mongo-wire server) extracts,
+    supersedes and leads recall with current facts like the embedded one."""
+    from memory_adapters.tiered.app import TIERED_SERVICE, build_tiered_app
+
+    fake, base = llm
+    tiered_settings.embeddings = "off"
+    log = io.StringIO()
+    app = build_tiered_app(tiered_settings, Telemetry(make_logger(log)), Redactor(), curator=settings(base))
+    server = await aiohttp_server(app)
+    url, service = url_of(server), app[TIERED_SERVICE]
+    service.curator.clock = service.curator.budget.clock = Clock()
+    async with aiohttp.ClientSession() as s:
+        await retain(s, url, "ana", [entry(f"hist1_{i}", t) for i, t in enumerate(
+            ["I live in Lisbon, near the river.", "Always answer me in metric units.", "Lunch was good.", "Bye."])])
+        await service.curator.run_once()
+        service.curator.clock.now += 3600
+        await retain(s, url, "ana", [entry(f"hist1_{i}", t, session="s2") for i, t in enumerate(
+            ["Big news: I moved from Lisbon to Porto last week.", "Boxes everywhere.", "Tired.", "Bye."], 4)])
+        await service.curator.run_once()
+        facts = {f["value"]: f for f in await memories(s, url, "ana", "fact")}
+        assert facts["The user lives in Lisbon."]["metadata"]["superseded_by"] == facts["The user lives in Porto."]["id"]
+        assert facts["The user lives in Porto."]["source_entry_ids"] == ["hist1_4"]
+        _, got = await post(s, url, "/recall", {"agent_id": "ana", "query": "where do I live now?"})
+        lead = got["memories"][0]["text"]
+        assert "metric units" in lead and "The user lives in Porto." in lead
+        assert "The user lives in Lisbon." not in "\n".join(m["text"] for m in got["memories"])
+        assert (await post(s, url, "/forget", {"agent_id": "ana", "entry_ids": ["hist1_4"], "reason": "asked"}))[0] == 204
+        assert "The user lives in Porto." not in {f["value"] for f in await memories(s, url, "ana", "fact")}

@@ -85,7 +85,7 @@ class Windows:
 
     def observe(self, agent_id: str, memories: Iterable[StoredMemory]) -> None:
         for m in memories:
-            if m.type != "episode":
+            if not m.key.startswith("episode:"):  # a turn's words (tiered may retype one 'constraint')
                 continue
             key = (agent_id, m.session_id or "")
             w = self._open.get(key)
