@@ -47,6 +47,7 @@ class Curator:
         self._dirty: set[str] = set()  # agents with curated changes since their last consolidation
         self._last_consolidation: float | None = None
         self._task: asyncio.Task | None = None
+        self._pass: asyncio.Task | None = None  # the pass in hand, which stop() lets finish
 
     # -- lifecycle --
 
@@ -60,14 +61,21 @@ class Curator:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._pass is not None and not self._pass.done():
+            try:  # a model call may be in flight: give it the call's timeout, then stop anyway
+                await asyncio.wait_for(asyncio.shield(self._pass), self.settings.timeout_s)
+            except (asyncio.TimeoutError, Exception):
+                self._pass.cancel()
+                await asyncio.gather(self._pass, return_exceptions=True)
         if self.llm is not None:
             await self.llm.close()
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval_s)
+            self._pass = asyncio.ensure_future(self.run_once())
             try:
-                await asyncio.shield(self.run_once())
+                await asyncio.shield(self._pass)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the worker outlives any one failure
@@ -79,7 +87,8 @@ class Curator:
         """New episodes of `agent_id` (called by retain; counts, never waits)."""
         if self.llm is not None:
             self.windows.observe(agent_id, memories)
-        self._dirty.add(agent_id)
+        else:  # deterministic mode: consolidation only, of agents that are active
+            self._dirty.add(agent_id)
 
     # -- the worker --
 
@@ -171,6 +180,7 @@ class Curator:
         made = memories_from(answer, labels, agent_id=w.agent_id, session_id=w.session_id,
                              model=self.settings.model or "")
         await self._write_new(made)
+        await self._drop_if_forgotten(made, episodes)
         self.windows.consumed(w, ids)
         self._dirty.add(w.agent_id)
         self.telemetry.info("curator_extracted", agent_id=w.agent_id, messages=len(episodes),
@@ -185,6 +195,13 @@ class Curator:
                 continue
             await self.store.store_memory(m)
             self.metrics.written.labels(m.type).inc()
+
+    async def _drop_if_forgotten(self, made: list[StoredMemory], episodes: list[StoredMemory]) -> None:
+        """A turn forgotten while the model was thinking: what was drawn from it goes too."""
+        gone = {e for m in episodes if await self.store.get_memory(m.id) is None for e in m.source_entry_ids}
+        for m in made:
+            if gone & set(m.source_entry_ids):
+                await self.store.delete_memory(m.id)
 
     async def curated(self, agent_id: str) -> list[StoredMemory]:
         out: list[StoredMemory] = []

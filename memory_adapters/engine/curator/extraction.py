@@ -15,6 +15,7 @@ import orjson
 
 from ..record import StoredMemory
 from .schema import DIRECTIVE_WORDS, FACT_WORDS, MAX_DIRECTIVES, MAX_FACTS, Extraction
+from .window import speakers
 
 CURATED_TYPES = ("directive", "fact", "summary")
 SYSTEM = f"""You curate the long-term memory of an assistant. From the conversation excerpt, write:
@@ -75,6 +76,8 @@ def memories_from(answer: Extraction, labels: dict[str, StoredMemory], *, agent_
     """The memories an extraction answer describes, each traceable to its turns."""
     out = [_make(agent_id, "summary", answer.summary, list(labels.values()), 0.4, session_id, model)]
     for d in answer.directives:
+        if not any(speakers(labels[x].value)[0].strip() for x in d.sources):
+            continue  # a directive is the user's: one drawn from the assistant's words alone is not kept
         out.append(_make(agent_id, "directive", d.text, [labels[x] for x in d.sources], d.importance, session_id,
                          model))
     for f in answer.facts:

@@ -24,7 +24,7 @@ def _words(limit: int):
         text = " ".join(text.split())
         if not text:
             raise ValueError("must not be empty")
-        if len(text.split()) > limit:
+        if len(text.split()) > limit or len(text) > limit * 12:
             raise ValueError(f"longer than {limit} words")
         return text
     return AfterValidator(check)
