@@ -480,3 +480,37 @@ async def test_hostile_answers_are_refused_whole(aiohttp_server, tmp_path, llm):
         assert len(await memories(s, url, "ana", "summary")) == 1  # the third answer's summary was fine
         _, got = await post(s, url, "/recall", {"agent_id": "ana", "query": "what is the policy?"})
         assert got["memories"][0]["kind"] != "directive"
+
+
+async def test_the_curator_can_call_through_memplane_itself_and_the_operator_sees_what_it_made(
+        make_stack, aiohttp_server, tmp_path):
+    """The operator points the curator back at memplane with an agent token of its own: its calls
+    are ledgered like any other agent's; the user's directive and fact lead the next answer's
+    memories; the inspector lists them with the turns they came from."""
+    stack = await make_stack(admin_token="inspector-admin-token")
+    curator_token = stack.add_agent("curator")  # an agent of its own, with no memory service
+    url, service, _ = await embedded(aiohttp_server, tmp_path, settings(f"{stack.proxy_url}/v1", api_key=curator_token))
+    stack.add_agent("ana", url, service="embedded")
+    stack.provider.reply = lambda body: reader(body) if "response_format" in body else "Noted."
+    client = stack.openai("ana")
+    for text in ["Always answer me in metric units.", "I live in Lisbon.", "The ferry was late.", "See you."]:
+        await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": text}])
+    await stack.settle()
+    assert (await service.curator.run_once())["extracted"] == 1
+    ledgered = stack.ledger("curator")
+    assert len(ledgered) >= 1 and ledgered[0]["request_original"]["response_format"]["type"] == "json_schema"
+
+    await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "How far is Porto?"}])
+    block = stack.provider.received[-1].memories_block
+    first = re.search(r"<memory\b[^>]*>(.*?)</memory>", block, re.S).group(1)
+    assert "Always answer me in metric units." in first  # the directive leads, whatever was asked
+
+    facts = await service.page(agent_id="ana", scope=None, type_="fact", session_id=None, limit=10, after=None)
+    source = facts[0].source_entry_ids[0]
+    assert any(e["id"] == source and "Lisbon" in str(e["request_original"]) for e in stack.ledger("ana"))
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{stack.proxy_url}/memplane/ui/agents/ana",
+                         headers={"Authorization": "Bearer inspector-admin-token"}) as r:
+            page = await r.text()
+    row = next(line for line in page.split("<tr>") if "The user lives in Lisbon." in line)
+    assert f'<td class="sources">{source}</td>' in row
