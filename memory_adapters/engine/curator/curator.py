@@ -29,6 +29,7 @@ from .window import Window, Windows
 
 WINDOWS_PER_TICK = 8  # extraction calls one tick makes at most (then the next tick goes on)
 MAX_CURATED_LISTED = 5000  # curated memories of one agent read for consolidation
+STOP_GRACE_S = 10.0  # what shutdown waits for the pass in hand (like the embedding backlog's batch)
 
 
 class Curator:
@@ -56,14 +57,14 @@ class Curator:
             self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        """Stop between two steps: a write already begun finishes (`run_once` is shielded)."""
+        """Stop the worker; the pass in hand gets STOP_GRACE_S to finish, then is cancelled."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if self._pass is not None and not self._pass.done():
-            try:  # a model call may be in flight: give it the call's timeout, then stop anyway
-                await asyncio.wait_for(asyncio.shield(self._pass), self.settings.timeout_s)
+            try:  # the pass in hand finishes (a write cancelled halfway can hang a store's close), up to 10 s
+                await asyncio.wait_for(asyncio.shield(self._pass), STOP_GRACE_S)
             except (asyncio.TimeoutError, Exception):
                 self._pass.cancel()
                 await asyncio.gather(self._pass, return_exceptions=True)
@@ -112,7 +113,8 @@ class Curator:
                 try:
                     await self.consolidate(agent_id)
                     done["consolidated"] += 1
-                except Exception as exc:
+                except Exception as exc:  # tried again at the next period
+                    self._dirty.add(agent_id)
                     self.telemetry.warning("curator_consolidate_failed", agent_id=agent_id,
                                            error=f"{type(exc).__name__}: {exc}"[:300])
         return done
