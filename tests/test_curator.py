@@ -514,3 +514,22 @@ async def test_the_curator_can_call_through_memplane_itself_and_the_operator_see
             page = await r.text()
     row = next(line for line in page.split("<tr>") if "The user lives in Lisbon." in line)
     assert f'<td class="sources">{source}</td>' in row
+
+
+async def test_a_huge_budget_never_makes_an_answer_the_proxy_would_refuse(aiohttp_server, tmp_path):
+    """Sixty long directives and long turns, and a recall asking for a million tokens: the answer
+    still fits the proxy's 16 KiB limit, directives first."""
+    url, service, _ = await embedded(aiohttp_server, tmp_path, CuratorSettings(mode="deterministic"))
+    async with aiohttp.ClientSession() as s:
+        for i in range(60):
+            words = " ".join(f"rule{i}word{j}" for j in range(45))
+            assert (await post(s, url, "/api/memories", {"agent_id": "ana", "key": f"directive:{i}", "type": "directive",
+                                                          "value": f"Always {words}."}))[0] == 201
+        await retain(s, url, "ana", [entry(f"hist1_{i}", f"Harbour story {i}: " + "boats and nets " * 60)
+                                     for i in range(80)])
+        async with s.post(url + "/recall", json={"agent_id": "ana", "query": "harbour boats nets",
+                                                 "budget_tokens": 1_000_000, "max_blocks": 50}) as r:
+            raw = await r.read()
+    got = orjson.loads(raw)["memories"]
+    assert len(raw) < 16 * 1024
+    assert got[0]["kind"] == "directive" and any("Harbour story" in m["text"] for m in got[1:])

@@ -8,6 +8,8 @@ of the token budget; superseded facts never appear, in that block or anywhere el
 from __future__ import annotations
 
 import math
+
+import orjson
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -16,12 +18,13 @@ from memplane_core.tokens import estimate_tokens
 
 from ..index import AgentIndex, RecallQuery, recall_with_shared
 from ..lexical import terms
-from ..packing import Packed
+from ..packing import BLOCK_OVERHEAD_BYTES, MAX_ANSWER_BYTES, Packed
 from ..record import StoredMemory, iso
 from .consolidation import superseded
 
 LEAD_TYPES = ("directive", "fact")
 LEAD_SHARE = 0.3  # of the budget, at most, for the leading block: episodes keep the rest
+LEAD_MAX_BYTES = 4000  # and of the answer's bytes (the proxy refuses recall answers over 16 KiB)
 
 
 def curated(m: StoredMemory) -> bool:
@@ -74,7 +77,8 @@ def lead_block(idx: AgentIndex, q: RecallQuery, visible: Any = None) -> Packed |
         for m in group:
             line = f"- {m.value}" if m.type == "directive" else f"- {m.value} (as of {_day(m)})"
             cost = estimate_tokens(line) + (estimate_tokens(heading) if first else 0) + 1
-            if spent + cost > room:
+            size = len(orjson.dumps("\n".join([*lines, *([heading] if first else []), line])))
+            if spent + cost > room or size > LEAD_MAX_BYTES:
                 continue
             if first:
                 lines.append(heading)
@@ -104,4 +108,11 @@ def recall_curated_first(own: AgentIndex, shared: AgentIndex | None, q: RecallQu
     if q.max_blocks <= 1:
         return [lead]
     rest = replace(q, budget_tokens=max(1, q.budget_tokens - estimate_tokens(lead.text)), max_blocks=q.max_blocks - 1)
-    return [lead, *recall_with_shared(own, shared, rest, visible=rest_visible)]
+    blocks = [lead, *recall_with_shared(own, shared, rest, visible=rest_visible)]
+    while len(blocks) > 1 and _bytes(blocks) > MAX_ANSWER_BYTES:  # the rest was packed to the whole answer's size
+        blocks.pop()  # the lowest-ranked block goes
+    return blocks
+
+
+def _bytes(blocks: list[Packed]) -> int:
+    return sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
