@@ -384,6 +384,10 @@ async def test_the_curator_is_off_unless_the_operator_turns_it_on(aiohttp_server
                          CuratorSettings.from_env({"MEMPLANE_CURATOR_BASE_URL": "http://x/v1"})) is None
     with pytest.raises(ValueError, match="MEMPLANE_CURATOR_MODEL"):
         CuratorSettings.from_env({"MEMPLANE_CURATOR": "llm"})
+    with pytest.raises(ValueError, match="interval_s"):
+        CuratorSettings.from_env({"MEMPLANE_CURATOR": "deterministic", "MEMPLANE_CURATOR_INTERVAL_S": "0"})
+    with pytest.raises(ValueError, match="not a number"):
+        CuratorSettings.from_env({"MEMPLANE_CURATOR": "deterministic", "MEMPLANE_CURATOR_DAILY_TOKENS": "lots"})
     on = CuratorSettings.from_env({"MEMPLANE_CURATOR_BASE_URL": "http://x/v1", "MEMPLANE_CURATOR_MODEL": "m",
                                    "MEMPLANE_CURATOR_DAILY_TOKENS": "5000"})
     assert on.llm_on and on.daily_tokens == 5000 and on.every_messages == 45 and on.every_tokens == 1000

@@ -68,4 +68,11 @@ class CuratorSettings:
         if mode == "llm" and not (given.get("base_url") and given.get("model")):
             raise ValueError("MEMPLANE_CURATOR=llm needs MEMPLANE_CURATOR_BASE_URL and MEMPLANE_CURATOR_MODEL")
         given["mode"] = mode
-        return replace(cls(), **given)
+        out = replace(cls(), **given)
+        for attr in ("every_messages", "every_tokens", "min_messages", "daily_tokens", "consolidate_every_s",
+                     "prune_below", "retry_after_s"):
+            if getattr(out, attr) < 0:
+                raise ValueError(f"curator setting {attr} must not be negative")
+        if out.interval_s < 0.01 or out.timeout_s <= 0:
+            raise ValueError("curator interval_s must be at least 0.01 s and timeout_s positive")
+        return out

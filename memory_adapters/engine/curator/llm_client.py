@@ -52,8 +52,9 @@ class LLMClient:
     async def structured(self, messages: list[dict[str, str]], response_format: dict[str, Any]) -> LLMAnswer:
         """One chat completion asking for `response_format`; the raw JSON text and the tokens it cost."""
         try:
+            # no temperature: reasoning models refuse any but the default
             done = await self._client.chat.completions.create(model=self.model, messages=messages,
-                                                              response_format=response_format, temperature=0)
+                                                              response_format=response_format)
         except openai.APIStatusError as exc:
             raise LLMUnavailable(f"HTTP {exc.status_code}: {str(exc)[:200]}") from None
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
