@@ -31,17 +31,22 @@ def curated(m: StoredMemory) -> bool:
     return m.type == "directive" or (m.type == "fact" and isinstance(m.metadata, dict) and "curator" in m.metadata)
 
 
-def _lead_ids(idx: AgentIndex) -> list[str]:
-    """Ids of directive and fact memories, cached on the index until its memories change (a put
-    moves the memory to the end of the dict; a drop shortens it)."""
+def _fact_terms(m: StoredMemory) -> frozenset[str]:
+    topic = m.metadata.get("topic") if isinstance(m.metadata, dict) else None
+    return frozenset(terms(f"{topic.replace('_', ' ') if isinstance(topic, str) else ''} {m.value}"))
+
+
+def _lead(idx: AgentIndex) -> list[tuple[StoredMemory, frozenset[str]]]:
+    """Directive and fact memories with their words, cached on the index until its memories
+    change (a put moves the memory to the end of the dict; a drop shortens it)."""
     mems = idx.memories
     mark = (len(mems), next(reversed(mems)) if mems else None)
     cached = getattr(idx, "_curator_lead", None)
     if cached is not None and cached[0] == mark:
         return cached[1]
-    ids = [i for i, m in mems.items() if m.type in LEAD_TYPES]
-    idx._curator_lead = (mark, ids)
-    return ids
+    lead = [(m, _fact_terms(m) if m.type == "fact" else frozenset()) for m in mems.values() if m.type in LEAD_TYPES]
+    idx._curator_lead = (mark, lead)
+    return lead
 
 
 def _day(m: StoredMemory) -> str:
@@ -55,14 +60,12 @@ def lead_block(idx: AgentIndex, q: RecallQuery, visible: Any = None) -> Packed |
     directives: list[StoredMemory] = []
     facts: list[tuple[float, StoredMemory]] = []
     qterms = set(terms(q.text))
-    for i in _lead_ids(idx):
-        m = idx.memories.get(i)
-        if m is None or not curated(m) or superseded(m) or (visible is not None and not visible(m)):
+    for m, mine in _lead(idx):
+        if not curated(m) or superseded(m) or (visible is not None and not visible(m)):
             continue
         if m.type == "directive":
             directives.append(m)
         elif qterms:
-            mine = set(terms(f"{(m.metadata.get('topic') or '').replace('_', ' ')} {m.value}"))
             shared = len(qterms & mine)
             if shared:
                 facts.append((shared / math.sqrt(len(mine) or 1), m))
