@@ -48,7 +48,7 @@ class StoreBody(BaseModel):
     session_id: str | None = None
     key: str = Field(min_length=1, max_length=256)
     value: str = Field(min_length=1, max_length=65536)
-    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint"] = "fact"
+    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     ttl: int | str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -187,6 +187,8 @@ class AdapterMetrics:
         memories.set_function(lambda: float(getattr(backend, "loaded_memories", lambda: 0)()))
         queue = Gauge("memplane_adapter_ingest_queue_depth", "Memories waiting for their embedding.", registry=r)
         queue.set_function(lambda: float(getattr(backend, "embedding_backlog", 0) or 0))
+        for collector in getattr(backend, "metric_collectors", ()):  # e.g. the curator's (engine/curator/metrics.py)
+            r.register(collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

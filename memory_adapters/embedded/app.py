@@ -13,6 +13,8 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from ..curator_api import add_curator_routes
+from ..engine.curator import CuratorSettings, build_curator
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
 from .service import EmbeddedMemory
@@ -40,20 +42,29 @@ async def load_embedder(mode: str, telemetry: Telemetry):
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
                        agent_tokens: dict[str, AgentToken] | None = None,
                        embeddings: str | None = None,
-                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
+                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT,
+                       curator: CuratorSettings | None = None) -> web.Application:
     """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS.
-    `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After."""
+    `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
+    `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set)."""
     mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
+    service.curator = build_curator(service, telemetry, curator)
+    service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
     app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
                             max_retains_in_flight=max_retains_in_flight)
     add_api_routes(app, service)
+    add_curator_routes(app, service.curator)
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
         await service.start(embedder=await load_embedder(mode, telemetry))
+        if service.curator is not None:
+            service.curator.start()
 
     async def stop(app: web.Application) -> None:
+        if service.curator is not None:
+            await service.curator.stop()
         await service.close()
 
     app.on_startup.append(start)

@@ -28,6 +28,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
+from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
@@ -48,6 +49,7 @@ class EmbeddedMemory:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, set[str]] = {}
         self.backlog: EmbeddingBacklog | None = None  # (agent, memory id) waiting for a vector
+        self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
 
@@ -160,6 +162,8 @@ class EmbeddedMemory:
                     idx.put(m)
                     if self.backlog is not None:
                         self.backlog.add((agent_id, m.id))
+                if self.curator is not None:  # counts only; the curator works in the background
+                    self.curator.observe(agent_id, put)
             return outcomes
 
     async def forget(self, req: ForgetRequest) -> int:
@@ -181,7 +185,7 @@ class EmbeddedMemory:
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
         vector = await query_vector(self.queries, text)
         gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
-        packed = recall_with_shared(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
+        packed = (recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=visible_in(session_id, time.time()))
         return [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)

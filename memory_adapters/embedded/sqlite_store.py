@@ -234,9 +234,10 @@ class SQLiteStore:
                 for i in range(0, len(entry_ids), 500):
                     part = entry_ids[i:i + 500]
                     marks = ",".join("?" * len(part))
-                    removed += [r[0] for r in db.execute(
+                    removed += [r[0] for r in db.execute(  # episodes, and what the curator drew from them
                         "SELECT DISTINCT s.memory_id FROM sources s JOIN memories m ON m.id = s.memory_id"
-                        f" WHERE s.agent_id = ? AND s.entry_id IN ({marks}) AND m.type = 'episode'",
+                        f" WHERE s.agent_id = ? AND s.entry_id IN ({marks}) AND (m.type = 'episode'"
+                        " OR json_type(m.doc, '$.metadata.curator') IS NOT NULL)",
                         (agent_id, *part))]
                 removed = list(dict.fromkeys(removed))
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in removed])

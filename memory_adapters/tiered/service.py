@@ -23,6 +23,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
+from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -49,6 +50,7 @@ class TieredMemory:
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
+        self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
 
@@ -255,6 +257,8 @@ class TieredMemory:
         if self.backlog is not None:
             for m in episodes:
                 self.backlog.add(m)
+        if self.curator is not None:  # counts only; the curator works in the background
+            self.curator.observe(agent_id, episodes)
         for m in keyed:
             await self.store(m)
         await self.ltm.mark_retained_many(agent_id, fresh)
@@ -283,7 +287,7 @@ class TieredMemory:
         idx = await self.indexes.get(req.agent_id, remote)
         gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
         vector = await query_vector(self.queries, query)
-        packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
+        packed = (recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=visible_in(session_id, time.time()))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
