@@ -191,7 +191,7 @@ class EmbeddedMemory:
             old = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if old is not None:
                 m.id, m.created_at = old.id, old.created_at
-            m.value, _ = self.redactor.text(m.value)
+            m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
             await self.store.write([m])
             idx.put(m)
             if self.backlog is not None:

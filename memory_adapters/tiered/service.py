@@ -151,7 +151,7 @@ class TieredMemory:
         A keyed fact said earlier than the one already stored (a late retain or a backfill)
         does not overwrite it: the newest statement of a fact wins.
         """
-        m.value, _ = self.redactor.text(m.value)
+        m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
         if m.said_at is not None and m.key.startswith("profile:"):
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if current is not None and (current.said_at or 0) > m.said_at:

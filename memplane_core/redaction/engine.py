@@ -173,6 +173,11 @@ class Redactor:
         self._prefilter = _Prefilter(self.rules)
         self._memo = _Memo()
 
+    @staticmethod
+    def is_large(value: Any) -> bool:
+        """Whether scanning `value` belongs in a worker thread rather than on an event loop."""
+        return _size(value) >= ASYNC_THRESHOLD
+
     def _allowed(self, secret: str) -> bool:
         return any(p.fullmatch(secret) for p in self.allow)
 
@@ -251,7 +256,7 @@ class Redactor:
 
     async def json_async(self, value: Any, counts: Counter[str] | None = None) -> tuple[Any, Counter[str]]:
         """`json`, in a worker thread when the document's strings are large together."""
-        if _size(value) < ASYNC_THRESHOLD:
+        if not self.is_large(value):
             return self.json(value, counts)
         out, found = await asyncio.to_thread(self.json, value)
         return out, _merge(counts, found)
