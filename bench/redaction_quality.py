@@ -12,6 +12,7 @@ from memplane_core.redact import Redactor
 
 from .harness import table, write_results
 from .redaction_corpus import Sample, corpus
+from .redaction_public_data import samples as public_samples
 
 
 def memplane_scan(redactor: Redactor):
@@ -87,6 +88,7 @@ def main() -> None:
         rows["detect-secrets 1.5 (held-out)"] = score(held, ds)
     else:
         print("detect-secrets row skipped: pip install detect-secrets")
+    public = public_report(redactor)
     mbs = throughput_mb_s(redactor, samples)
     print(f"corpus: {sum(s.kind != 'lookalike' for s in samples)} secrets of {len(kinds)} kinds, "
           f"{sum(s.kind == 'lookalike' for s in samples)} look-alikes; held-out {len(held)} samples")
@@ -94,7 +96,38 @@ def main() -> None:
                 [[name, r["secrets"], f"{r['recall']:.3f}", r["lookalikes"], f"{r['false_positive_rate']:.3f}",
                   ", ".join(r["missed_kinds"][:6])] for name, r in rows.items()]))
     print(f"memplane throughput on mixed text (no memo): {mbs:.1f} MB/s")
-    write_results("redaction_quality", {"rows": rows, "throughput_mb_s": mbs})
+    print("\nindependent data from public scanner fixtures (bench/redaction_public_data.py)")
+    print(table(["split", "group", "secrets", "recall", "look-alikes", "false positives"],
+                [[split, group, r["secrets"], f"{r['recall']:.3f}" if r["secrets"] else "-", r["lookalikes"],
+                  f"{r['fp_rate']:.3f}" if r["lookalikes"] else "-"]
+                 for split, groups in public.items() for group, r in groups.items()]))
+    write_results("redaction_quality", {"rows": rows, "throughput_mb_s": mbs, "public": public})
+
+
+def public_report(redactor: Redactor) -> dict:
+    """Recall and false positives on the public-fixture data, per source and per context, for the
+    held-out third and for everything."""
+    scan = memplane_scan(redactor)
+    out: dict[str, dict[str, dict]] = {}
+    for split, keep in (("held-out", lambda s: s.held_out), ("all", lambda s: True)):
+        groups: dict[str, dict] = defaultdict(lambda: {"secrets": 0, "found": 0, "lookalikes": 0, "changed": 0})
+        for s in public_samples():
+            if not keep(s):
+                continue
+            got = scan(Sample(s.context, s.secret, s.text, s.context, s.held_out))
+            for group in ("total", f"source:{s.source}", f"context:{s.context}"):
+                g = groups[group]
+                if s.secret:
+                    g["secrets"] += 1
+                    g["found"] += s.secret not in got
+                else:
+                    g["lookalikes"] += 1
+                    g["changed"] += got != s.text
+        for g in groups.values():
+            g["recall"] = g["found"] / g["secrets"] if g["secrets"] else 0.0
+            g["fp_rate"] = g["changed"] / g["lookalikes"] if g["lookalikes"] else 0.0
+        out[split] = dict(sorted(groups.items()))
+    return out
 
 
 if __name__ == "__main__":
