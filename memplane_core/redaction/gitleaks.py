@@ -47,8 +47,10 @@ class _Allowlist:
 
 
 def _allowlist(spec: dict[str, Any]) -> _Allowlist:
-    return _Allowlist(spec.get("regexTarget", "secret"),
-                      tuple(compile_re2(r) for r in spec.get("regexes", ())),
+    regexes = spec.get("regexes", ())
+    # one RE2 alternation per list: a match is checked against it in one call, not one per regex
+    joined = (compile_re2("|".join(f"(?:{r})" for r in regexes)),) if regexes else ()
+    return _Allowlist(spec.get("regexTarget", "secret"), joined,
                       tuple(w.lower() for w in spec.get("stopwords", ())),
                       str(spec.get("condition", "OR")).upper() == "AND", bool(spec.get("paths")))
 
