@@ -3,6 +3,8 @@ strings told apart. Every pattern here is RE2, so checks stay linear on any inpu
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from collections import Counter
 
@@ -90,6 +92,26 @@ def bearer_check(value: str) -> bool:
     if looks_placeholder(value) or len(token) < 16:
         return False
     return any(c.isdigit() for c in token) or shannon_entropy(token) >= 3.5
+
+
+def jwt_check(value: str) -> bool:
+    """A JWT's first part decodes to a JSON object naming its algorithm or type."""
+    head = value.split(".", 1)[0]
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and bool({"alg", "typ", "enc", "kid"} & set(doc))
+
+
+def vendor_token_check(value: str) -> bool:
+    """`<vendor prefix>_<random body>` (gsk_…, pscale_tkn_…): the body is long and random — several
+    digits, upper- and lower-case letters, high entropy — unlike a snake_case or CamelCase name."""
+    body = value.rsplit("_", 1)[-1]
+    digits = sum(c.isdigit() for c in body)
+    upper = sum(c.isupper() for c in body)
+    lower = sum(c.islower() for c in body)
+    return digits >= 3 and upper >= 3 and lower >= 3 and shannon_entropy(body) >= 4.0 and not looks_placeholder(value)
 
 
 def mixed_token_check(value: str) -> bool:

@@ -39,6 +39,8 @@ _SENSITIVE_KEY = re2.compile(
     r"auth[_\-]?token|api[_\-]?token|id[_\-]?token|aws[_\-]?secret[_\-]?access[_\-]?key|connection[_\-]?string)$"
 )
 
+_SECRET_WORD_KEY = re2.compile(r"(?i)pass|pwd|secret|token|key|cred|auth|cert|sig")
+
 _RULES_FILE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -293,9 +295,26 @@ class Redactor:
                     else:
                         counts["secret_field"] += 1
                         out[key] = f"{REDACTED_PREFIX}secret_field]"
+                elif isinstance(v, str) and isinstance(key, str) and _SECRET_WORD_KEY.search(key):
+                    out[key] = self._keyed(key, v, counts)
                 else:
                     out[key] = self._walk(v, counts)
             return out
+        return value
+
+    def _keyed(self, key: str, value: str, counts: Counter[str]) -> str:
+        """A value under a key that names a secret (`vault_token`, `db_pass`) is scanned with its key,
+        as in a YAML line, so keyed JSON is redacted like the same pair in YAML or an env file."""
+        found: Counter[str] = Counter()
+        alone = self.text(value, found)[0]
+        if found:
+            counts.update(found)
+            return alone
+        prefix = f"{key}: "
+        both = self.text(prefix + value, found)[0]
+        if found and both.startswith(prefix):
+            counts.update(found)
+            return both[len(prefix):]
         return value
 
     async def fields_async(self, key: str, value: str, metadata: dict[str, Any]

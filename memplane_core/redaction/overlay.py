@@ -6,8 +6,8 @@ the secret group, so only the group is replaced."""
 
 from __future__ import annotations
 
-from .checks import assignment_check, bearer_check, looks_placeholder, mixed_token_check, random_enough, \
-    shannon_entropy
+from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, mixed_token_check, \
+    random_enough, shannon_entropy, vendor_token_check
 from .rule import Rule, rule
 
 _B = r"(?:^|[^A-Za-z0-9_\-])"          # start of a token
@@ -92,7 +92,9 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          ["key="], icase=True, group=1),
     rule("azure_storage", r"(?i)[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})", ["sig="], icase=True, group=1),
     # a JWT, signed or not (`alg: none` leaves the third part empty); headers may be `{"` or `{ "`
-    rule("jwt", r"\bey[A-Za-z0-9_\-]{10,}\.ey[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*", ["ey"]),
+    rule("jwt", r"\bey[A-Za-z0-9_\-]{10,}\.ey[A-Za-z0-9_\-]{10,}(?:\.[A-Za-z0-9_\-]*)?", ["ey"], check=jwt_check),
+    rule("mailchimp", r"\b[0-9a-f]{32}-us[0-9]{1,2}\b", ["-us"]),
+    rule("vault", r"\b(hv[sbr]\.[A-Za-z0-9_\-]{24,})" + _E, ["hvs.", "hvb.", "hvr."], group=1, check=random_enough),
     rule("url_password", r"\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@\"'<>]{0,256}:([^\s@/\"'<>]+)@", ["://"],
          group=1, check=_not_placeholder),
     # curl -u user:pass / --user user:pass / --user=user:pass
@@ -103,6 +105,9 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          icase=True, group=1, check=bearer_check),
     rule("basic_auth", r"(?i)\bbasic\s{1,8}([A-Za-z0-9+/]{12,}={0,2})(?:[^A-Za-z0-9+/=]|$)", ["basic"],
          icase=True, group=1, check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 3.0),
+    # any vendor's `<prefix>_<random>` token the rule sets do not name yet (gsk_…, pscale_tkn_…)
+    rule("vendor_token", r"(?:^|[^A-Za-z0-9_\-])([a-z][a-z0-9]{1,9}(?:_[a-z0-9]{1,9})?_[A-Za-z0-9]{30,})" + _E, ["_"],
+         group=1, check=vendor_token_check),
     # memplane's own agent tokens: `<agent-id>:<token_urlsafe(32)>`
     rule("memplane_agent_token", r"(?:^|[^A-Za-z0-9._\-])[A-Za-z0-9][A-Za-z0-9._\-]{0,127}:([A-Za-z0-9_\-]{40,})"
          + _E, [":"], group=1, check=mixed_token_check),
