@@ -11,6 +11,7 @@ import re2
 
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 32 << 20  # a larger DFA cache for the long gitleaks alternations; still linear
+_OPTIONS.log_errors = False  # a bad operator pattern is reported as RedactionConfigError, not on stderr
 
 
 class RuleError(ValueError):
