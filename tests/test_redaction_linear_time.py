@@ -208,3 +208,34 @@ async def test_a_rest_memorys_key_and_metadata_are_redacted_embedded(aiohttp_ser
 async def test_a_rest_memorys_key_and_metadata_are_redacted_tiered(tiered):
     url, _ = tiered
     await _check_key_and_metadata_redacted(url)
+
+
+async def test_a_large_document_is_scanned_off_the_event_loop():
+    """The async entry points hand a large document to a worker thread: the loop keeps ticking
+    while it is scanned, and the result is the one the synchronous scan gives."""
+    redactor = Redactor()
+    gh = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+    doc = {"messages": [{"role": "user", "content": f"line {i}: deploy with {gh} and password=Zq8uN2vLm4xT\n" * 40}
+                        for i in range(400)]}
+    assert Redactor.is_large(doc)
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    scanned, counts = await redactor.json_async(doc)
+    during = ticks - before
+    stop.set()
+    await task
+    assert during > 1  # the loop ran other work while the document was scanned
+    assert scanned == Redactor().json(doc)[0] and gh not in str(scanned)
+    assert counts["github"] == 400 * 40 and counts["credential_assignment"] == 400 * 40
+    small, found = await redactor.text_async(f"short {gh}")
+    assert small == "short [redacted:github]" and found == {"github": 1}
