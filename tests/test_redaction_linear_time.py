@@ -36,6 +36,8 @@ HOSTILE = {  # what the review sent, each built at a given size (100 KB in the t
     "A_ + TOKEN x 20000": lambda n: "A_" + "TOKEN" * (n // 5),
     "a. x 50000 + ://": lambda n: "a." * (n // 2) + "://",
     "3,125 PEM BEGIN lines": lambda n: "-----BEGIN RSA PRIVATE KEY-----\n" * (n // 32),
+    # thousands of candidate matches on one line: each match's allowlist check sees a bounded window
+    "3,700 keyed values on one line": lambda n: " ".join("auth_code=Qz%05dxLm4vN8pT" % i for i in range(n // 27)),
 }
 
 
