@@ -141,7 +141,7 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = episodes_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+                    made = await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id, req.entry, req.metadata, self.redactor)
                     put += made
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")

@@ -234,7 +234,7 @@ class TieredMemory:
             if eid in seen or eid in fresh:
                 outcomes.append(seen.get(eid, "duplicate"))
                 continue
-            made = memories_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+            made = await self.redactor.off_loop(req.entry, memories_from_entry, agent_id, req.entry, req.metadata, self.redactor)
             episodes += [m for m in made if m.key.startswith("episode:")]
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)

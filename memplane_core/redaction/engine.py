@@ -10,7 +10,8 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import re2
 import yaml
@@ -25,6 +26,7 @@ from .rule import Rule, RuleError, compile_re2
 # thread by the async entry points; shorter ones cost well under a millisecond on the loop (a few ms
 # when built to produce thousands of candidate matches).
 ASYNC_THRESHOLD = 8_192
+T = TypeVar("T")
 
 
 def builtin_rules() -> tuple[Rule, ...]:
@@ -327,6 +329,13 @@ class Redactor:
             counts.update(found)
             return both[len(prefix):]
         return value
+
+    async def off_loop(self, subject: Any, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` — work that redacts `subject` (for example turning a retained entry into
+        memories) — in a worker thread when `subject` is large, else right here."""
+        if not self.is_large(subject):
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
 
     async def fields_async(self, key: str, value: str, metadata: dict[str, Any]
                            ) -> tuple[str, str, dict[str, Any], Counter[str]]:
