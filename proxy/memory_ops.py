@@ -20,7 +20,7 @@ from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
 from .ledger import Ledger, append_tombstones, read_tombstones
-from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
+from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job_async
 from .retain_files import read_dead_letters
 from .transport_errors import TransportError, transport_errors
 
@@ -179,7 +179,7 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts):
                 async with sem:
                     try:
-                        job = scrub_job(redactor, RetainJob(agent_id, pod, manifest, entry,
+                        job = await scrub_job_async(redactor, RetainJob(agent_id, pod, manifest, entry,
                                                             {"service": service, "backfill": True}, op="backfill"))
                         status = await post_retain(session, job, url=url, token=auth_token)
                         ok = 200 <= status < 300

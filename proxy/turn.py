@@ -93,14 +93,14 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     redact = state.redactor
     payload: dict[str, Any] = {
         "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": redact.json(fmt.recall_messages(body))[0], "query": redact.text(query)[0],
+        "messages": (await redact.json_async(fmt.recall_messages(body)))[0], "query": (await redact.text_async(query))[0],
         "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
         # memplane's extension: how much the proxy will inject, so a service can pack to fit
         "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
     }
     system = fmt.recall_system(body)
     if system is not None:
-        payload["system"] = redact.json(system)[0]
+        payload["system"] = (await redact.json_async(system))[0]
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",

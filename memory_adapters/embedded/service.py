@@ -152,7 +152,7 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = episodes_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+                    made = await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id, req.entry, req.metadata, self.redactor)
                     put += made
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
@@ -206,7 +206,7 @@ class EmbeddedMemory:
                 m.id = old.id
                 if epoch_ok(old.created_at):  # a row an older version wrote with a bad time is healed
                     m.created_at = old.created_at
-            m.value, _ = self.redactor.text(m.value)
+            m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
             await self.store.write([m])
             idx.put(m)
             if self.backlog is not None:

@@ -159,7 +159,7 @@ class TieredMemory:
         A keyed fact said earlier than the one already stored (a late retain or a backfill)
         does not overwrite it: the newest statement of a fact wins.
         """
-        m.value, _ = self.redactor.text(m.value)
+        m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
         if m.said_at is not None and m.key.startswith("profile:"):
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if current is not None and (current.said_at or 0) > m.said_at:
@@ -242,7 +242,7 @@ class TieredMemory:
             if eid in seen or eid in fresh:
                 outcomes.append(seen.get(eid, "duplicate"))
                 continue
-            made = memories_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+            made = await self.redactor.off_loop(req.entry, memories_from_entry, agent_id, req.entry, req.metadata, self.redactor)
             episodes += [m for m in made if m.key.startswith("episode:")]
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)
