@@ -30,6 +30,7 @@ class AnthropicCache:
 
     * the prefix runs tools → system → messages; a block with `cache_control` is a breakpoint and
       the cache entry is the whole prefix up to and including it (an exact-bytes match);
+    * a top-level `cache_control` (automatic caching) puts a breakpoint on the last block;
     * at most 4 breakpoints (enforced in rules.py); a prefix shorter than the model's minimum
       (1024 tokens for Sonnet/Opus) is not cached;
     * on a request, each breakpoint looks back over at most 20 earlier block boundaries for the
@@ -56,9 +57,11 @@ class AnthropicCache:
             total += tokens_of(raw)
             ends.append(total)
         breakpoints = [i for i, b in enumerate(blocks) if b.get("cache_control")]
+        if body.get("cache_control") and blocks and len(blocks) - 1 not in breakpoints:
+            breakpoints.append(len(blocks) - 1)  # automatic caching: the last cacheable block
         read = 0
         for bp in breakpoints:
-            for j in range(bp, max(-1, bp - self.lookback), -1):
+            for j in range(bp, max(-1, bp - self.lookback - 1), -1):  # the breakpoint and 20 blocks before
                 if hashes[j] in self.entries:
                     read = max(read, ends[j])
                     break

@@ -167,7 +167,7 @@ def _citations_problem(body: dict[str, Any]) -> Problem | None:
 def _cache_control_problem(body: dict[str, Any]) -> Problem | None:
     # https://platform.claude.com/docs/en/build-with-claude/prompt-caching — "You can define up to 4
     # cache breakpoints"; a fifth `cache_control` is a 400.
-    found = sum(1 for b in cache_blocks(body) if b.get("cache_control"))
+    found = sum(1 for b in cache_blocks(body) if b.get("cache_control")) + bool(body.get("cache_control"))
     if found > MAX_CACHE_BREAKPOINTS:
         return Problem(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
                        f"Found {found}.", "messages")

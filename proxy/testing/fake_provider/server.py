@@ -351,10 +351,11 @@ class FakeProvider:
         return web.json_response({"input_tokens": tokens_of(orjson.dumps(body))})
 
     async def _models(self, request: web.Request) -> web.Response:
-        """Each provider's own list shape, chosen by the caller's auth header (x-api-key is Anthropic's)."""
+        """Each provider's own list shape, chosen by the caller's dialect: Anthropic callers send
+        `anthropic-version` (and `x-api-key`, or a bearer token in newer SDKs)."""
         if self.record:
             self.received.append(Received(request.path, dict(request.headers), {}, request.query_string))
-        if "x-api-key" in request.headers:
+        if "anthropic-version" in request.headers or "x-api-key" in request.headers:
             model = {"type": "model", "id": "claude-fake", "display_name": "Claude Fake",
                      "created_at": "2025-01-01T00:00:00Z"}
             return web.json_response({"data": [model], "has_more": False, "first_id": "claude-fake",
