@@ -19,6 +19,7 @@ class Problem:
     param: str | None = None
     status: int = 400
     code: str | None = None
+    details: dict[str, Any] | None = None  # Anthropic's machine-readable `error.details`
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ class Received:
     headers: dict[str, str]
     body: dict[str, Any]
     query: str = ""
-    # Responses: the conversation the model saw (stored items of the chain + this input)
+    # Responses / Anthropic threads: the conversation the model saw (stored items + this input)
     context: list[dict[str, Any]] | None = None
     status: int = 200  # what the provider answered (400 when a strict rule refused the request)
     error: str | None = None
@@ -60,7 +60,10 @@ def _openai_error(problem: Problem) -> web.Response:
 
 
 def _anthropic_error(problem: Problem) -> web.Response:
-    return web.json_response({"type": "error", "error": {"type": "invalid_request_error", "message": problem.message},
+    error: dict[str, Any] = {"type": "invalid_request_error", "message": problem.message}
+    if problem.details:
+        error["details"] = problem.details
+    return web.json_response({"type": "error", "error": error,
                               "request_id": f"req_{uuid.uuid4().hex[:24]}"}, status=problem.status)
 
 
@@ -82,6 +85,7 @@ class FakeProvider:
     anthropic_cache: AnthropicCache = field(default_factory=AnthropicCache)
     openai_cache: OpenAIPrefixCache = field(default_factory=OpenAIPrefixCache)
     stored: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # response id → conversation
+    threads: dict[str, dict[str, Any]] = field(default_factory=dict)  # Anthropic message id → thread state
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -293,12 +297,17 @@ class FakeProvider:
         body, seen, failure = await self._take(request)
         if failure:
             return failure
-        problem = anthropic_problem(body) if self.strict else None
+        thread = body.get("thread") if isinstance(body.get("thread"), dict) else None
+        prompt, problem = self._thread_prompt(body, thread)
+        if problem is None and self.strict:
+            problem = anthropic_problem(prompt)
         if problem:
             return self._refuse(seen, _anthropic_error, problem)
+        if seen and thread:
+            seen.context = prompt["messages"]
         model = body.get("model", "claude-fake")
         mid = f"msg_{uuid.uuid4().hex[:20]}"
-        answer = self._answer(anthropic_view(body))
+        answer = self._answer(anthropic_view(prompt))
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         citation = None if answer.tool_calls else _first_citation(last.get("content") if isinstance(last, dict)
@@ -313,7 +322,10 @@ class FakeProvider:
             content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", "name": call.name,
                             "input": call.arguments})
         stop = "tool_use" if answer.tool_calls else "end_turn"
-        usage = {**self.anthropic_cache.usage(body), "output_tokens": self._out_tokens(answer)}
+        usage = {**self.anthropic_cache.usage(prompt), "output_tokens": self._out_tokens(answer)}
+        if thread:
+            self.threads[mid] = {**{k: prompt[k] for k in ("system", "tools") if k in prompt},
+                                 "messages": [*prompt["messages"], {"role": "assistant", "content": content}]}
         if not body.get("stream"):
             return web.json_response({"id": mid, "type": "message", "role": "assistant", "model": model,
                                       "content": content, "stop_reason": stop, "stop_sequence": None,
@@ -343,6 +355,28 @@ class FakeProvider:
                       usage={"output_tokens": usage["output_tokens"]}),
                    ev("message_stop")]
         return await self._sse(request, events)
+
+    def _thread_prompt(self, body: dict[str, Any], thread: dict[str, Any] | None
+                       ) -> tuple[dict[str, Any], Problem | None]:
+        """The prompt a Messages request stands for. With a message thread (the anthropic SDK's
+        `message-threads` beta, which its tool runner uses) a `continue` sends only the new turn's
+        messages: the server replays the stored conversation and keeps the `system` and `tools`
+        the thread was created with, refusing a request that repeats them (see the SDK's
+        `lib/threads/_thread_state.py`, CREATE_ONLY_FIELDS)."""
+        if not thread or thread.get("type") != "continue":
+            return {k: v for k, v in body.items() if k != "thread"}, None
+        stored = self.threads.get(thread.get("previous_message_id"))
+        if stored is None:
+            return body, Problem(f"thread not found: no stored message {thread.get('previous_message_id')!r}",
+                                 "thread", details={"error_code": "thread_not_found"})
+        repeated = [f for f in ("system", "tools") if f in body]
+        if repeated:
+            return body, Problem(f"{', '.join(repeated)}: cannot be set on a `continue` request; the thread keeps "
+                                 "the values it was created with.", repeated[0])
+        prompt = {k: v for k, v in body.items() if k != "thread"}
+        prompt.update({k: v for k, v in stored.items() if k != "messages"})
+        prompt["messages"] = [*stored["messages"], *(body.get("messages") or [])]
+        return prompt, None
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         body, seen, failure = await self._take(request)
