@@ -120,6 +120,7 @@ async def test_responses_api_gets_memory_in_instructions(stack, reference):
     stack.add_agent("resp", ref_url)
     await _teach(stack, "resp", "I am allergic to peanuts.")
     client = stack.openai("resp")
+    stack.provider.stored["resp_prev123"] = []  # an earlier response the (strict) provider still has
     r = await client.responses.create(model="gpt-5", instructions="Be careful.", input="What am I allergic to?",
                                       previous_response_id="resp_prev123")
     assert "peanuts" in r.output_text
