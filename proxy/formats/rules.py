@@ -101,9 +101,11 @@ def own_citation_setting(body: dict[str, Any]) -> bool | None:
 
 
 def wants_structured_output(body: dict[str, Any]) -> bool:
-    """Structured output asked for (Anthropic `output_config.format`, or an OpenAI-style `response_format`)."""
+    """Structured output asked for (Anthropic `output_config.format` or the beta `output_format`, or an
+    OpenAI-style `response_format`)."""
     config = body.get("output_config")
-    return bool(isinstance(config, dict) and config.get("format")) or bool(body.get("response_format"))
+    return (bool(isinstance(config, dict) and config.get("format")) or bool(body.get("output_format"))
+            or bool(body.get("response_format")))
 
 
 def search_results_fallback(body: dict[str, Any]) -> tuple[bool, str | None]:
