@@ -85,7 +85,7 @@ def model_saw(r: Received) -> Any:
     provider's stored conversation plus this request."""
     if r.context is None:
         return r.body
-    return {"system": r.body.get("system"), "instructions": r.body.get("instructions"), "items": r.context}
+    return {"system": r.system, "instructions": r.body.get("instructions"), "items": r.context}
 
 
 async def start(stack: Stack, reference, placement: str, stream: bool) -> Loop:

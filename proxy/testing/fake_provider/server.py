@@ -40,6 +40,8 @@ class Received:
     query: str = ""
     # Responses / Anthropic threads: the conversation the model saw (stored items + this input)
     context: list[dict[str, Any]] | None = None
+    # Anthropic threads: the system prompt the model saw (a `continue` uses the thread's)
+    system: Any = None
     status: int = 200  # what the provider answered (400 when a strict rule refused the request)
     error: str | None = None
 
@@ -304,7 +306,7 @@ class FakeProvider:
         if problem:
             return self._refuse(seen, _anthropic_error, problem)
         if seen and thread:
-            seen.context = prompt["messages"]
+            seen.context, seen.system = prompt["messages"], prompt.get("system")
         model = body.get("model", "claude-fake")
         mid = f"msg_{uuid.uuid4().hex[:20]}"
         answer = self._answer(anthropic_view(prompt))
