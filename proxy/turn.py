@@ -28,7 +28,7 @@ from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors
-from .turn_blocks import TurnBlock, question_of, turn_key
+from .turn_blocks import TurnBlock, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -173,7 +173,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         detail["repeated_lines_dropped"] = repeated
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      redact.text(question_of(messages, key))[0], detail)
-    state.turn_blocks.put(key.key, turn)
+    if offers_tools(body):
+        state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
 
@@ -235,8 +236,12 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         """The answer's id continues this user turn (a `previous_response_id` chain step)."""
         state.turn_blocks.link(ctx.agent_id, response_id, turn)
 
+    linked = turn is not None and offers_tools(body)
+
     async def finish(record: dict[str, Any]) -> None:
-        link(record.pop("response_id", None))
+        rid = record.pop("response_id", None)
+        if linked:
+            link(rid)
         # shielded: a client that goes away mid-write must not cost the ledger its line
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
@@ -250,7 +255,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
                 resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said,
-                                           link if turn is not None else None)
+                                           link if linked else None)
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
