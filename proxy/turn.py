@@ -98,8 +98,10 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     placement = note = None
     if turn.block:
         body, placement, note = _inject(fmt, manifest, body, turn.block, turn.memories)
-    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="reused",
-                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0)
+    # CONTRACT §11 names four statuses: no service call was made, so `skipped`, with why
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
+                              error="continues a user turn: its first call's block again")
     detail = {**turn.detail, "placement": placement, "placement_note": note,
               "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
