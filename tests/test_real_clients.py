@@ -110,7 +110,10 @@ async def finish(loop: Loop, answer: str, steps: int = 2) -> None:
     assert all(len(units) == 1 for units in seen), f"the model saw {[len(u) for u in seen]} memory blocks per call"
     assert len({units[0] for units in seen}) == 1, "the memory changed between the calls of one tool loop"
     await loop.stack.settle()
-    assert len(loop.stack.ledger(AGENT)) == 1 + steps  # the lesson, then every call of the loop
+    ledger = loop.stack.ledger(AGENT)
+    assert len(ledger) == 1 + steps  # the lesson, then every call of the loop
+    step = orjson.dumps(ledger[1]["response"]).decode()  # the model's tool call, streamed or not
+    assert "get_weather" in step and "Lisbon" in step, f"the ledger lost the tool call: {step[:300]}"
     assert loop.store.count(AGENT) == 2, "the loop was remembered more than once"  # the lesson + this turn
 
 
@@ -165,7 +168,7 @@ async def anthropic_messages(loop: Loop) -> str:
               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
     while True:
-        kwargs = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": "You are a helpful assistant.",
+        kwargs = {"model": "claude-sonnet-4-6", "max_tokens": 512, "system": "You are a helpful assistant.",
                   "tools": tools, "messages": messages}
         if loop.stream:
             async with client.messages.stream(**kwargs) as s:
@@ -192,7 +195,7 @@ async def anthropic_tool_runner(loop: Loop) -> str:
         return await loop.weather(city)
 
     runner = loop.stack.anthropic(AGENT).beta.messages.tool_runner(
-        model="claude-sonnet-4-5", max_tokens=512, tools=[get_weather], system="You are a helpful assistant.",
+        model="claude-sonnet-4-6", max_tokens=512, tools=[get_weather], system="You are a helpful assistant.",
         messages=[{"role": "user", "content": QUESTION}], **({"stream": True} if loop.stream else {}))
     final = await runner.until_done()
     return "".join(b.text for b in final.content if b.type == "text")
@@ -227,7 +230,7 @@ async def langgraph_openai(loop: Loop) -> str:
 
 async def langgraph_anthropic(loop: Loop) -> str:
     from langchain_anthropic import ChatAnthropic
-    return await _langgraph(loop, ChatAnthropic(model="claude-sonnet-4-5", base_url=loop.stack.proxy_url,
+    return await _langgraph(loop, ChatAnthropic(model="claude-sonnet-4-6", base_url=loop.stack.proxy_url,
                                                 api_key=loop.stack.tokens[AGENT], max_retries=0,
                                                 streaming=loop.stream))
 
@@ -269,7 +272,7 @@ async def pydantic_ai_anthropic(loop: Loop) -> str:
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
     provider = AnthropicProvider(anthropic_client=loop.stack.anthropic(AGENT))
-    return await _pydantic_ai(loop, AnthropicModel("claude-sonnet-4-5", provider=provider))
+    return await _pydantic_ai(loop, AnthropicModel("claude-sonnet-4-6", provider=provider))
 
 
 async def _openai_agents(loop: Loop, model, **run_kwargs: Any) -> str:
@@ -355,3 +358,33 @@ async def test_default_placement_of_a_new_agent_is_trailing(stack, reference):
     client_prefix = orjson.dumps(history).decode()[:-2]  # up to the newest message's closing quote
     assert sent.startswith(client_prefix[: client_prefix.rindex('"')])
     assert sent.index("<memories") > sent.index("What is my locker number?")
+
+
+# -- pass-through and headers, as the SDKs send them --
+
+async def test_anthropic_sdk_lists_models_from_the_anthropic_upstream(stack):
+    stack.add_agent(AGENT)
+    models = [m.id async for m in stack.anthropic(AGENT).models.list()]
+    assert models == ["claude-fake"]  # the provider answered in Anthropic's shape
+    sent = stack.provider.received[-1].headers
+    assert "sk-ant-operator-anthropic-key" in (sent.get("x-api-key", "") + sent.get("Authorization", ""))
+    assert "sk-operator-openai-key" not in str(sent) and stack.tokens[AGENT] not in str(sent)
+
+
+async def test_an_agents_organization_and_project_never_reach_the_provider(stack):
+    """The real API answers 401 mismatched_organization when an organization header does not
+    belong to the (operator's) key; memplane drops the agent's."""
+    stack.add_agent(AGENT)
+    client = stack.openai(AGENT).with_options(organization="org-agents-own", project="proj-agents-own")
+    reply = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content
+    sent = {k.lower() for k in stack.provider.received[-1].headers}
+    assert "openai-organization" not in sent and "openai-project" not in sent
+
+
+async def test_the_query_string_reaches_the_provider(stack):
+    stack.add_agent(AGENT)
+    await stack.anthropic(AGENT).beta.messages.create(model="claude-sonnet-4-6", max_tokens=20,
+                                                      messages=[{"role": "user", "content": "hi"}],
+                                                      extra_query={"beta": "true"})
+    assert stack.provider.received[-1].query == "beta=true"
