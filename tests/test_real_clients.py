@@ -388,3 +388,36 @@ async def test_the_query_string_reaches_the_provider(stack):
                                                       messages=[{"role": "user", "content": "hi"}],
                                                       extra_query={"beta": "true"})
     assert stack.provider.received[-1].query == "beta=true"
+
+
+# -- citations: consistent with the agent's own search results, never with structured output --
+
+async def _citing_agent(stack, reference) -> Any:
+    await start(stack, reference, "search_results", stream=False)
+    stack.provider.model = None
+    return stack.anthropic(AGENT)
+
+
+async def test_search_results_placement_follows_the_agents_own_citation_setting(stack, reference):
+    """An agent that sends its own search results without citations: memory must not turn
+    citations on for some results only (the API refuses a mix)."""
+    client = await _citing_agent(stack, reference)
+    own = {"type": "search_result", "source": "kb://manual/chain", "title": "Chain wear",
+           "content": [{"type": "text", "text": "Replace the chain at 0.5 % elongation."}]}
+    await client.messages.create(model="claude-sonnet-4-6", max_tokens=100, messages=[
+        {"role": "user", "content": [own, {"type": "text", "text": "What is my locker number?"}]}])
+    sent = stack.provider.received[-1]
+    assert sent.status == 200, sent.error
+    assert "4471" in orjson.dumps(sent.body).decode()
+
+
+async def test_structured_output_gets_memory_without_citations(stack, reference):
+    client = await _citing_agent(stack, reference)
+    schema = {"type": "json_schema", "schema": {"type": "object", "properties": {"locker": {"type": "string"}},
+                                                "required": ["locker"], "additionalProperties": False}}
+    await client.messages.create(model="claude-sonnet-4-6", max_tokens=100,
+                                 messages=[{"role": "user", "content": "What is my locker number?"}],
+                                 extra_body={"output_config": {"format": schema}})
+    sent = stack.provider.received[-1]
+    assert sent.status == 200, sent.error
+    assert "4471" in orjson.dumps(sent.body).decode()
