@@ -421,3 +421,50 @@ async def test_structured_output_gets_memory_without_citations(stack, reference)
     sent = stack.provider.received[-1]
     assert sent.status == 200, sent.error
     assert "4471" in orjson.dumps(sent.body).decode()
+
+
+# -- conversations the provider stores: memory is per request, never piled up in the stored chain --
+
+TURNS = ["What is my locker number?", "And which city did I ask about the weather for?", "Thanks, anything else?"]
+
+
+@pytest.mark.parametrize("placement", OPENAI_PLACEMENTS)
+async def test_a_responses_chain_sees_one_block_per_call_over_three_turns(stack, reference, placement):
+    """openai SDK, `previous_response_id` across three user turns: the provider stores the
+    chain, so a block sent as an input item would come back on every later turn."""
+    await start(stack, reference, placement, stream=False)
+    stack.provider.model = None
+    client = stack.openai(AGENT)
+    first = len(stack.provider.received)
+    previous = None
+    for text in TURNS:
+        response = await client.responses.create(model="gpt-5", input=text, instructions="Be brief.",
+                                                 **({"previous_response_id": previous} if previous else {}))
+        previous = response.id
+    calls = stack.provider.received[first:]
+    assert [c.status for c in calls] == [200, 200, 200]
+    assert [len(memory_units(model_saw(c))) for c in calls] == [1, 1, 1]
+    assert "4471" in orjson.dumps(model_saw(calls[0])).decode()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24, open: on a message thread `continue` memplane still sets "
+                   "`system` (refused) or adds its block to messages the server stores (1, 2, 3 blocks)")
+@pytest.mark.parametrize("placement", ANTHROPIC_PLACEMENTS)
+async def test_an_anthropic_message_thread_sees_one_block_per_call_over_three_turns(stack, reference, placement):
+    """The anthropic SDK's message thread (server-held conversation, as its tool runner uses):
+    the same story as a Responses chain."""
+    await start(stack, reference, placement, stream=False)
+    stack.provider.model = None
+    client = stack.anthropic(AGENT)
+    first = len(stack.provider.received)
+    thread: dict[str, Any] = {"type": "create"}
+    for n, text in enumerate(TURNS):
+        extra = {"system": "Be brief."} if n == 0 else {}
+        reply = await client.beta.messages.create(model="claude-sonnet-4-6", max_tokens=100, **extra,
+                                                  messages=[{"role": "user", "content": text}],
+                                                  extra_body={"thread": thread},
+                                                  betas=["message-threads-2026-08-12"])
+        thread = {"type": "continue", "previous_message_id": reply.id}
+    calls = stack.provider.received[first:]
+    assert [(c.status, c.error) for c in calls] == [(200, None)] * 3
+    assert [len(memory_units(model_saw(c))) for c in calls] == [1, 1, 1]
