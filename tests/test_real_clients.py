@@ -468,3 +468,38 @@ async def test_an_anthropic_message_thread_sees_one_block_per_call_over_three_tu
     calls = stack.provider.received[first:]
     assert [(c.status, c.error) for c in calls] == [(200, None)] * 3
     assert [len(memory_units(model_saw(c))) for c in calls] == [1, 1, 1]
+
+
+PARALLEL = [pytest.param(client, placement, stream, id=f"{client.__name__}-{placement}-{'stream' if stream else 'json'}")
+            for client, placements in ((openai_chat, OPENAI_PLACEMENTS), (anthropic_messages, ANTHROPIC_PLACEMENTS))
+            for placement in placements for stream in (False, True)]
+
+
+@pytest.mark.parametrize(("client", "placement", "stream"), PARALLEL)
+async def test_parallel_tool_calls_keep_their_results_together(stack, reference, client, placement, stream):
+    """The model asks for two tools at once: nothing may come between the call and its results."""
+    loop = await start(stack, reference, placement, stream)
+    stack.provider.model = ToolLoop([[ToolCall("get_weather", {"city": "Lisbon"}),
+                                      ToolCall("get_weather", {"city": "Porto"})]])
+    answer = await client(loop)
+    await finish(loop, answer)
+    assert answer.endswith(f"Tool said: {WEATHER} / {WEATHER}")
+
+
+@pytest.mark.parametrize("placement", ANTHROPIC_PLACEMENTS)
+async def test_an_agent_using_all_four_cache_breakpoints_still_gets_memory(stack, reference, placement):
+    """Anthropic allows four `cache_control` breakpoints; memplane never adds a fifth."""
+    await start(stack, reference, placement, stream=False)
+    stack.provider.model = None
+    eph = {"type": "ephemeral"}
+    await stack.anthropic(AGENT).messages.create(
+        model="claude-sonnet-4-6", max_tokens=100,
+        tools=[{"name": "get_weather", "input_schema": {"type": "object"}, "cache_control": eph}],
+        system=[{"type": "text", "text": "You are a helpful assistant.", "cache_control": eph}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": eph}]},
+                  {"role": "assistant", "content": "hi"},
+                  {"role": "user", "content": [{"type": "text", "text": "What is my locker number?",
+                                                "cache_control": eph}]}])
+    sent = stack.provider.received[-1]
+    assert sent.status == 200, sent.error
+    assert "4471" in orjson.dumps(sent.body).decode()

@@ -82,18 +82,22 @@ class ToolLoop:
     tool result, so a test sees whether both memory and the tools reached the model. `say` is text
     the model writes before each tool call (as models often do: "Let me check.")."""
 
-    calls: list[ToolCall]
+    calls: list[ToolCall | list[ToolCall]]  # a list in the list: parallel calls in one step
     reply: Callable[[dict[str, Any]], str] = default_reply
     say: str = ""
 
     def __call__(self, view: View) -> Answer:
         if view.steps < len(self.calls):
-            call = self.calls[view.steps]
-            return Answer(text=self.say, tool_calls=[call])
+            step = self.calls[view.steps]
+            return Answer(text=self.say, tool_calls=list(step) if isinstance(step, list) else [step])
         text = self.reply(view.body)
         if view.tool_results:
-            text += f" Tool said: {view.tool_results[-1]}"
+            text += f" Tool said: {' / '.join(view.tool_results[-len(self._last()):])}"
         return Answer(text=text)
+
+    def _last(self) -> list[ToolCall]:
+        step = self.calls[-1] if self.calls else []
+        return list(step) if isinstance(step, list) else [step]
 
 
 def _text_of(content: Any) -> str:
