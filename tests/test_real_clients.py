@@ -2,7 +2,7 @@
 
 The story: an agent was told its locker number in an earlier conversation. Now the user asks a
 question that needs a tool (the weather) and the memory (the locker number). The client — the
-official openai / anthropic SDKs, langgraph, pydantic-ai, openai-agents — runs its own tool loop
+official openai / anthropic SDKs, langgraph, pydantic-ai, openai-agents, litellm — runs its own tool loop
 through memplane against the strict fake provider, which refuses what the real APIs refuse. The
 tool is slow enough that anything memplane retains between the steps would show up in the next
 step's recall.
@@ -307,11 +307,43 @@ async def openai_agents_chat(loop: Loop) -> str:
                                                                  openai_client=loop.stack.openai(AGENT)))
 
 
+async def _litellm(loop: Loop, model: str, api_base: str) -> str:
+    """litellm as a client library: one `acompletion` per step, the loop written as its docs show."""
+    import os
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of the price list at import
+    import litellm
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}}}}}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": QUESTION}]
+    while True:
+        reply = await litellm.acompletion(model=model, api_base=api_base, api_key=loop.stack.tokens[AGENT],
+                                          messages=messages, tools=tools, stream=loop.stream, max_tokens=512)
+        if loop.stream:
+            reply = litellm.stream_chunk_builder([chunk async for chunk in reply], messages=messages)
+        msg = reply.choices[0].message
+        if not msg.tool_calls:
+            return msg.content
+        messages.append(msg.model_dump(exclude_none=True))
+        for call in msg.tool_calls:
+            city = orjson.loads(call.function.arguments)["city"]
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": await loop.weather(city)})
+
+
+async def litellm_openai(loop: Loop) -> str:
+    return await _litellm(loop, "openai/gpt-4o", f"{loop.stack.proxy_url}/v1")
+
+
+async def litellm_anthropic(loop: Loop) -> str:
+    return await _litellm(loop, "anthropic/claude-sonnet-4-6", loop.stack.proxy_url)
+
+
 Client = Callable[[Loop], Awaitable[str]]
 OPENAI_CLIENTS: list[Client] = [openai_chat, openai_responses_chain, langgraph_openai, pydantic_ai_chat,
-                                pydantic_ai_responses, openai_agents_responses, openai_agents_chat]
+                                pydantic_ai_responses, openai_agents_responses, openai_agents_chat, litellm_openai]
 ANTHROPIC_CLIENTS: list[Client] = [anthropic_messages, anthropic_tool_runner, langgraph_anthropic,
-                                   pydantic_ai_anthropic]
+                                   pydantic_ai_anthropic, litellm_anthropic]
 CASES = [pytest.param(client, placement, stream, id=f"{client.__name__}-{placement}-{'stream' if stream else 'json'}")
          for clients, placements in ((OPENAI_CLIENTS, OPENAI_PLACEMENTS), (ANTHROPIC_CLIENTS, ANTHROPIC_PLACEMENTS))
          for client in clients for placement in placements for stream in (False, True)]
