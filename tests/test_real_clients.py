@@ -2,7 +2,7 @@
 
 The story: an agent was told its locker number in an earlier conversation. Now the user asks a
 question that needs a tool (the weather) and the memory (the locker number). The client — the
-official openai / anthropic SDKs, langgraph, pydantic-ai, openai-agents, litellm — runs its own tool loop
+official openai / anthropic SDKs, langgraph, pydantic-ai, openai-agents, litellm, llm — runs its own tool loop
 through memplane against the strict fake provider, which refuses what the real APIs refuse. The
 tool is slow enough that anything memplane retains between the steps would show up in the next
 step's recall.
@@ -339,9 +339,37 @@ async def litellm_anthropic(loop: Loop) -> str:
     return await _litellm(loop, "anthropic/claude-sonnet-4-6", loop.stack.proxy_url)
 
 
+def _llm_models(loop: Loop) -> None:
+    """Simon Willison's `llm` reaches an OpenAI-compatible endpoint through extra-openai-models.yaml
+    in its user directory (LLM_USER_PATH), read whenever a model is looked up."""
+    import os
+    user_dir = loop.stack.history_root.parent / "llm-user"
+    user_dir.mkdir(exist_ok=True)
+    (user_dir / "extra-openai-models.yaml").write_text(
+        f"- model_id: memplane-gpt\n  model_name: gpt-4o\n  api_base: {loop.stack.proxy_url}/v1\n"
+        "  api_key_name: memplane\n  supports_tools: true\n  can_stream: true\n")
+    (user_dir / "keys.json").write_text(orjson.dumps({"memplane": loop.stack.tokens[AGENT]}).decode())
+    os.environ["LLM_USER_PATH"] = str(user_dir)
+
+
+async def llm_library(loop: Loop) -> str:
+    """The `llm` CLI's library: a chain runs the tool loop (what `llm --functions` does)."""
+    import llm
+    _llm_models(loop)
+
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return await loop.weather(city)
+
+    model = llm.get_async_model("memplane-gpt")
+    chain = model.chain(QUESTION, system="You are a helpful assistant.", tools=[get_weather], stream=loop.stream)
+    return await chain.text()
+
+
 Client = Callable[[Loop], Awaitable[str]]
 OPENAI_CLIENTS: list[Client] = [openai_chat, openai_responses_chain, langgraph_openai, pydantic_ai_chat,
-                                pydantic_ai_responses, openai_agents_responses, openai_agents_chat, litellm_openai]
+                                pydantic_ai_responses, openai_agents_responses, openai_agents_chat, litellm_openai,
+                                llm_library]
 ANTHROPIC_CLIENTS: list[Client] = [anthropic_messages, anthropic_tool_runner, langgraph_anthropic,
                                    pydantic_ai_anthropic, litellm_anthropic]
 CASES = [pytest.param(client, placement, stream, id=f"{client.__name__}-{placement}-{'stream' if stream else 'json'}")
@@ -370,7 +398,7 @@ async def test_the_same_tool_loop_completes_through_memplane_without_memory(stac
     answer = await client(loop)
     assert [c.status for c in loop.calls()] == [200, 200]
     assert all(c.body.get("stream") for c in loop.calls()) or not stream
-    assert answer == "Noted. Tool said: 21C and sunny"
+    assert answer.endswith("Noted. Tool said: 21C and sunny")  # (llm's chain text includes "Let me check…")
     assert all(memory_units(model_saw(c)) == [] for c in loop.calls())
 
 
@@ -535,3 +563,23 @@ async def test_an_agent_using_all_four_cache_breakpoints_still_gets_memory(stack
     sent = stack.provider.received[-1]
     assert sent.status == 200, sent.error
     assert "4471" in orjson.dumps(sent.body).decode()
+
+
+async def test_the_llm_cli_runs_a_tool_loop_with_memory(stack, reference, monkeypatch):
+    """The `llm` command line itself, as a user types it, with a tool defined by --functions."""
+    import asyncio
+    import shutil
+    import sys
+    from pathlib import Path
+    loop = await start(stack, reference, "trailing", stream=True)
+    _llm_models(loop)
+    monkeypatch.setenv("LLM_USER_PATH", str(Path(stack.history_root.parent / "llm-user")))
+    binary = shutil.which("llm", path=str(Path(sys.executable).parent))
+    assert binary, "the llm CLI is installed with the test extra"
+    code = "def get_weather(city: str) -> str:\n    'Current weather for a city.'\n    return '21C and sunny'\n"
+    proc = await asyncio.create_subprocess_exec(
+        binary, "-m", "memplane-gpt", "--functions", code, QUESTION,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    await finish(loop, out.decode())
