@@ -19,6 +19,7 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
+from .formats.rules import continues_a_thread
 from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -28,7 +29,7 @@ from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors
-from .turn_blocks import TurnBlock, question_of, turn_key
+from .turn_blocks import TurnBlock, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -97,8 +98,10 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     placement = note = None
     if turn.block:
         body, placement, note = _inject(fmt, manifest, body, turn.block, turn.memories)
-    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="reused",
-                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0)
+    # CONTRACT §11 names four statuses: no service call was made, so `skipped`, with why
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
+                              error="continues a user turn: its first call's block again")
     detail = {**turn.detail, "placement": placement, "placement_note": note,
               "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
@@ -116,9 +119,11 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
+        why = ("the message thread already holds this turn's block" if continues_a_thread(body)
+               else "no user text to recall with")
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
-                                  error="no user text to recall with")
-        return body, RecallSummary("skipped", detail={"service": manifest.service}), None
+                                  error=why)
+        return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
     redact = state.redactor
     payload: dict[str, Any] = {
@@ -173,7 +178,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         detail["repeated_lines_dropped"] = repeated
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      redact.text(question_of(messages, key))[0], detail)
-    state.turn_blocks.put(key.key, turn)
+    if offers_tools(body):
+        state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
 
@@ -235,8 +241,12 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         """The answer's id continues this user turn (a `previous_response_id` chain step)."""
         state.turn_blocks.link(ctx.agent_id, response_id, turn)
 
+    linked = turn is not None and offers_tools(body)
+
     async def finish(record: dict[str, Any]) -> None:
-        link(record.pop("response_id", None))
+        rid = record.pop("response_id", None)
+        if linked:
+            link(rid)
         # shielded: a client that goes away mid-write must not cost the ledger its line
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
@@ -250,7 +260,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
                 resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said,
-                                           link if turn is not None else None)
+                                           link if linked else None)
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 

@@ -12,7 +12,9 @@ remembered briefly, per agent and conversation, and replayed on its continuation
 * Responses chains: keyed by the `previous_response_id` the continuation names; each answered call
   links its own response id to the turn, so the chain can go on for as many steps as it takes.
 
-Bounded (LRU, `max_turns`) and short-lived (`ttl_s`): a miss only means one more recall.
+Only calls that offer tools are remembered (no tools, no loop to continue), bounded by bytes
+(`max_bytes`, least recently used first out) and short-lived (`ttl_s`): a miss only means one more
+recall.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from memplane_core.turn_text import latest_user_index, text_of
 
 from .recall_policy import InjectedMemory
 
-MAX_TURNS = 4096
+MAX_BYTES = 32 * 1024 * 1024
 TTL_S = 900.0
 
 
@@ -76,6 +78,16 @@ def turn_key(agent_id: str, fmt_name: str, body: dict[str, Any], messages: list[
     return TurnKey(key, i < len(messages) - 1, i)
 
 
+def offers_tools(body: dict[str, Any]) -> bool:
+    """A call can only be continued by tool results when the model was offered tools."""
+    return bool(body.get("tools") or body.get("functions"))
+
+
+def _size(turn: TurnBlock) -> int:
+    """Roughly what a remembered turn holds: the block and its memories, twice over for the rest."""
+    return 2 * (len(turn.block) + sum(len(m.text) for m in turn.memories) + len(turn.question)) + 1024
+
+
 def chain_key(agent_id: str, response_id: str) -> str:
     return _digest(agent_id, "chain", response_id)
 
@@ -89,20 +101,20 @@ def question_of(messages: list[Any], key: TurnKey) -> str:
 class TurnBlocks:
     """The bounded, expiring map from a user turn to its block."""
 
-    def __init__(self, max_turns: int = MAX_TURNS, ttl_s: float = TTL_S) -> None:
-        self._turns: TTLCache[str, TurnBlock] = TTLCache(maxsize=max_turns, ttl=ttl_s)
+    def __init__(self, max_bytes: int = MAX_BYTES, ttl_s: float = TTL_S) -> None:
+        self._turns: TTLCache[str, TurnBlock] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=_size)
 
     def get(self, key: str | None) -> TurnBlock | None:
         return self._turns.get(key) if key else None
 
     def put(self, key: str | None, turn: TurnBlock) -> None:
-        if key:
+        if key and _size(turn) <= self._turns.maxsize:
             self._turns[key] = turn
 
     def link(self, agent_id: str, response_id: str | None, turn: TurnBlock | None) -> None:
         """A response of the turn: a call that continues from it (`previous_response_id`) is the same turn."""
         if response_id and turn is not None:
-            self._turns[chain_key(agent_id, response_id)] = turn
+            self.put(chain_key(agent_id, response_id), turn)
 
     def __len__(self) -> int:
         return len(self._turns)
