@@ -215,7 +215,10 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
     ctx = authenticate(request, state)
-    body = await read_json_body(request)
+    original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
+    body, thread = original, None
+    if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
@@ -245,10 +248,13 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
+        reply = record.pop("reply", None)
         if link is not None:
             link(rid)
+        if thread is not None and reply is not None:
+            state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
-        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
     async with state.upstream_slots:
@@ -301,6 +307,8 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
                               "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
@@ -392,6 +400,8 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["incomplete"] = incomplete
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
     return record
