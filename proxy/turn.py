@@ -19,7 +19,6 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
-from .formats.rules import continues_a_thread
 from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -119,8 +118,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
-        why = ("the message thread already holds this turn's block" if continues_a_thread(body)
-               else "no user text to recall with")
+        why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None

@@ -42,8 +42,6 @@ class AnthropicMessages(NoResponseId):
         return query_from(body["messages"])
 
     def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
-        if requested == "system" and rules.continues_a_thread(body):
-            return "trailing", "system → trailing: a message thread keeps the system prompt it was created with"
         if requested == "search_results":
             citations, why = rules.search_results_fallback(body)
             if not citations:
