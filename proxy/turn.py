@@ -28,7 +28,7 @@ from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors
-from .turn_blocks import TurnBlock, offers_tools, question_of, turn_key
+from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -111,7 +111,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
     messages = fmt.recall_messages(body)
-    key = turn_key(ctx.agent_id, fmt.name, body, messages)
+    tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
+    key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
     if key.continues:
         remembered = state.turn_blocks.get(key.key)
         if remembered is not None:
@@ -176,7 +177,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         detail["repeated_lines_dropped"] = repeated
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      redact.text(question_of(messages, key))[0], detail)
-    if offers_tools(body):
+    if tools:
         state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
