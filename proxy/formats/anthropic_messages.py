@@ -59,7 +59,10 @@ class AnthropicMessages(NoResponseId):
         if placement == "system" or i is None:
             return {**body, "system": append_text(body.get("system"), block)}
         content = messages[i].get("content")
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if isinstance(content, str):  # the same prompt as a text block; an empty one would be refused
+            parts = [{"type": "text", "text": content}] if content else []
+        else:
+            parts = list(content or [])
         if placement == "trailing":
             if i == len(messages) - 1:
                 body, parts = rules.pin_automatic_breakpoint(body, parts)
