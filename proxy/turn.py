@@ -19,7 +19,6 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
-from .formats.rules import continues_a_thread
 from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -119,8 +118,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
-        why = ("the message thread already holds this turn's block" if continues_a_thread(body)
-               else "no user text to recall with")
+        why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
@@ -215,7 +213,10 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
     ctx = authenticate(request, state)
-    body = await read_json_body(request)
+    original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
+    body, thread = original, None
+    if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
@@ -237,18 +238,21 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
     question = turn.question if turn is not None and recall.status == "reused" else None
 
-    def link(response_id: str | None) -> None:
-        """The answer's id continues this user turn (a `previous_response_id` chain step)."""
-        state.turn_blocks.link(ctx.agent_id, response_id, turn)
-
-    linked = turn is not None and offers_tools(body)
+    link = None
+    if fmt.chains and turn is not None and offers_tools(body):
+        def link(response_id: str | None) -> None:
+            """The answer's id continues this user turn (a `previous_response_id` chain step)."""
+            state.turn_blocks.link(ctx.agent_id, response_id, turn)
 
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
-        if linked:
+        reply = record.pop("reply", None)
+        if link is not None:
             link(rid)
+        if thread is not None and reply is not None:
+            state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
-        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
     async with state.upstream_slots:
@@ -259,8 +263,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said,
-                                           link if linked else None)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
@@ -302,6 +305,8 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
                               "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
@@ -393,6 +398,8 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["incomplete"] = incomplete
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
     return record

@@ -509,8 +509,6 @@ async def test_a_responses_chain_sees_one_block_per_call_over_three_turns(stack,
     assert "4471" in orjson.dumps(model_saw(calls[0])).decode()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24, open: on a message thread memplane adds its block to messages "
-                   "the server stores, so the model sees 1, 2, 3 blocks over three turns")
 @pytest.mark.parametrize("placement", ANTHROPIC_PLACEMENTS)
 async def test_an_anthropic_message_thread_sees_one_block_per_call_over_three_turns(stack, reference, placement):
     """The anthropic SDK's message thread (server-held conversation, as its tool runner uses):
