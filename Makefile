@@ -9,11 +9,13 @@ STAMP := $(VENV)/.memplane-installed
 
 # Dense recall needs no torch: the int8 MiniLM ships in memory_adapters/engine/model/ and runs on
 # onnxruntime (a core dependency). Rebuilding that graph is a maintainer's job: `pip install -e '.[export]'`.
+# --no-compile: Python compiles only the modules memplane imports, when it first imports them, instead
+# of pip compiling every file of every package (~115 MB of .pyc, most never used; bench/README.md).
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,speed]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,speed]"
 	touch $(STAMP)
 
 run: $(STAMP)
