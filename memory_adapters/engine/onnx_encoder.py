@@ -30,7 +30,7 @@ class ModelIntegrityError(RuntimeError):
     """A shipped model file is missing or is not the file the manifest names."""
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -51,7 +51,7 @@ def verified_manifest(model_dir: Path) -> dict[str, Any]:
             raise ModelIntegrityError(f"the model manifest lists no checksum for {name}")
         if not path.is_file():
             raise ModelIntegrityError(f"model file missing: {path}")
-        if (actual := _sha256(path)) != files[name]:
+        if (actual := sha256(path)) != files[name]:
             raise ModelIntegrityError(
                 f"model file {path} fails its checksum (sha256 {actual}, expected {files[name]}); "
                 "reinstall memplane, or rebuild it with `python -m memory_adapters.engine.export_minilm`")
