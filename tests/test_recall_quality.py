@@ -68,7 +68,7 @@ async def _tell(svc, agent_id: str, texts: list[str]) -> None:
     """Retain each text as a turn, then wait until their vectors are in (they follow the retain)."""
     for i, t in enumerate(texts):
         await svc.retain(RetainRequest(agent_id=agent_id, entry=_entry(f"hist1_{agent_id}{i}", t, f"2024-03-0{i + 1}")))
-    for _ in range(400):
+    for _ in range(2400):
         if not svc.embedding_backlog:
             return
         await asyncio.sleep(0.025)

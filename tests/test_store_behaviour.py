@@ -105,7 +105,7 @@ def meaning_app(request, tmp_path):
 
 
 async def caught_up(s, url) -> dict:
-    for _ in range(200):
+    for _ in range(1200):
         async with s.get(url + "/health") as r:
             health = await r.json()
         if not health.get("embedding_backlog"):
