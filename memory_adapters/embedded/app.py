@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from memplane_core.telemetry import Telemetry
 from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..curator_api import add_curator_routes
 from ..engine.curator import CuratorSettings, build_curator
+from ..engine.dense import load_embedder
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
 from .service import EmbeddedMemory
@@ -23,31 +23,17 @@ from .sqlite_store import SQLiteStore
 EMBEDDED_SERVICE = web.AppKey("embedded_service", EmbeddedMemory)
 
 
-async def load_embedder(mode: str, telemetry: Telemetry):
-    """MiniLM when the embeddings extra is installed and `mode` is not 'off'; else None (words only)."""
-    if mode == "off":
-        telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
-        return None
-    try:
-        from ..engine.dense import Embedder
-        embedder = await asyncio.to_thread(Embedder.load)
-    except Exception as exc:  # ImportError without the extra, or a broken install
-        telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
-                          detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
-        return None
-    telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=embedder.dim, engine=embedder.engine)
-    return embedder
-
-
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
                        agent_tokens: dict[str, AgentToken] | None = None,
-                       embeddings: str | None = None,
+                       embeddings: str | None = None, encoder_threads: int | None = None,
                        max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT,
                        curator: CuratorSettings | None = None) -> web.Application:
-    """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS.
+    """`embeddings`: 'auto' (the shipped MiniLM) or 'off'; default from MEMPLANE_EMBEDDINGS.
+    `encoder_threads`: ONNX Runtime threads for MiniLM; default from MEMPLANE_ENCODER_THREADS, else 1.
     `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
     `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set)."""
     mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
+    threads = encoder_threads or int(os.environ.get("MEMPLANE_ENCODER_THREADS") or 1)
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
     service.curator = build_curator(service, telemetry, curator)
     service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
@@ -58,7 +44,7 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
-        await service.start(embedder=await load_embedder(mode, telemetry))
+        await service.start(embedder=await load_embedder(mode, telemetry, threads))
         if service.curator is not None:
             service.curator.start()
 

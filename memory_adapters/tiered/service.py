@@ -24,7 +24,7 @@ from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
 from ..engine.curator.recall import recall_curated_first
-from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
+from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
@@ -44,7 +44,7 @@ class TieredMemory:
         self.stm = stm
         self.telemetry = telemetry
         self.redactor = redactor
-        self.embedder = None  # loaded at start when the embeddings extra is installed
+        self.embedder = None  # the shipped MiniLM, loaded at start unless embeddings are off
         self.queries: QueryBatcher | None = None  # embeds recall queries, once the embedder is loaded
         self.indexes = CoherentIndexes(ltm, stm, self._new_index)
         self.access = AccessCounts(ltm)
@@ -55,18 +55,9 @@ class TieredMemory:
     # -- lifecycle --
 
     async def load_embedder(self) -> None:
-        if self.settings.embeddings == "off":
-            self.telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
-            return
-        from ..engine.dense import Embedder
-        try:
-            self.embedder = await asyncio.to_thread(Embedder.load)
+        self.embedder = await load_embedder(self.settings.embeddings, self.telemetry, self.settings.encoder_threads)
+        if self.embedder is not None:
             self.queries, self.backlog = QueryBatcher(self.embedder), EmbeddingBacklog(self.embedder)
-            self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
-                                engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
-        except Exception as exc:  # ImportError without the extra, or a broken install
-            self.telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
-                                   detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
 
     def bad_row(self, memory_id: str, error: str) -> None:
         """A stored memory that cannot be read or indexed is skipped, and said so: the operator
