@@ -19,6 +19,7 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
+from .formats.rules import continues_a_thread
 from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -97,8 +98,10 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     placement = note = None
     if turn.block:
         body, placement, note = _inject(fmt, manifest, body, turn.block, turn.memories)
-    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="reused",
-                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0)
+    # CONTRACT §11 names four statuses: no service call was made, so `skipped`, with why
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
+                              error="continues a user turn: its first call's block again")
     detail = {**turn.detail, "placement": placement, "placement_note": note,
               "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
@@ -116,9 +119,11 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
+        why = ("the message thread already holds this turn's block" if continues_a_thread(body)
+               else "no user text to recall with")
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
-                                  error="no user text to recall with")
-        return body, RecallSummary("skipped", detail={"service": manifest.service}), None
+                                  error=why)
+        return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
     redact = state.redactor
     payload: dict[str, Any] = {

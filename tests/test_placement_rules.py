@@ -133,3 +133,17 @@ def test_a_block_never_repeats_a_line():
     assert kept[1].text == "[2026-01-02]\nuser: she moved to Braga."
     big = [InjectedMemory("x" * 50_000 + "\n" + "y\n" * 20_000)]  # hostile sizes stay linear
     assert drop_repeated_lines(big)[1] == 19_999
+
+
+def test_automatic_caching_keeps_its_breakpoint_on_the_clients_last_block():
+    eph = {"type": "ephemeral", "ttl": "1h"}
+    body = {"model": "c", "max_tokens": 5, "cache_control": eph, "messages": [{"role": "user", "content": "q"}]}
+    sent = ANTHROPIC.inject(body, BLOCK, MEMS, "svc", "trailing")
+    assert "cache_control" not in sent
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "q", "cache_control": eph},
+                                              {"type": "text", "text": BLOCK}]
+    assert anthropic_problem(sent) is None
+    already = {**body, "messages": ANTHROPIC_LOOP}  # the client's last block has its own breakpoint
+    sent = ANTHROPIC.inject(already, BLOCK, MEMS, "svc", "trailing")
+    marks = [b for b in sent["messages"][-1]["content"] if "cache_control" in b]
+    assert "cache_control" not in sent and len(marks) == 1 and anthropic_problem(sent) is None

@@ -229,28 +229,34 @@ async def test_responses_without_store_get_the_block_last_in_input(stack, refere
 LONG_SYSTEM = "You are a careful assistant for the travel desk. " * 120
 
 
-async def _anthropic_cached_turns(client) -> list[int]:
+async def _anthropic_cached_turns(client, automatic: bool = False) -> list[int]:
+    """Three turns with the client's sliding breakpoint on its newest message, or with automatic
+    caching (one top-level `cache_control`: the API puts the breakpoint on the last block)."""
     eph = {"type": "ephemeral"}
-    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}]
+    system = LONG_SYSTEM if automatic else [{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}]
+    mark = {} if automatic else {"cache_control": eph}
+    extra = {"extra_body": {"cache_control": eph}} if automatic else {}
     history: list = []
     reads = []
     for q in ("Where does my sister live? " * 20, "What is the weather there? " * 20, "And tomorrow? " * 30):
-        turn = [*history, {"role": "user", "content": [{"type": "text", "text": q, "cache_control": eph}]}]
-        msg = await client.messages.create(model="c", max_tokens=100, system=system, messages=turn)
+        turn = [*history, {"role": "user", "content": [{"type": "text", "text": q, **mark}]}]
+        msg = await client.messages.create(model="c", max_tokens=100, system=system, messages=turn, **extra)
         reads.append(msg.usage.cache_read_input_tokens or 0)
         history = [*history, {"role": "user", "content": [{"type": "text", "text": q}]},
                    {"role": "assistant", "content": [{"type": "text", "text": msg.content[0].text}]}]
     return reads
 
 
-async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(stack, reference):
+@pytest.mark.parametrize("automatic", [False, True])
+async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(stack, reference, automatic):
     ref_url, _ = reference
     stack.add_agent("plain")  # no memory: the baseline
     stack.add_agent("mem", ref_url)
     await _teach(stack, "mem")
-    baseline = await _anthropic_cached_turns(stack.anthropic("plain"))
+    baseline = await _anthropic_cached_turns(stack.anthropic("plain"), automatic)
     stack.provider.anthropic_cache.entries.clear()
-    with_memory = await _anthropic_cached_turns(stack.anthropic("mem"))
+    with_memory = await _anthropic_cached_turns(stack.anthropic("mem"), automatic)
+    assert all(r.status == 200 for r in stack.provider.received)
     assert any("<memories" in orjson.dumps(r.body).decode() for r in stack.provider.received[-3:])
     assert baseline[1] > 1500 and baseline[2] > baseline[1]
     for turn in (1, 2):

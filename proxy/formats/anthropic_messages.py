@@ -51,7 +51,8 @@ class AnthropicMessages(NoResponseId):
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
         """`trailing`: a text block after everything in the newest user message (its tool results
-        and the client's `cache_control` breakpoints included; none is added). `latest` and
+        and the client's `cache_control` breakpoints included; none is added, and automatic caching
+        keeps its breakpoint on the client's last block). `latest` and
         `search_results`: in front of the newest user text, after any `tool_result` blocks."""
         messages = list(body["messages"])
         i = latest_user_index(messages)
@@ -60,6 +61,8 @@ class AnthropicMessages(NoResponseId):
         content = messages[i].get("content")
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
         if placement == "trailing":
+            if i == len(messages) - 1:
+                body, parts = rules.pin_automatic_breakpoint(body, parts)
             parts.append({"type": "text", "text": block})
         else:
             if placement == "search_results":
