@@ -95,6 +95,15 @@ def without_calls(fmt: str, doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def hide_tool(fmt: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """A Responses answer echoes the request's `tools`: the agent sees its own, not memplane's."""
+    tools = doc.get("tools")
+    if fmt != "responses" or not isinstance(tools, list):
+        return doc
+    kept = [t for t in tools if not (isinstance(t, dict) and t.get("name") == TOOL_NAME)]
+    return doc if len(kept) == len(tools) else {**doc, "tools": kept}
+
+
 def follow_up(fmt: str, body: dict[str, Any], doc: dict[str, Any], results: dict[str, tuple[bool, str]]
               ) -> dict[str, Any]:
     """The request that hands the tool results back: `results` is call id → (ok, text)."""

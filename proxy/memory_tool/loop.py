@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
-from .answers import calls, follow_up, summed_usage, without_calls
+from .answers import calls, follow_up, hide_tool, summed_usage, without_calls
 from .offer import TOOL_NAME, offer, why_not
 from .write import store
 
@@ -73,6 +73,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
             break
         answers.append(nxt)
         final = nxt
+    final = hide_tool(fmt.name, final)
     if final is doc:
         await finish(whole_record(fmt, data))
         return web.Response(status=upstream.status, body=data, headers=headers)

@@ -1,0 +1,164 @@
+"""An agent that opted into `store_memory` asks the model to remember something: memplane offers
+the tool, stores what the model calls it with, hands the result back to the provider itself and
+returns the final answer; the agent (official SDKs, and an agent framework) never sees the call.
+Against the strict fake provider, in every wire format."""
+
+from __future__ import annotations
+
+import io
+
+import aiohttp
+import pytest
+
+from memory_adapters.embedded.app import build_embedded_app
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.testing.fake_provider import Answer, ToolCall
+from tests.conftest import url_of
+
+REMEMBER = "Please remember that my editor is Helix."
+OA_WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+RESP_WEATHER = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+ANT_WEATHER = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}]
+
+
+def remembering(*, also: str | None = None, args: dict | None = None):
+    """A model that stores what the user asked it to remember, then says what the tool answered."""
+    def model(view):
+        if "store_memory" in view.tools and view.steps == 0 and "remember" in view.user_text:
+            calls = [ToolCall("store_memory", args or {"key": "editor", "value": "The user's editor is Helix"})]
+            if also:
+                calls.append(ToolCall(also, {"city": "Porto"}))
+            return Answer(text="", tool_calls=calls)
+        return Answer(text="Done. " + " | ".join(view.tool_results))
+    return model
+
+
+@pytest.fixture
+async def setup(make_stack, aiohttp_server, tmp_path):
+    stack = await make_stack()
+    memory = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
+                                                     telemetry=Telemetry(make_logger(io.StringIO()))))
+    stack.add_agent("writer", url_of(memory), service="embedded", tools=["store_memory"])
+    stack.add_agent("plain", url_of(memory), service="embedded")
+    stack.provider.model = remembering()
+    return stack, url_of(memory)
+
+
+async def stored(memory_url: str, agent: str = "writer") -> dict[str, str]:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(memory_url + "/api/memories", params={"agent_id": agent}) as r:
+            return {m["key"]: m["value"] for m in (await r.json())["memories"]}
+
+
+async def ask(stack, fmt: str, agent: str = "writer", text: str = REMEMBER, **kw):
+    """One call through the official SDK; (the answer's text, its tool call names, usage total)."""
+    if fmt == "openai":
+        r = await stack.openai(agent).chat.completions.create(model="m", messages=[{"role": "user", "content": text}], **kw)
+        msg = r.choices[0].message
+        return (msg.content or ""), [c.function.name for c in msg.tool_calls or ()], r.usage.total_tokens
+    if fmt == "responses":
+        r = await stack.openai(agent).responses.create(model="m", input=text, **kw)
+        calls = [i.name for i in r.output if i.type == "function_call"]
+        return r.output_text, calls, r.usage.total_tokens
+    r = await stack.anthropic(agent).messages.create(model="c", max_tokens=200,
+                                                     messages=[{"role": "user", "content": text}], **kw)
+    return ("".join(b.text for b in r.content if b.type == "text"), [b.name for b in r.content if b.type == "tool_use"],
+            r.usage.input_tokens + r.usage.output_tokens)
+
+
+PATHS = {"openai": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
+
+
+def usage_total(fmt: str, doc: dict) -> int:
+    u = doc["usage"]
+    return u["total_tokens"] if fmt != "anthropic" else u["input_tokens"] + u["output_tokens"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "responses", "anthropic"])
+async def test_the_model_stores_a_memory_and_the_agent_only_sees_the_final_answer(setup, fmt):
+    stack, memory_url = setup
+    text, calls, total = await ask(stack, fmt)
+
+    assert calls == [] and text.startswith("Done. Saved (new) under key 'editor'")
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+    sent = [r for r in stack.provider.received if r.path == PATHS[fmt]]
+    assert len(sent) == 2  # the model's store call, then memplane's follow-up with the tool result
+    [entry] = stack.ledger("writer")
+    answers = entry["response"]["provider_answers"]
+    assert len(answers) == 2 and total == sum(usage_total(fmt, a) for a in answers)  # the turn's usage is summed
+    assert "store_memory" in str(answers[0]) and "store_memory" not in str(entry["response"]["json"])
+    [event] = stack.events("store", claw_id="writer")
+    assert event["memory_status"] == "succeeded" and event["key"] == "editor"
+
+    # the same key again replaces the memory
+    stack.provider.model = remembering(args={"key": "editor", "value": "The user's editor is now Zed"})
+    text, _, _ = await ask(stack, fmt)
+    assert "Saved (updated)" in text and (await stored(memory_url))["editor"] == "The user's editor is now Zed"
+
+
+@pytest.mark.parametrize("fmt,tools", [("openai", OA_WEATHER), ("responses", RESP_WEATHER),
+                                       ("anthropic", ANT_WEATHER)])
+async def test_mixed_with_the_agents_own_tool_call_the_agent_gets_only_its_own(setup, fmt, tools):
+    stack, memory_url = setup
+    stack.provider.model = remembering(also="get_weather")
+    _, calls, _ = await ask(stack, fmt, tools=tools)
+    assert calls == ["get_weather"]
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+    assert len([r for r in stack.provider.received if r.path == PATHS[fmt]]) == 1  # no follow-up: the agent runs its tool
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "responses"])
+async def test_a_failed_write_is_a_tool_error_for_the_model_never_a_failed_turn(setup, fmt):
+    stack, memory_url = setup
+    stack.provider.model = remembering(args={"key": "editor", "value": "Helix", "scope": "session"})  # no session
+    text, calls, _ = await ask(stack, fmt)
+    assert calls == [] and "not saved" in text and "session" in text
+    assert "editor" not in await stored(memory_url)
+    stack.provider.model = remembering(args={"key": "", "value": "x" * 10})
+    text, _, _ = await ask(stack, fmt)
+    assert "not saved" in text and "key" in text
+    assert [e["memory_status"] for e in stack.events("store", claw_id="writer")] == ["failed", "failed"]
+
+
+async def test_an_unreachable_memory_service_is_a_tool_error_too(make_stack, unused_tcp_port):
+    stack = await make_stack()
+    stack.add_agent("writer", f"http://127.0.0.1:{unused_tcp_port}", service="embedded", tools=["store_memory"])
+    stack.provider.model = remembering()
+    text, calls, _ = await ask(stack, "openai")
+    assert calls == [] and "not saved" in text and "did not answer" in text
+
+
+@pytest.mark.parametrize("case", ["not opted in", "tool_choice none", "structured output", "stream", "name clash",
+                                  "tool_choice required"])
+async def test_the_tool_is_offered_only_where_it_may_be(setup, case):
+    stack, memory_url = setup
+    agent, kw = "writer", {}
+    own = [{"type": "function", "function": {"name": "store_memory", "description": "the agent's own",
+                                             "parameters": {"type": "object"}}}]
+    if case == "not opted in":
+        agent = "plain"
+    elif case == "tool_choice none":
+        kw = {"tools": OA_WEATHER, "tool_choice": "none"}
+    elif case == "tool_choice required":
+        kw = {"tools": OA_WEATHER, "tool_choice": "required"}
+    elif case == "structured output":
+        kw = {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}
+    elif case == "name clash":
+        kw = {"tools": own}
+    client = stack.openai(agent)
+    if case == "stream":
+        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": REMEMBER}],
+                                                      stream=True)
+        async for _ in stream:
+            pass
+    else:
+        r = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": REMEMBER}], **kw)
+        if case == "name clash":  # the agent's own store_memory is the agent's: its call is returned to it
+            assert [c.function.name for c in r.choices[0].message.tool_calls] == ["store_memory"]
+    offered = stack.provider.received[-1].body.get("tools") or []
+    assert offered == kw.get("tools", [])  # exactly the agent's own tools, byte for byte
+    assert "editor" not in await stored(memory_url, agent)
+    if case in ("name clash", "tool_choice none", "structured output", "stream", "tool_choice required"):
+        [note] = [e for e in stack.log_lines() if e.get("event") == "memory_tool_not_offered"]
+        assert note["claw_id"] == "writer" and note["reason"]
