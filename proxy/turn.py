@@ -243,15 +243,15 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
     question = turn.question if turn is not None and recall.status == "reused" else None
 
-    def link(response_id: str | None) -> None:
-        """The answer's id continues this user turn (a `previous_response_id` chain step)."""
-        state.turn_blocks.link(ctx.agent_id, response_id, turn)
-
-    linked = turn is not None and offers_tools(body)
+    link = None
+    if fmt.chains and turn is not None and offers_tools(body):
+        def link(response_id: str | None) -> None:
+            """The answer's id continues this user turn (a `previous_response_id` chain step)."""
+            state.turn_blocks.link(ctx.agent_id, response_id, turn)
 
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
-        if linked:
+        if link is not None:
             link(rid)
         # shielded: a client that goes away mid-write must not cost the ledger its line
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
@@ -265,8 +265,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said,
-                                           link if linked else None)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
             elif store_tool and 200 <= upstream.status < 300:
                 resp = await memory_tool.relay_whole(
                     request=request, state=state, ctx=ctx, fmt=fmt, body=effective, upstream=upstream,

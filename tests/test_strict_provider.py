@@ -250,3 +250,40 @@ def test_openai_prefix_cache_hits_from_1024_tokens_in_steps_of_128():
     short = OpenAIPrefixCache()
     short.cached_tokens("y" * 4 * 1000)
     assert short.cached_tokens("y" * 4 * 1000 + "z") == 0  # under 1024 tokens nothing is cached
+
+
+async def test_anthropic_message_thread_replays_and_keeps_its_system_prompt(clients):
+    provider, _, claude = clients
+    beta = {"betas": ["message-threads-2026-08-12"]}
+    first = await claude.beta.messages.create(model="c", max_tokens=20, system="Be brief.", **beta,
+                                              messages=[{"role": "user", "content": "hi"}],
+                                              extra_body={"thread": {"type": "create"}})
+    cont = {"thread": {"type": "continue", "previous_message_id": first.id}}
+    await claude.beta.messages.create(model="c", max_tokens=20, messages=[{"role": "user", "content": "again"}],
+                                      extra_body=cont, **beta)
+    seen = provider.received[-1]
+    assert seen.system == "Be brief." and [m["role"] for m in seen.context] == ["user", "assistant", "user"]
+    with pytest.raises(anthropic.BadRequestError, match="cannot be set on a `continue`"):
+        await claude.beta.messages.create(model="c", max_tokens=20, system="Other.", extra_body=cont, **beta,
+                                          messages=[{"role": "user", "content": "again"}])
+    with pytest.raises(anthropic.BadRequestError) as lost:
+        await claude.beta.messages.create(model="c", max_tokens=20, messages=[{"role": "user", "content": "x"}],
+                                          extra_body={"thread": {"type": "continue", "previous_message_id": "msg_x"}},
+                                          **beta)
+    assert lost.value.body["error"]["details"]["error_code"] == "thread_not_found"
+
+
+async def test_parallel_tool_calls_must_all_be_answered_before_anything_else(clients):
+    provider, gpt, _ = clients
+    provider.model = ToolLoop([[ToolCall("get_weather", {"city": "Porto"}), ToolCall("get_weather", {"city": "Faro"})]])
+    first = await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER,
+                                              messages=[{"role": "user", "content": "Weather?"}])
+    msg = first.choices[0].message
+    assert len(msg.tool_calls) == 2
+    a, b = ({"role": "tool", "tool_call_id": c.id, "content": t} for c, t in zip(msg.tool_calls, ("17C", "24C")))
+    history = [{"role": "user", "content": "Weather?"}, msg.model_dump(exclude_none=True)]
+    with pytest.raises(openai.BadRequestError, match="did not have response messages"):
+        await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER, messages=[
+            *history, a, {"role": "user", "content": "<memories/>"}, b])
+    final = await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER, messages=[*history, a, b])
+    assert final.choices[0].message.content.endswith("Tool said: 17C / 24C")
