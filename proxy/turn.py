@@ -264,7 +264,14 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         state.metrics.upstream_latency.observe(time.perf_counter() - sent)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
-            if 200 <= upstream.status < 300 and is_sse:
+            if 200 <= upstream.status < 300 and is_sse and store_tool and fmt.name == "openai":
+                resp = await memory_tool.relay_chat_stream(
+                    request=request, state=state, ctx=ctx, body=effective, upstream=upstream,
+                    headers={**returned_headers(upstream.headers), **said}, hidden_usage=hidden_usage,
+                    reopen=lambda b: _reopen(state, url, headers, request, b), finish=finish,
+                    stream_record=lambda sent, incomplete: _stream_record(fmt, sent, False, incomplete),
+                    session_id=session_id, turn_id=turn_id)
+            elif 200 <= upstream.status < 300 and is_sse:
                 resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
             elif store_tool and 200 <= upstream.status < 300:
                 resp = await memory_tool.relay_whole(
@@ -294,6 +301,13 @@ async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, f
 async def _read_answer(upstream: aiohttp.ClientResponse) -> bytes:
     with provider_errors(answering=True):
         return await upstream.read()
+
+
+def _reopen(state: ProxyState, url: str, headers: Any, request: web.Request, body: dict[str, Any]) -> Any:
+    """A streamed provider call of the same turn (memory_tool: the store_memory results handed back)."""
+    assert state.session is not None
+    return state.session.request("POST", url, data=orjson.dumps(body), headers=headers, params=request.query or None,
+                                 timeout=_upstream_timeout(state), allow_redirects=False)
 
 
 async def _resend(state: ProxyState, url: str, headers: Any, request: web.Request,

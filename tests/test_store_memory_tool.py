@@ -148,8 +148,7 @@ async def test_the_tool_is_offered_only_where_it_may_be(setup, case):
         kw = {"tools": own}
     client = stack.openai(agent)
     if case == "stream":
-        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": REMEMBER}],
-                                                      stream=True)
+        stream = await client.responses.create(model="m", input=REMEMBER, stream=True)  # streamed Responses: not yet
         async for _ in stream:
             pass
     else:
@@ -162,3 +161,39 @@ async def test_the_tool_is_offered_only_where_it_may_be(setup, case):
     if case in ("name clash", "tool_choice none", "structured output", "stream", "tool_choice required"):
         [note] = [e for e in stack.log_lines() if e.get("event") == "memory_tool_not_offered"]
         assert note["claw_id"] == "writer" and note["reason"]
+
+
+async def test_a_streamed_chat_answer_flows_and_the_agent_never_sees_the_store_call(setup):
+    stack, memory_url = setup
+    client = stack.openai("writer")
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": REMEMBER}],
+                                                  stream=True, stream_options={"include_usage": True})
+    text, calls, usage, finishes = "", [], None, []
+    async for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            calls += [c for c in ch.delta.tool_calls or ()]
+            if ch.finish_reason:
+                finishes.append(ch.finish_reason)
+    assert text.startswith("Done. Saved (new) under key 'editor'") and calls == [] and finishes == ["stop"]
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+    [entry] = stack.ledger("writer")
+    assert len(entry["response"]["provider_answers"]) == 2 and "store_memory" in entry["response"]["provider_answers"][0]
+    assert "store_memory" not in entry["response"]["text"]
+    assert usage.total_tokens == entry["usage"]["prompt_tokens"] + entry["usage"]["completion_tokens"]
+    assert len([r for r in stack.provider.received if r.path == PATHS["openai"]]) == 2
+
+
+async def test_a_streamed_mixed_answer_keeps_the_agents_call_at_index_0_and_the_sdk_assembles_it(setup):
+    stack, memory_url = setup
+    stack.provider.model = remembering(also="get_weather")
+    client = stack.openai("writer")
+    async with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": REMEMBER}],
+                                              tools=OA_WEATHER) as stream:
+        final = await stream.get_final_completion()
+    message = final.choices[0].message
+    assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"

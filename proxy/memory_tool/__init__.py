@@ -4,9 +4,11 @@
 * `offer.py`  when the tool is offered, and its definition in each wire format;
 * `answers.py` finding, removing and answering its calls in each wire format's answer;
 * `write.py`  the write itself (upsert by key), a failure reported to the model as a tool error;
-* `loop.py`   the whole-answer loop: store, send the results back, at most MAX_EXTRA_CALLS more.
+* `loop.py`   the whole-answer loop: store, send the results back, at most MAX_EXTRA_CALLS more;
+* `chat_stream.py` the same for streamed Chat Completions, text flowing as it arrives.
 """
 
+from .chat_stream import relay_chat_stream
 from .loop import MAX_EXTRA_CALLS, offered, relay_whole
 
-__all__ = ["MAX_EXTRA_CALLS", "offered", "relay_whole"]
+__all__ = ["MAX_EXTRA_CALLS", "offered", "relay_chat_stream", "relay_whole"]
