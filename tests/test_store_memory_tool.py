@@ -197,3 +197,44 @@ async def test_a_streamed_mixed_answer_keeps_the_agents_call_at_index_0_and_the_
     assert [c.function.name for c in message.tool_calls] == ["get_weather"]
     assert final.choices[0].finish_reason == "tool_calls"
     assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+
+
+async def test_a_streamed_chat_agent_that_did_not_ask_for_usage_gets_none(setup):
+    stack, memory_url = setup
+    stream = await stack.openai("writer").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": REMEMBER}], stream=True)
+    chunks = [c async for c in stream]
+    assert all(c.usage is None for c in chunks) and all(c.choices for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith("Done. Saved (new)")
+    [entry] = stack.ledger("writer")
+    assert entry["usage"]["prompt_tokens"] and entry["usage"]["completion_tokens"]  # memplane still counts it
+
+
+@pytest.mark.parametrize("api,stream", [("chat", False), ("chat", True), ("responses", False)])
+async def test_an_openai_agents_agent_with_its_own_tool_remembers_through_memplane(setup, api, stream):
+    """openai-agents runs its own tool loop; store_memory calls never reach it, its own tool does."""
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool, \
+        set_tracing_disabled
+    set_tracing_disabled(True)  # traces would be exported to the public endpoint
+    stack, memory_url = setup
+    stack.provider.model = remembering(also="get_weather")
+    ran = []
+
+    @function_tool
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        ran.append(city)
+        return "21C"
+
+    client = stack.openai("writer")
+    model = OpenAIChatCompletionsModel(model="m", openai_client=client) if api == "chat" else \
+        OpenAIResponsesModel(model="m", openai_client=client)
+    agent = Agent(name="assistant", instructions="You are a helpful assistant.", model=model, tools=[get_weather])
+    if stream:
+        result = Runner.run_streamed(agent, REMEMBER)
+        async for _ in result.stream_events():
+            pass
+    else:
+        result = await Runner.run(agent, REMEMBER)
+    assert ran == ["Porto"] and "21C" in str(result.final_output)
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
