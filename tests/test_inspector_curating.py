@@ -50,7 +50,7 @@ def curate(base: str, shots: Path) -> dict:
         go(browser, browser.find_element(By.ID, "search"))
         seen["episode_keys"] = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#memories td.mkey")]
         # an episode's source turn: its conversation
-        go(browser, browser.find_element(By.CSS_SELECTOR, "#memories td.sources a"))
+        go(browser, browser.find_element(By.CSS_SELECTOR, "#memories td.source-turns a"))
         seen["source_user"] = browser.find_element(By.ID, "said-user").text
         seen["source_url"] = browser.current_url
         browser.save_screenshot(str(shots / "source-turn.png"))
