@@ -331,8 +331,15 @@ def add_api_routes(app: web.Application, service: MemoryRest) -> None:
         return _json({"results": [{**m.public(), "score": round(s, 4)} for m, s in ranked]})
 
     async def delete(request: web.Request) -> web.Response:
-        reason = request.query.get("reason", "")[:1000] or None
-        actor = request.query.get("actor", "")[:200] or None
+        said: dict[str, Any] = {}
+        if request.can_read_body:  # {"reason": …, "actor": …}: the inspector's way; `?reason=` for curl
+            try:
+                doc = orjson.loads(await request.read())
+            except orjson.JSONDecodeError:
+                return json_error(400, "body is not valid JSON")
+            said = doc if isinstance(doc, dict) else {}
+        reason = str(said.get("reason") or request.query.get("reason", ""))[:1000] or None
+        actor = str(said.get("actor") or request.query.get("actor", ""))[:200] or None
         m = await service.get_memory(request.match_info["id"])
         if m is None or not _may_read(request, m):
             return json_error(404, "memory not found")

@@ -89,7 +89,7 @@ class MemoryRestClient:
 
     async def forget(self, memory_id: str, reason: str, actor: str) -> None:
         await self._call("DELETE", f"/api/memories/{quote(memory_id, safe='')}", ok=(204, 404),
-                         params={"reason": reason, "actor": actor}, what="forget the memory")
+                         json={"reason": reason, "actor": actor}, what="forget the memory")
 
     async def audit(self, memory_id: str | None = None) -> list[dict]:
         if memory_id is None:

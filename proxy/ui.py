@@ -338,7 +338,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
                 with transport_errors():
                     async with state.session.delete(f"{manifest.base_url}/api/memories/{quote(memory_id, safe='')}",
                                                     headers=manifest.headers(),
-                                                    params={"reason": reason, "actor": operator_name(operator)},
+                                                    json={"reason": reason, "actor": operator_name(operator)},
                                                     timeout=aiohttp.ClientTimeout(total=5)) as r:
                         await r.read()
                 if not 200 <= r.status < 300 and r.status != 404:
