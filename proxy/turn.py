@@ -264,9 +264,9 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         state.metrics.upstream_latency.observe(time.perf_counter() - sent)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
-            if 200 <= upstream.status < 300 and is_sse and store_tool and fmt.name == "openai":
-                resp = await memory_tool.relay_chat_stream(
-                    request=request, state=state, ctx=ctx, body=effective, upstream=upstream,
+            if 200 <= upstream.status < 300 and is_sse and store_tool:
+                resp = await memory_tool.relay_stream(
+                    fmt_name=fmt.name, request=request, state=state, ctx=ctx, body=effective, upstream=upstream,
                     headers={**returned_headers(upstream.headers), **said}, hidden_usage=hidden_usage,
                     reopen=lambda b: _reopen(state, url, headers, request, b), finish=finish,
                     stream_record=lambda sent, incomplete: _stream_record(fmt, sent, False, incomplete),

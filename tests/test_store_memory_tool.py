@@ -238,3 +238,36 @@ async def test_an_openai_agents_agent_with_its_own_tool_remembers_through_mempla
         result = await Runner.run(agent, REMEMBER)
     assert ran == ["Porto"] and "21C" in str(result.final_output)
     assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+
+
+async def test_a_streamed_anthropic_message_flows_and_the_sdk_assembles_one_message(setup):
+    stack, memory_url = setup
+    stack.provider.model = lambda view: (
+        Answer(text="Let me note that.", tool_calls=[ToolCall("store_memory", {"key": "editor",
+                                                                              "value": "The user's editor is Helix"})])
+        if view.steps == 0 else Answer(text="Done. " + " | ".join(view.tool_results)))
+    async with stack.anthropic("writer").messages.stream(
+            model="c", max_tokens=200, messages=[{"role": "user", "content": REMEMBER}]) as stream:
+        deltas = [t async for t in stream.text_stream]
+        message = await stream.get_final_message()
+    assert [b.type for b in message.content] == ["text", "text"] and message.stop_reason == "end_turn"
+    assert message.content[0].text == "Let me note that." and message.content[1].text.startswith("Done. Saved (new)")
+    assert "".join(deltas) == "Let me note that.Done. Saved (new) under key 'editor'."
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+    [entry] = stack.ledger("writer")
+    answers = entry["response"]["provider_answers"]
+    assert len(answers) == 2 and "store_memory" in answers[0] and "store_memory" not in entry["response"]["text"]
+    sent = [r for r in stack.provider.received if r.path == PATHS["anthropic"]]
+    assert len(sent) == 2 and message.usage.output_tokens == entry["usage"]["completion_tokens"]
+    assert message.usage.input_tokens == entry["usage"]["prompt_tokens"] > 0  # both calls' input, summed
+
+
+async def test_a_streamed_anthropic_mixed_answer_gives_the_agent_its_own_tool_use_only(setup):
+    stack, memory_url = setup
+    stack.provider.model = remembering(also="get_weather")
+    async with stack.anthropic("writer").messages.stream(
+            model="c", max_tokens=200, tools=ANT_WEATHER, messages=[{"role": "user", "content": REMEMBER}]) as stream:
+        message = await stream.get_final_message()
+    assert [(b.type, b.name) for b in message.content] == [("tool_use", "get_weather")]
+    assert message.content[0].input == {"city": "Porto"} and message.stop_reason == "tool_use"
+    assert (await stored(memory_url))["editor"] == "The user's editor is Helix"

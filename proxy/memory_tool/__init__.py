@@ -5,10 +5,11 @@
 * `answers.py` finding, removing and answering its calls in each wire format's answer;
 * `write.py`  the write itself (upsert by key), a failure reported to the model as a tool error;
 * `loop.py`   the whole-answer loop: store, send the results back, at most MAX_EXTRA_CALLS more;
-* `chat_stream.py` the same for streamed Chat Completions, text flowing as it arrives.
+* `stream.py`  the same for streamed answers, text flowing as it arrives: one round per provider
+  stream, `chat_stream.py` (Chat Completions) and `messages_stream.py` (Anthropic Messages).
 """
 
-from .chat_stream import relay_chat_stream
 from .loop import MAX_EXTRA_CALLS, offered, relay_whole
+from .stream import relay_stream
 
-__all__ = ["MAX_EXTRA_CALLS", "offered", "relay_chat_stream", "relay_whole"]
+__all__ = ["MAX_EXTRA_CALLS", "offered", "relay_stream", "relay_whole"]
