@@ -6,7 +6,8 @@
 * `write.py`  the write itself (upsert by key), a failure reported to the model as a tool error;
 * `loop.py`   the whole-answer loop: store, send the results back, at most MAX_EXTRA_CALLS more;
 * `stream.py`  the same for streamed answers, text flowing as it arrives: one round per provider
-  stream, `chat_stream.py` (Chat Completions) and `messages_stream.py` (Anthropic Messages).
+  stream, `chat_stream.py` (Chat Completions), `messages_stream.py` (Anthropic Messages) and
+  `responses_stream.py` (Responses).
 """
 
 from .loop import MAX_EXTRA_CALLS, offered, relay_whole

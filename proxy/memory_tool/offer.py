@@ -3,8 +3,9 @@
 Offered only when the agent opted in and the request leaves the model free to call a tool of its
 choice: not with `tool_choice` none/required/a named tool (the client decided what the model may
 call), not with structured output (the answer must be the client's JSON), not on streamed
-Responses calls (not handled yet: the tool is simply not offered there, so such a stream is never
-changed; streamed Chat Completions and Messages are, stream.py), and not when the
+Responses calls that the provider stores (the stream's id is announced before memplane knows
+whether a follow-up is needed, and a chain continued from it would miss the tool's output at the
+provider; with `store: false` they are), and not when the
 agent has a tool of the same name (the agent's tool wins; the reason is logged).
 """
 
@@ -72,8 +73,10 @@ def why_not(fmt: str, body: dict[str, Any], opted_in: bool) -> str | None:
     """None when the tool is offered on this request, else the reason it is not."""
     if not opted_in:
         return "not opted in"
-    if body.get("stream") and fmt == "responses":
-        return "streamed Responses calls are not offered the tool yet"
+    if fmt == "responses" and body.get("stream") and body.get("store") is not False:
+        # the stream names its response id before memplane knows whether a follow-up call is needed;
+        # a chain continued from that id would lack the tool's output at the provider
+        return "streamed Responses calls the provider stores (store is not false) are not offered the tool"
     if _structured(fmt, body):
         return "structured output requested"
     if (reason := _choice_forbids(body.get("tool_choice"))) is not None:

@@ -1,5 +1,5 @@
 """Streamed answers with `store_memory` on offer, over rounds of provider streams (Chat Completions:
-chat_stream.py; Anthropic Messages: messages_stream.py).
+chat_stream.py; Anthropic Messages: messages_stream.py; Responses: responses_stream.py).
 
 What the agent may see goes out as it arrives; store_memory calls and the stream's end are held
 back. When a round ends with only store_memory calls, memplane stores, asks the provider again
@@ -24,11 +24,13 @@ from ..transport_errors import TransportError, transport_errors
 from .answers import follow_up, summed_usage
 from .chat_stream import ChatRound
 from .messages_stream import MessagesRound
+from .responses_stream import ResponsesRound
 from .write import store
 
 MAX_EXTRA_CALLS = 3
-ROUNDS = {"openai": ChatRound, "anthropic": MessagesRound}
-USAGE_KEYS = {"openai": ("prompt_tokens", "completion_tokens"), "anthropic": ("input_tokens", "output_tokens")}
+ROUNDS = {"openai": ChatRound, "anthropic": MessagesRound, "responses": ResponsesRound}
+USAGE_KEYS = {"openai": ("prompt_tokens", "completion_tokens"), "anthropic": ("input_tokens", "output_tokens"),
+              "responses": ("input_tokens", "output_tokens")}
 
 
 async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: Any, body: dict[str, Any],
@@ -50,6 +52,8 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
 
     async def run(source: aiohttp.ClientResponse) -> Any:
         rnd = ROUNDS[fmt_name](first_index=rounds[-1].next_index() if rounds else 0, first=not rounds)
+        if rounds and hasattr(rnd, "seq"):  # Responses: one sequence of event numbers, items carried over
+            rnd.seq, rnd.seen_items, rnd.ids = rounds[-1].seq, rounds[-1].seen_items, rounds[-1].ids
         splitter = SSESplitter()
         rounds.append(rnd)
         async for chunk in source.content.iter_any():
