@@ -19,7 +19,6 @@ from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
-from .formats.rules import continues_a_thread
 from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
@@ -30,7 +29,7 @@ from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from . import memory_tool
 from .transport_errors import provider_errors, transport_errors
-from .turn_blocks import TurnBlock, offers_tools, question_of, turn_key
+from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -113,15 +112,15 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
     messages = fmt.recall_messages(body)
-    key = turn_key(ctx.agent_id, fmt.name, body, messages)
+    tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
+    key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
     if key.continues:
         remembered = state.turn_blocks.get(key.key)
         if remembered is not None:
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
-        why = ("the message thread already holds this turn's block" if continues_a_thread(body)
-               else "no user text to recall with")
+        why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
@@ -183,7 +182,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         detail["repeated_lines_dropped"] = repeated
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      redact.text(question_of(messages, key))[0], detail)
-    if offers_tools(body):
+    if tools:
         state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
@@ -220,7 +219,10 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
     ctx = authenticate(request, state)
-    body = await read_json_body(request)
+    original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
+    body, thread = original, None
+    if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
@@ -251,10 +253,13 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
+        reply = record.pop("reply", None)
         if link is not None:
             link(rid)
+        if thread is not None and reply is not None:
+            state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
-        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
     async with state.upstream_slots:
@@ -343,6 +348,8 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
                               "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
@@ -434,6 +441,8 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["incomplete"] = incomplete
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
     return record

@@ -135,14 +135,6 @@ def search_results_fallback(body: dict[str, Any]) -> tuple[bool, str | None]:
     return True, None
 
 
-def continues_a_thread(body: dict[str, Any]) -> bool:
-    """An Anthropic message-thread `continue`: the server keeps the `system` and `tools` the thread was
-    created with and refuses a request that sets them (the anthropic SDK's `message-threads`, which
-    its tool runner uses), so the block cannot go in `system`."""
-    thread = body.get("thread")
-    return isinstance(thread, dict) and thread.get("type") == "continue"
-
-
 def responses_input_is_stored(body: dict[str, Any]) -> bool:
     """A Responses input item stays in the provider's stored conversation unless `store` is false:
     a later `previous_response_id` or `conversation` call would carry it (and pile blocks up)."""

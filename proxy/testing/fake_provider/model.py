@@ -151,8 +151,8 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _is_memory(text: str) -> bool:
-    return text.lstrip().startswith("<memories")
+def _is_memory(text: Any) -> bool:
+    return isinstance(text, str) and text.lstrip().startswith("<memories")
 
 
 def chat_view(body: dict[str, Any]) -> View:
@@ -185,7 +185,8 @@ def anthropic_view(body: dict[str, Any]) -> View:
         if answered:
             results += [_text_of(b.get("content")) for b in answered]
             continue
-        said = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text" and not _is_memory(b.get("text", "")))
+        said = "\n".join(b["text"] for b in blocks
+                         if b.get("type") == "text" and isinstance(b.get("text"), str) and not _is_memory(b["text"]))
         if said:
             steps, results, user = 0, [], said
     tools = [t.get("name", "tool") for t in body.get("tools") or () if isinstance(t, dict)]
