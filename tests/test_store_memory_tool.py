@@ -305,3 +305,16 @@ async def test_a_streamed_responses_mixed_answer_gives_the_agent_its_own_call_at
     assert [(i.type, i.name) for i in final.output] == [("function_call", "get_weather")]
     assert {e.output_index for e in events if hasattr(e, "output_index")} == {0}
     assert (await stored(memory_url))["editor"] == "The user's editor is Helix"
+
+
+async def test_a_secret_the_model_tries_to_store_never_reaches_the_memory_service(setup):
+    stack, memory_url = setup
+    secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+    stack.provider.model = remembering(args={"key": "openai-key", "value": f"The user's key is {secret}",
+                                             "metadata": {"note": secret}})
+    text, _, _ = await ask(stack, "openai")
+    assert "Saved (new)" in text
+    async with aiohttp.ClientSession() as s:
+        async with s.get(memory_url + "/api/memories", params={"agent_id": "writer"}) as r:
+            everything = await r.text()
+    assert secret not in everything and "[redacted:openai]" in everything

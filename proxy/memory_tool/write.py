@@ -8,6 +8,7 @@ import time
 from typing import Any, Literal
 
 import aiohttp
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..transport_errors import TransportError, transport_errors
@@ -51,10 +52,13 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
         return said(False, "store_memory was not saved: scope 'session' needs a session, and this call has none; "
                            "use scope 'agent'")
     metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str)}
-    if len(str(metadata)) > MAX_METADATA_BYTES:
+    if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
         metadata = {}
-    body = {"agent_id": ctx.agent_id, "scope": args.scope, "key": args.key, "value": args.value, "type": "fact",
-            "metadata": {**metadata, "via": "store_memory", "turn_id": turn_id}}
+    # secrets never leave for a memory service, whoever writes: the model's words are scrubbed too
+    redact = state.redactor
+    body = {"agent_id": ctx.agent_id, "scope": args.scope, "key": redact.text(args.key)[0],
+            "value": redact.text(args.value)[0], "type": "fact",
+            "metadata": {**redact.json(metadata)[0], "via": "store_memory", "turn_id": turn_id}}
     if args.scope == "session":
         body["session_id"] = session_id
     try:
