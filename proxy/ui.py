@@ -327,13 +327,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             raise PageError(400, f"Not in {agent_id}'s ledger, nothing was forgotten: {shown}")
         manifest = ctx.memory
         notice = "Forgotten."
-        if entry_ids:
-            append_tombstones(state.ledger.root, agent_id, entry_ids, reason)
-            result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
-                                         entry_ids, reason, via="inspector")
-            if result != "ok":
-                notice = f"Tombstoned here; the memory service did not confirm ({result})."
-        if memory_id:  # memories written through the REST API (and what is left of the turn's)
+        if memory_id:  # first, so that the service's audit trail records who forgot it and why
             try:
                 with transport_errors():
                     async with state.session.delete(f"{manifest.base_url}/api/memories/{quote(memory_id, safe='')}",
@@ -345,6 +339,12 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
                     notice = f"The memory service refused to delete it (status {r.status})."
             except TransportError as exc:
                 notice = f"The memory service is unreachable ({exc.name})."
+        if entry_ids:  # the turns behind it: tombstoned here and forgotten by the service
+            append_tombstones(state.ledger.root, agent_id, entry_ids, reason)
+            result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
+                                         entry_ids, reason, via="inspector")
+            if result != "ok":
+                notice = f"Tombstoned here; the memory service did not confirm ({result})."
         raise web.HTTPSeeOther(f"/memplane/ui/agents/{agent_id}?" + urlencode({"notice": notice}))
 
     async def turn(request: web.Request) -> web.Response:

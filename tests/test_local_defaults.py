@@ -496,3 +496,14 @@ async def test_a_cross_site_form_cannot_edit_or_pin_a_memory_and_bad_input_is_a_
     assert status == 303 and "Pinned" in headers["location"]
     [now] = await stored(mem_base, "ui-agent")
     assert now["metadata"]["pinned"] is True and now["value"] == m["value"]
+    # forgetting it with a reason: the service's audit trail says who and why, before and after
+    fields = [("csrf", form_token(page)), ("memory_id", m["id"]), ("reason", "asked to forget her cat")] + \
+        [("entry_id", e) for e in m["source_entry_ids"]]
+    status, headers, _ = await post_form(base, "/memplane/ui/agents/ui-agent/forget", fields, cookie=cookie)
+    assert status == 303 and "Forgotten" in headers["location"].replace("+", " ")
+    async with aiohttp.ClientSession() as s:
+        async with s.get(mem_base + "/api/audit", params={"agent_id": "ui-agent"}) as r:
+            forgot, pinned = (await r.json())["audit"]
+    assert forgot["action"] == "forget" and forgot["reason"] == "asked to forget her cat"
+    assert forgot["who"].startswith("admin (inspector") and "Miso" in forgot["before"]["value"]
+    assert pinned["action"] == "pin"
