@@ -270,6 +270,8 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             elif ttl:
                 changes["ttl"] = int(ttl) if ttl.isdigit() else ttl
         try:
+            if await client.get(memory_id) is None:  # another agent's memory is not edited from this page
+                raise PageError(404, "No such memory for this agent.")
             await client.edit(memory_id, changes)
         except CurateError as exc:
             raise PageError(400, str(exc)) from None

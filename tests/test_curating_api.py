@@ -120,3 +120,25 @@ async def test_thousands_of_memories_page_by_cursor_and_filter_by_kind_and_date(
         async with s.get(f"{url}/api/memories", params={"agent_id": "alice", "since": "last tuesday"},
                          headers=ADMIN) as r:
             assert r.status == 400 and (await r.json())["error"]["field"] == "since"
+
+
+async def test_a_pinned_memory_survives_the_cap_and_consolidation_that_remove_its_peers(tiered):
+    from memory_adapters.tiered.consolidate import consolidate
+    url, service = tiered
+    service.settings.ltm_max_entries = 2
+    async with aiohttp.ClientSession() as s:
+        old = {"agent_id": "t", "importance": 0.0, "created_at": "2020-01-01T00:00:00Z"}
+        _, pinned = await call(s, url, "/api/memories", {**old, "key": "door-code-rule",
+                                                         "value": "Never read the door code aloud"}, "admin-token")
+        _, loose = await call(s, url, "/api/memories", {**old, "key": "lunch", "value": "Had soup once"}, "admin-token")
+        assert (await patch(s, url, pinned["id"], {"pinned": True}, ADMIN))[0] == 200
+        for i in range(3):  # over the cap: the oldest go, never the pinned one
+            await call(s, url, "/api/memories", {"agent_id": "t", "key": f"k{i}", "value": f"note {i}"}, "admin-token")
+        async with s.get(f"{url}/api/memories", params={"agent_id": "t", "limit": "100"}, headers=ADMIN) as r:
+            keys = {m["key"] for m in (await r.json())["memories"]}
+        assert "door-code-rule" in keys and "lunch" not in keys and "k2" in keys
+        report = await consolidate(service, ["t"], threshold=0.99)  # prune everything old and unimportant
+        assert pinned["id"] not in {p["id"] for p in report.pruned}
+        async with s.get(f"{url}/api/memories/{pinned['id']}", headers=ADMIN) as r:
+            assert r.status == 200 and (await r.json())["metadata"]["pinned"] is True
+    assert loose["id"]
