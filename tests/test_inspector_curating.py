@@ -38,6 +38,7 @@ def curate(base: str, shots: Path) -> dict:
     seen: dict = {}
     try:
         browser.implicitly_wait(5)
+        browser.set_window_size(1400, 1100)  # the screenshots show whole tables
         browser.get(base + "/memplane/ui/login")
         browser.find_element(By.ID, "token").send_keys("curator-admin-token")
         go(browser, browser.find_element(By.ID, "login"))
