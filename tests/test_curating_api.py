@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import aiohttp
 
+from tests.test_curator import llm  # noqa: F401 - the fake curator model
 from tests.test_embedded_adapter import call, rest_service  # noqa: F401 - the fixture over both stores
 
 ADMIN = {"Authorization": "Bearer admin-token"}
@@ -142,3 +143,39 @@ async def test_a_pinned_memory_survives_the_cap_and_consolidation_that_remove_it
         async with s.get(f"{url}/api/memories/{pinned['id']}", headers=ADMIN) as r:
             assert r.status == 200 and (await r.json())["metadata"]["pinned"] is True
     assert loose["id"]
+
+
+async def test_the_curator_never_supersedes_a_memory_the_operator_pinned(aiohttp_server, tmp_path, llm):
+    """The model says the new job replaces the old; the operator pinned the old one: it stays current."""
+    import orjson
+
+    from tests.test_curator import embedded, entry, excerpt, memories, post, retain, settings
+
+    fake, base = llm
+
+    def script(body):
+        if body["response_format"]["json_schema"]["name"] == "memplane_consolidation":
+            lines = body["messages"][-1]["content"].splitlines()
+            old = next(x for x in lines if "Acme" in x).split()[0][1:]
+            new = next(x for x in lines if "Globex" in x).split()[0][1:]
+            return orjson.dumps({"duplicates": [], "superseded": [{"old": old, "new": new}], "prune": [old]}).decode()
+        first = excerpt(body)[0][1]
+        fact = ("employer", "The user works at Acme.") if "Acme" in first else ("job", "The user now works at Globex.")
+        return orjson.dumps({"summary": "work", "directives": [], "facts": [
+            {"topic": fact[0], "text": fact[1], "sources": ["m1"], "importance": 0.7}]}).decode()
+
+    fake.script = script
+    url, service, _ = await embedded(aiohttp_server, tmp_path, settings(base))
+    async with aiohttp.ClientSession() as s:
+        await retain(s, url, "ana", [entry(f"hist1_{i}", t) for i, t in enumerate(["I work at Acme.", "a", "b", "c"])])
+        await service.curator.run_once()
+        [acme] = [f for f in await memories(s, url, "ana", "fact") if "Acme" in f["value"]]
+        assert (await patch(s, url, acme["id"], {"pinned": True, "reason": "she has two jobs"}, {}))[0] == 200
+        service.curator.clock.now += 60
+        await retain(s, url, "ana", [entry(f"hist1_{i}", t) for i, t in enumerate(
+            ["I joined Globex this month.", "d", "e", "f"], 4)])
+        await service.curator.run_once()
+        facts = {f["value"]: f for f in await memories(s, url, "ana", "fact")}
+        _, got = await post(s, url, "/recall", {"agent_id": "ana", "query": "where does the user work?"})
+    assert "superseded_by" not in facts["The user works at Acme."]["metadata"]  # neither superseded nor pruned
+    assert "The user works at Acme." in "\n".join(m["text"] for m in got["memories"])
