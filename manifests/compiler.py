@@ -220,7 +220,8 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
         auth_token=token, paths={k: v["path"] for k, v in caps.items()},
         retain_batch_path=(caps.get("retain") or {}).get("batch_path"),
     )
-    for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks")):
+    for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks"),
+                     ("tools", "tools")):
         if key in spec:
             doc[out] = spec[key]
     try:

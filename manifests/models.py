@@ -36,6 +36,7 @@ class MemoryManifest:
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
     max_blocks: int = DEFAULT_MAX_BLOCKS
     placement: str = DEFAULT_PLACEMENT
+    tools: tuple[str, ...] = ()  # memory tools the proxy offers the model (proxy/memory_tool), opt-in
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "MemoryManifest":
@@ -56,6 +57,7 @@ class MemoryManifest:
             budget_tokens=int(doc.get("budget_tokens", DEFAULT_BUDGET_TOKENS)),
             max_blocks=int(doc.get("max_blocks", DEFAULT_MAX_BLOCKS)),
             placement=doc.get("placement", DEFAULT_PLACEMENT),
+            tools=tuple(doc.get("tools") or ()),
         )
 
     def url(self, endpoint: Endpoint) -> str:

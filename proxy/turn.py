@@ -27,7 +27,8 @@ from .recall_policy import InjectedMemory, apply_policy
 from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
-from .transport_errors import provider_errors
+from . import memory_tool
+from .transport_errors import provider_errors, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
@@ -236,6 +237,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         "recall": {"status": recall.status, "blocks": recall.blocks, "removed": recall.removed,
                    "latency_ms": round(recall.latency_ms, 3)},
         "memories": [], **recall.detail})
+    effective, store_tool = memory_tool.offered(state, ctx, fmt.name, effective)  # opt-in (memory.json tools)
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
@@ -267,8 +269,21 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         state.metrics.upstream_latency.observe(time.perf_counter() - sent)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
-            if 200 <= upstream.status < 300 and is_sse:
+            if 200 <= upstream.status < 300 and is_sse and store_tool:
+                resp = await memory_tool.relay_stream(
+                    fmt_name=fmt.name, request=request, state=state, ctx=ctx, body=effective, upstream=upstream,
+                    headers={**returned_headers(upstream.headers), **said}, hidden_usage=hidden_usage,
+                    reopen=lambda b: _reopen(state, url, headers, request, b), finish=finish,
+                    stream_record=lambda sent, incomplete: _stream_record(fmt, sent, False, incomplete),
+                    session_id=session_id, turn_id=turn_id)
+            elif 200 <= upstream.status < 300 and is_sse:
                 resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
+            elif store_tool and 200 <= upstream.status < 300:
+                resp = await memory_tool.relay_whole(
+                    request=request, state=state, ctx=ctx, fmt=fmt, body=effective, upstream=upstream,
+                    resend=lambda b: _resend(state, url, headers, request, b), finish=finish,
+                    whole_record=_whole_record, said=said, session_id=session_id, turn_id=turn_id,
+                    read=lambda: _read_answer(upstream))
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
@@ -286,6 +301,29 @@ async def _relay_whole(request: web.Request, upstream: aiohttp.ClientResponse, f
     if 200 <= upstream.status < 300:
         await finish(_whole_record(fmt, data))
     return resp
+
+
+async def _read_answer(upstream: aiohttp.ClientResponse) -> bytes:
+    with provider_errors(answering=True):
+        return await upstream.read()
+
+
+def _reopen(state: ProxyState, url: str, headers: Any, request: web.Request, body: dict[str, Any]) -> Any:
+    """A streamed provider call of the same turn (memory_tool: the store_memory results handed back)."""
+    assert state.session is not None
+    return state.session.request("POST", url, data=orjson.dumps(body), headers=headers, params=request.query or None,
+                                 timeout=_upstream_timeout(state), allow_redirects=False)
+
+
+async def _resend(state: ProxyState, url: str, headers: Any, request: web.Request,
+                  body: dict[str, Any]) -> tuple[int, bytes]:
+    """One more provider call of the same turn (memory_tool: the store_memory results handed back)."""
+    assert state.session is not None
+    with transport_errors():  # a TransportError: memory_tool answers the agent without the follow-up
+        async with state.session.request("POST", url, data=orjson.dumps(body), headers=headers,
+                                         params=request.query or None, timeout=_upstream_timeout(state),
+                                         allow_redirects=False) as again:
+            return again.status, await again.read()
 
 
 def _safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:

@@ -2,9 +2,11 @@
 
 Agents with their last recall and retain backlog, an agent's recent turns (each opening its
 explanation) and its memories in the service when the service offers the REST listing (list,
-search, forget). Forget does what `memplane memory forget` does: a local tombstone and the
-service's forget for memories made from turns (entry ids must be in the agent's ledger); a REST
-delete for memories written directly.
+search, filters, cursor pages). A memory's own page edits its text, importance and TTL, pins it,
+and forgets it with a reason; the memory service keeps the audit trail of every change and the
+page shows it (curate.py talks to the service). Forget does what `memplane memory forget` does:
+a local tombstone and the service's forget for memories made from turns (entry ids must be in
+the agent's ledger); a REST delete for memories written directly.
 
 Pages are for the operator's browser, which also visits hostile sites: every form carries a
 CSRF token, state-changing posts from another site are refused, pages cannot be framed or
@@ -26,6 +28,7 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
+from .curate import KINDS, SCOPES, CurateError, MemoryRestClient, audit_view, conversation, find_entry, operator_name, view
 from .explain import explanation
 from .ledger import append_tombstones
 from .memory_ops import remote_forget
@@ -187,27 +190,13 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
                   for t in reversed(state.explanations.recent(limit=500)) if t.get("_at", 0) >= hour_ago]
         return render(request, operator, "agents.html", agents=rows, chart=_chart(points))
 
-    async def memories(state, ctx, agent_id: str, q: str) -> tuple[list[dict], str | None]:
-        manifest = ctx.memory if ctx else None
-        if manifest is None:
-            return [], "This agent has no memory service."
-        base = manifest.base_url
-        try:
-            if q:
-                async with state.session.post(f"{base}/api/memories/search", headers=manifest.headers(),
-                                              json={"agent_id": agent_id, "query": q, "top_k": 50},
-                                              timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    if r.status != 200:
-                        return [], f"The service does not offer search (status {r.status})."
-                    return (await r.json())["results"], None
-            async with state.session.get(f"{base}/api/memories", headers=manifest.headers(),
-                                         params={"agent_id": agent_id, "limit": "200"},
-                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
-                if r.status != 200:
-                    return [], f"The service does not offer the REST listing (status {r.status})."
-                return (await r.json())["memories"], None
-        except (aiohttp.ClientError, TimeoutError, KeyError, ValueError) as exc:
-            return [], f"The memory service did not answer ({type(exc).__name__})."
+    def service_of(state: Any, agent_id: str) -> MemoryRestClient:
+        ctx = state.contexts.get(agent_id)
+        if ctx is None:
+            raise PageError(404, "No such agent.")
+        if ctx.memory is None:
+            raise PageError(404, "This agent has no memory service.")
+        return MemoryRestClient(state.session, ctx.memory.base_url, ctx.memory.headers(), agent_id)
 
     async def agent(request: web.Request) -> web.Response:
         state, operator = guard(request)
@@ -215,12 +204,103 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         ctx = state.contexts.get(agent_id)
         if ctx is None:
             raise PageError(404, "No such agent.")
-        q = request.query.get("q", "").strip()
-        found, error = await memories(state, ctx, agent_id, q)
+        query = request.query
+        filters = {"q": query.get("q", "").strip()[:500], "kind": query.get("kind", ""),
+                   "scope": query.get("scope", ""), "since": query.get("since", "").strip()[:40],
+                   "until": query.get("until", "").strip()[:40]}
+        found: list[dict] = []
+        error = next_cursor = None
+        if ctx.memory is None:
+            error = "This agent has no memory service."
+        else:
+            client = service_of(state, agent_id)
+            try:
+                if filters["q"]:
+                    found = await client.search(filters["q"], kind=filters["kind"] or None)
+                    found = [m for m in found if not filters["scope"] or m.get("scope") == filters["scope"]]
+                else:
+                    found, next_cursor = await client.listing(
+                        kind=filters["kind"] or None, scope=filters["scope"] or None, since=filters["since"] or None,
+                        until=filters["until"] or None, cursor=query.get("cursor") or None)
+            except (CurateError, KeyError, TypeError) as exc:
+                error = str(exc) if isinstance(exc, CurateError) else "The memory service answered in an unknown shape."
+        more = urlencode({**{k: v for k, v in filters.items() if v}, "cursor": next_cursor}) if next_cursor else None
         return render(request, operator, "agent.html", agent=agent_id,
                       turns=state.explanations.recent(agent_id, limit=50),
-                     memories=found, memories_error=error, q=q, notice=request.query.get("notice"),
-                     service=ctx.memory.service if ctx.memory else None)
+                      memories=[view(m) for m in found], memories_error=error, f=filters, kinds=KINDS,
+                      scopes=SCOPES, more=more, notice=request.query.get("notice"),
+                      service=ctx.memory.service if ctx.memory else None)
+
+    async def memory(request: web.Request) -> web.Response:
+        state, operator = guard(request)
+        agent_id, memory_id = request.match_info["agent"], request.match_info["memory_id"]
+        client = service_of(state, agent_id)
+        try:
+            m = await client.get(memory_id)
+            if m is None:
+                raise PageError(404, "No such memory (it may have been forgotten or expired).")
+            trail = await client.audit(memory_id)
+        except CurateError as exc:
+            raise PageError(502, str(exc)) from None
+        return render(request, operator, "memory.html", agent=agent_id, m=view(m),
+                      audit=[audit_view(e) for e in trail], notice=request.query.get("notice"))
+
+    async def change(request: web.Request) -> web.Response:
+        """Edit (text, importance, TTL) or pin/unpin a memory; the service records the change."""
+        state, operator = guard(request)
+        agent_id, memory_id = request.match_info["agent"], request.match_info["memory_id"]
+        client = service_of(state, agent_id)
+        form = await checked_form(request, operator)
+        changes: dict[str, Any] = {"actor": operator_name(operator)}
+        if reason := str(form.get("reason", "")).strip()[:1000]:
+            changes["reason"] = reason
+        if "pinned" in form:
+            changes["pinned"] = form.get("pinned") == "true"
+        else:
+            if "value" in form:
+                changes["value"] = str(form["value"]).replace("\r\n", "\n")
+            if "importance" in form:
+                try:
+                    changes["importance"] = float(str(form["importance"]))
+                except ValueError:
+                    raise PageError(400, "Importance must be a number from 0 to 1.") from None
+            ttl = str(form.get("ttl", "")).strip()
+            if form.get("permanent") == "on":
+                changes["ttl"] = None
+            elif ttl:
+                changes["ttl"] = int(ttl) if ttl.isdigit() else ttl
+        try:
+            if await client.get(memory_id) is None:  # another agent's memory is not edited from this page
+                raise PageError(404, "No such memory for this agent.")
+            await client.edit(memory_id, changes)
+        except CurateError as exc:
+            raise PageError(400, str(exc)) from None
+        done = ("Pinned." if changes.get("pinned") else "Unpinned.") if "pinned" in changes else "Saved."
+        raise web.HTTPSeeOther(f"/memplane/ui/agents/{quote(agent_id, safe='')}/memories/"
+                               f"{quote(memory_id, safe='')}?" + urlencode({"notice": done}))
+
+    async def audit_page(request: web.Request) -> web.Response:
+        state, operator = guard(request)
+        agent_id = request.match_info["agent"]
+        try:
+            trail = await service_of(state, agent_id).audit()
+        except CurateError as exc:
+            raise PageError(502, str(exc)) from None
+        return render(request, operator, "audit.html", agent=agent_id, audit=[audit_view(e) for e in trail])
+
+    async def entry(request: web.Request) -> web.Response:
+        """A memory's source: the ledger entry's conversation, and its turn's explanation when kept."""
+        state, operator = guard(request)
+        agent_id, entry_id = request.match_info["agent"], request.match_info["entry_id"]
+        if state.contexts.get(agent_id) is None:
+            raise PageError(404, "No such agent.")
+        found = await asyncio.to_thread(find_entry, state.ledger, agent_id, entry_id)
+        if found is None:
+            raise PageError(404, f"Not in {agent_id}'s ledger (it may come from an import).")
+        turn_id = found.get("turn_id")
+        if isinstance(turn_id, str) and state.explanations.get(turn_id) is not None:
+            raise web.HTTPSeeOther(f"/memplane/ui/turns/{quote(turn_id, safe='')}")
+        return render(request, operator, "entry.html", agent=agent_id, c=conversation(found))
 
     async def unknown_entries(state: Any, agent_id: str, entry_ids: list[str]) -> list[str]:
         def scan() -> list[str]:
@@ -239,6 +319,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         if ctx is None or ctx.memory is None:
             raise PageError(404, "No such agent or no memory service.")
         form = await checked_form(request, operator)
+        reason = str(form.get("reason", "")).strip()[:1000] or "forgotten in the inspector"
         memory_id = str(form.get("memory_id", ""))
         entry_ids = [str(e) for e in form.getall("entry_id", [])]
         if len(entry_ids) > MAX_FORGET_ENTRY_IDS:
@@ -248,23 +329,24 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             raise PageError(400, f"Not in {agent_id}'s ledger, nothing was forgotten: {shown}")
         manifest = ctx.memory
         notice = "Forgotten."
-        if entry_ids:
-            append_tombstones(state.ledger.root, agent_id, entry_ids, "forgotten in the inspector")
-            result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
-                                         entry_ids, "forgotten in the inspector", via="inspector")
-            if result != "ok":
-                notice = f"Tombstoned here; the memory service did not confirm ({result})."
-        if memory_id:  # memories written through the REST API (and what is left of the turn's)
+        if memory_id:  # first, so that the service's audit trail records who forgot it and why
             try:
                 with transport_errors():
                     async with state.session.delete(f"{manifest.base_url}/api/memories/{quote(memory_id, safe='')}",
                                                     headers=manifest.headers(),
+                                                    json={"reason": reason, "actor": operator_name(operator)},
                                                     timeout=aiohttp.ClientTimeout(total=5)) as r:
                         await r.read()
                 if not 200 <= r.status < 300 and r.status != 404:
                     notice = f"The memory service refused to delete it (status {r.status})."
             except TransportError as exc:
                 notice = f"The memory service is unreachable ({exc.name})."
+        if entry_ids:  # the turns behind it: tombstoned here and forgotten by the service
+            append_tombstones(state.ledger.root, agent_id, entry_ids, reason)
+            result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
+                                         entry_ids, reason, via="inspector")
+            if result != "ok":
+                notice = f"Tombstoned here; the memory service did not confirm ({result})."
         raise web.HTTPSeeOther(f"/memplane/ui/agents/{agent_id}?" + urlencode({"notice": notice}))
 
     async def turn(request: web.Request) -> web.Response:
@@ -272,7 +354,11 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         doc = explanation(state, request.match_info["turn_id"])
         if doc is None:
             raise PageError(404, "No such turn (explanations are kept for the most recent turns).")
-        return render(request, operator, "turn.html", t=doc, retain_state=doc.get("retain_state"))
+        said = None
+        if doc.get("entry_id"):
+            found = await asyncio.to_thread(find_entry, state.ledger, doc["agent_id"], doc["entry_id"])
+            said = conversation(found) if found is not None else None
+        return render(request, operator, "turn.html", t=doc, retain_state=doc.get("retain_state"), said=said)
 
     async def to_the_agents(request: web.Request) -> web.Response:
         raise web.HTTPMovedPermanently("/memplane/ui/")
@@ -288,6 +374,10 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
     app.router.add_get("/memplane/ui/", page(agents))
     app.router.add_get("/memplane/ui/agents/{agent}", page(agent))
     app.router.add_post("/memplane/ui/agents/{agent}/forget", page(forget))
+    app.router.add_get("/memplane/ui/agents/{agent}/audit", page(audit_page))
+    app.router.add_get("/memplane/ui/agents/{agent}/memories/{memory_id}", page(memory))
+    app.router.add_post("/memplane/ui/agents/{agent}/memories/{memory_id}", page(change))
+    app.router.add_get("/memplane/ui/agents/{agent}/entries/{entry_id}", page(entry))
     app.router.add_get("/memplane/ui/turns/{turn_id}", page(turn))
     app.router.add_route("*", "/memplane/ui/{tail:.*}", page(not_found))
 

@@ -178,3 +178,20 @@ def test_agent_add_never_writes_through_a_planted_symlink(tmp_path):
     for name in ("token", "metadata.json", "memory.json"):
         assert stat.S_IMODE((ctx / "victim" / name).stat().st_mode) == 0o600
     assert stat.S_IMODE((ctx / "victim").stat().st_mode) == 0o700
+
+
+def test_store_memory_is_opted_into_per_agent_or_for_the_pod(tmp_path):
+    from manifests.models import MemoryManifest
+    text = BASE.replace("memory-defaults: {service: mem-svc, timeout-ms: 2000}",
+                        "memory-defaults: {service: mem-svc, timeout-ms: 2000, tools: [store_memory]}")
+    text = text.replace("memory: {service: mem-svc, timeout-ms: 5000}", "memory: {service: mem-svc, tools: []}")
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, text), out)
+    researcher = json.loads((out / "researcher" / "memory.json").read_text())
+    analyst = json.loads((out / "analyst" / "memory.json").read_text())
+    assert researcher["tools"] == ["store_memory"] and analyst["tools"] == []  # the agent's own choice wins
+    assert MemoryManifest.from_doc(researcher).tools == ("store_memory",)
+    assert MemoryManifest.from_doc(analyst).tools == ()
+    with pytest.raises(CompileError) as exc:  # a tool memplane does not have is named, not ignored
+        compile_pod(pod(tmp_path, BASE.replace("timeout-ms: 5000", "timeout-ms: 5000, tools: [rm_rf]")), out)
+    assert "analyst" in str(exc.value) and "rm_rf" in str(exc.value)

@@ -32,6 +32,7 @@ from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
+from ..engine.pins import pinned_first
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
@@ -185,7 +186,7 @@ class EmbeddedMemory:
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
         vector = await query_vector(self.queries, text)
         gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
-        packed = (recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
+        packed = pinned_first(recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=visible_in(session_id, time.time()))
         return [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
@@ -217,9 +218,16 @@ class EmbeddedMemory:
         return await self.store.get(memory_id)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+                   limit: int, after: tuple[float, str] | None,
+                   since: float | None = None, until: float | None = None) -> list[StoredMemory]:
         return await self.store.page(agent_id=agent_id, scope=scope, type_=type_, session_id=session_id,
-                                     now=time.time(), limit=limit, after=after)
+                                     now=time.time(), limit=limit, after=after, since=since, until=until)
+
+    async def record_audit(self, entry: dict[str, Any]) -> None:
+        await self.store.add_audit(entry)
+
+    async def audit_trail(self, *, agent_id: str, memory_id: str | None, limit: int) -> list[dict[str, Any]]:
+        return await self.store.audit(agent_id=agent_id, memory_id=memory_id, limit=limit)
 
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS tombstones (agent_id TEXT NOT NULL, entry_id TEXT NOT
 CREATE TABLE IF NOT EXISTS sources (agent_id TEXT NOT NULL, entry_id TEXT NOT NULL, memory_id TEXT NOT NULL,
   PRIMARY KEY (agent_id, entry_id, memory_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sources_memory ON sources(memory_id);
+CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, agent_id TEXT NOT NULL,
+  memory_id TEXT NOT NULL, ts REAL NOT NULL, doc BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_agent ON audit(agent_id, seq);
+CREATE INDEX IF NOT EXISTS audit_memory ON audit(memory_id, seq);
 """
 # Version 1 added `sources` (entry id -> memories made from it), so that forget costs what it
 # forgets, not a scan of the agent's memories; a database from before is indexed once on open.
@@ -203,8 +207,29 @@ class SQLiteStore:
             return got[0][0] if got else None
         return await self._run(read)
 
+    async def add_audit(self, entry: dict[str, Any]) -> None:
+        """One edit in the audit trail (who, when, what, before and after): kept in this 0600 database."""
+        def tx() -> None:
+            with self._conn() as db:
+                db.execute("INSERT INTO audit (agent_id, memory_id, ts, doc) VALUES (?,?,?,?)",
+                           (entry["agent_id"], entry["memory_id"], entry["ts"], orjson.dumps(entry)))
+        await self._run(tx)
+
+    async def audit(self, *, agent_id: str, memory_id: str | None, limit: int) -> list[dict[str, Any]]:
+        """Newest first."""
+        def read() -> list[dict[str, Any]]:
+            if memory_id is not None:
+                rows = self._conn().execute("SELECT doc FROM audit WHERE memory_id = ? AND agent_id = ?"
+                                            " ORDER BY seq DESC LIMIT ?", (memory_id, agent_id, limit))
+            else:
+                rows = self._conn().execute("SELECT doc FROM audit WHERE agent_id = ? ORDER BY seq DESC LIMIT ?",
+                                            (agent_id, limit))
+            return [orjson.loads(r[0]) for r in rows]
+        return await self._run(read)
+
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   now: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+                   now: float, limit: int, after: tuple[float, str] | None,
+                   since: float | None = None, until: float | None = None) -> list[StoredMemory]:
         """Newest first by (updated_at, id), after the cursor's position."""
         def read() -> list[StoredMemory]:
             sql = "SELECT id, doc, vector FROM memories WHERE agent_id = ? AND live_until > ?"
@@ -213,6 +238,12 @@ class SQLiteStore:
                 if value is not None:
                     sql += f" AND {column} = ?"
                     args.append(value)
+            if since is not None:
+                sql += " AND updated_at >= ?"
+                args.append(since)
+            if until is not None:
+                sql += " AND updated_at < ?"
+                args.append(until)
             if after is not None:
                 sql += " AND (updated_at < ? OR (updated_at = ? AND id < ?))"
                 args += [after[0], after[0], after[1]]

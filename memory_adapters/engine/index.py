@@ -18,7 +18,7 @@ from memplane_core.tokens import estimate_tokens
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
-from .record import StoredMemory, iso
+from .record import StoredMemory, is_pinned, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
@@ -65,6 +65,7 @@ class AgentIndex:
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
     snippets: dict[str, Snippet] = field(default_factory=dict)  # id → what packing shows of it
+    pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -72,6 +73,8 @@ class AgentIndex:
     def put(self, m: StoredMemory, vector: Any = None) -> None:
         self.drop(m.id)
         self.memories[m.id] = m
+        if is_pinned(m):
+            self.pinned.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
         bisect.insort(self.order, (*_order_key(m), m.id))
@@ -106,6 +109,7 @@ class AgentIndex:
         if m is None:
             return None
         self.snippets.pop(memory_id, None)
+        self.pinned.discard(memory_id)
         self.lexical.remove(memory_id)
         if self.vectors is not None:
             self.vectors.remove(memory_id)

@@ -33,6 +33,12 @@ def iso(ts: float | None) -> str | None:
         return None
 
 
+def is_pinned(m: "StoredMemory") -> bool:
+    """An operator pinned it in the inspector: always eligible in recall (within the budget) and
+    never removed by consolidation, caps or the curator. Kept in metadata, so no store changes shape."""
+    return isinstance(m.metadata, dict) and m.metadata.get("pinned") is True
+
+
 def new_id() -> str:
     return "mem_" + uuid.uuid4().hex
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.lexical import terms
-from ..engine.record import DAY_S, StoredMemory
+from ..engine.record import DAY_S, StoredMemory, is_pinned
 from .service import TieredMemory
 
 DUPLICATE_JACCARD = 0.8
@@ -45,7 +45,7 @@ async def consolidate(service: TieredMemory, agent_ids: list[str] | None = None,
         for i, keep in enumerate(memories):
             if keep.id in gone:
                 continue
-            group = [m for m in memories[i + 1:] if m.id not in gone and m.type == keep.type
+            group = [m for m in memories[i + 1:] if m.id not in gone and not is_pinned(m) and m.type == keep.type
                      and m.scope == keep.scope and m.session_id == keep.session_id
                      and similarity(keep, m) >= DUPLICATE_JACCARD]
             if not group:
@@ -60,7 +60,7 @@ async def consolidate(service: TieredMemory, agent_ids: list[str] | None = None,
             report.merged.append({"agent_id": agent_id, "kept": keep.id, "value": keep.value,
                                   "merged": [m.id for m in group]})
         for m in memories:
-            if m.id in gone:
+            if m.id in gone or is_pinned(m):
                 continue
             if m.composite_importance(now) < threshold and (now - m.created_at) > PRUNE_AGE_DAYS * DAY_S:
                 await service.remove(agent_id, [m.id])

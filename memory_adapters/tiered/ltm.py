@@ -58,6 +58,7 @@ class MongoLTM:
         self.retained = db["retained_entries"]
         self.tombstones = db["tombstones"]
         self.meta = db["memplane_meta"]  # one-time migrations done
+        self.audit_trail = db["memory_audit"]  # edits made through the REST API (who, when, before/after)
 
     async def close(self) -> None:
         await self.client.close()
@@ -88,6 +89,7 @@ class MongoLTM:
             (self.memories, [("agent_id", ASCENDING), ("source_entry_ids", ASCENDING)], {"name": "agent_sources"}),
             (self.retained, [("agent_id", ASCENDING), ("entry_id", ASCENDING)], {"unique": True, "name": "agent_entry"}),
             (self.tombstones, [("agent_id", ASCENDING), ("entry_id", ASCENDING)], {"unique": True, "name": "agent_entry"}),
+            (self.audit_trail, [("agent_id", ASCENDING), ("ts", DESCENDING)], {"name": "agent_ts"}),
         ]
         failed = []
         try:
@@ -165,7 +167,8 @@ class MongoLTM:
             total = await self.memories.count_documents({"agent_id": agent_id})
             if total <= cap:
                 return []
-            cursor = self.memories.find({"agent_id": agent_id}, {"_id": 1}).sort(
+            # pinned memories are never the ones removed (the cap may then hold more than `cap`)
+            cursor = self.memories.find({"agent_id": agent_id, "metadata.pinned": {"$ne": True}}, {"_id": 1}).sort(
                 [("updated_at", ASCENDING), ("_id", ASCENDING)]).limit(total - cap)
             ids = [d["_id"] async for d in cursor]
         except PyMongoError as exc:
@@ -218,8 +221,25 @@ class MongoLTM:
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
+    async def add_audit(self, entry: dict[str, Any]) -> None:
+        try:
+            await self.audit_trail.insert_one(dict(entry))
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def audit(self, *, agent_id: str, memory_id: str | None, limit: int) -> list[dict[str, Any]]:
+        q: dict[str, Any] = {"agent_id": agent_id}
+        if memory_id is not None:
+            q["memory_id"] = memory_id
+        try:
+            cursor = self.audit_trail.find(q, {"_id": 0}).sort([("ts", DESCENDING), ("_id", DESCENDING)]).limit(limit)
+            return [d async for d in cursor]
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   now: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+                   now: float, limit: int, after: tuple[float, str] | None,
+                   since: float | None = None, until: float | None = None) -> list[StoredMemory]:
         """One agent's memories alive at `now`, optionally filtered; keyset pagination on
         (updated_at, _id), newest first."""
         q: dict[str, Any] = {"agent_id": agent_id, "live_until": {"$gt": now}}
@@ -227,8 +247,15 @@ class MongoLTM:
             if value is not None:
                 q[name] = value
         slack = 64  # rows sharing the cursor's updated_at, skipped below
+        when: dict[str, float] = {}
+        if since is not None:
+            when["$gte"] = since
+        if until is not None:
+            when["$lt"] = until
         if after is not None:
-            q["updated_at"] = {"$lte": after[0]}
+            when["$lte"] = min(after[0], when.get("$lte", after[0]))
+        if when:
+            q["updated_at"] = when
         try:
             cursor = self.memories.find(q).sort([("updated_at", DESCENDING), ("_id", DESCENDING)]).limit(limit + slack)
             rows = await self._decoded(cursor, lenient=True)

@@ -26,6 +26,7 @@ from memplane_core.turn_text import query_from
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
 from ..engine.index import RecallQuery, recall_with_shared, visible_in
+from ..engine.pins import pinned_first
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -173,9 +174,16 @@ class TieredMemory:
         return await self.ltm.get(memory_id)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
-                   limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
+                   limit: int, after: tuple[float, str] | None,
+                   since: float | None = None, until: float | None = None) -> list[StoredMemory]:
         return await self.ltm.page(agent_id=agent_id, scope=scope, type_=type_, session_id=session_id,
-                                   now=time.time(), limit=limit, after=after)
+                                   now=time.time(), limit=limit, after=after, since=since, until=until)
+
+    async def record_audit(self, entry: dict[str, Any]) -> None:
+        await self.ltm.add_audit(entry)
+
+    async def audit_trail(self, *, agent_id: str, memory_id: str | None, limit: int) -> list[dict[str, Any]]:
+        return await self.ltm.audit(agent_id=agent_id, memory_id=memory_id, limit=limit)
 
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
@@ -278,7 +286,7 @@ class TieredMemory:
         idx = await self.indexes.get(req.agent_id, remote)
         gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
         vector = await query_vector(self.queries, query)
-        packed = (recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
+        packed = pinned_first(recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                            session_id=session_id, vector=vector),
                                     visible=visible_in(session_id, time.time()))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from memplane_core.telemetry import Telemetry
 
-from ..record import StoredMemory
+from ..record import StoredMemory, is_pinned
 from .budget import Budget
 from .config import CuratorSettings
 from .consolidation import Plan, consolidation_prompt, deterministic_plan, plan_from_answer, superseded, topic_of
@@ -244,9 +244,10 @@ class Curator:
 
     async def _apply(self, agent_id: str, plan: Plan, by_id: dict[str, StoredMemory]) -> None:
         now = self.clock()
+        pinned = {i for i, m in by_id.items() if is_pinned(m)}  # an operator's pin outranks any plan
         for keep_id, drop_ids in plan.merges:
             keep = by_id.get(keep_id)
-            drops = [by_id[i] for i in drop_ids if i in by_id]
+            drops = [by_id[i] for i in drop_ids if i in by_id and i not in pinned]
             if keep is None or not drops:
                 continue
             for d in drops:
@@ -261,14 +262,14 @@ class Curator:
             self.metrics.written.labels("merged").inc(len(drops))
         for old_id, new_id in plan.supersede:
             old = by_id.get(old_id)
-            if old is None or superseded(old) or new_id not in by_id:
+            if old is None or old_id in pinned or superseded(old) or new_id not in by_id:
                 continue
             old.metadata = {**old.metadata, "superseded_by": new_id, "superseded_at": now}
             old.updated_at = now
             await self.store.store_memory(old)
             self.metrics.written.labels("superseded").inc()
         for memory_id in plan.prune:
-            if memory_id in by_id and await self.store.delete_memory(memory_id):
+            if memory_id in by_id and memory_id not in pinned and await self.store.delete_memory(memory_id):
                 self.metrics.written.labels("pruned").inc()
 
     def usage(self, agent_id: str | None = None) -> dict[str, Any]:

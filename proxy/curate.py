@@ -1,0 +1,160 @@
+"""What the inspector needs to curate memories: the memory service's REST API (list, search, get,
+edit, forget, audit trail) as one small client, readable keys, and the ledger entry behind a memory.
+
+The inspector pages (ui.py) only render; every call to the memory service goes through
+`MemoryRestClient`, so a slow or broken service becomes one `CurateError` message on the page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from memplane_core.turn_text import assistant_text, user_text
+
+from .admin import Operator
+from .transport_errors import TransportError, transport_errors
+
+TIMEOUT = aiohttp.ClientTimeout(total=5)
+PAGE_SIZE = 50
+KINDS = ("fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary")
+SCOPES = ("agent", "session", "global")
+# keys memplane derives (episode:<entry id>, fact:<hash>…) say nothing to a person; a key a person or
+# the model chose (store_memory, REST) is shown as it is. Linear: a fixed prefix, then one class.
+_DERIVED = re.compile(r"(?:[a-z_]+:)?[0-9a-f]{16,}\Z")  # "fact:<hex>", a bare hash
+
+
+class CurateError(Exception):
+    """The memory service did not do what the operator asked; the message is for the page."""
+
+
+@dataclass
+class MemoryRestClient:
+    """One agent's memory service, through its REST API (`memory_adapters/rest_api.py`)."""
+
+    session: aiohttp.ClientSession
+    base_url: str
+    headers: dict[str, str]
+    agent_id: str
+
+    async def _call(self, method: str, path: str, *, what: str, ok: tuple[int, ...] = (200,),
+                    **kw: Any) -> tuple[int, Any]:
+        try:
+            with transport_errors():
+                async with self.session.request(method, self.base_url + path, headers=self.headers,
+                                                timeout=TIMEOUT, **kw) as r:
+                    doc = await r.json(content_type=None) if r.status != 204 else None
+        except TransportError as exc:
+            raise CurateError(f"The memory service did not answer ({exc.name}).") from None
+        except ValueError:
+            raise CurateError(f"The memory service answered {what} with something that is not JSON.") from None
+        if r.status not in ok:
+            message = doc.get("error", {}).get("message") if isinstance(doc, dict) else None
+            raise CurateError(f"The memory service refused to {what} (status {r.status}"
+                              + (f": {message}" if isinstance(message, str) else "") + ").")
+        return r.status, doc
+
+    async def listing(self, *, kind: str | None, scope: str | None, since: str | None, until: str | None,
+                      cursor: str | None) -> tuple[list[dict], str | None]:
+        params = {"agent_id": self.agent_id, "limit": str(PAGE_SIZE)}
+        for name, value in (("type", kind), ("scope", scope), ("since", since), ("until", until),
+                            ("cursor", cursor)):
+            if value:
+                params[name] = value
+        _, doc = await self._call("GET", "/api/memories", params=params, what="list memories")
+        return doc["memories"], doc.get("next_cursor")
+
+    async def search(self, query: str, *, kind: str | None) -> list[dict]:
+        body: dict[str, Any] = {"agent_id": self.agent_id, "query": query, "top_k": 100}
+        if kind:
+            body["type_filter"] = kind
+        _, doc = await self._call("POST", "/api/memories/search", json=body, what="search")
+        return doc["results"]
+
+    async def get(self, memory_id: str) -> dict | None:
+        status, doc = await self._call("GET", f"/api/memories/{quote(memory_id, safe='')}", ok=(200, 404),
+                                       what="show the memory")
+        return doc if status == 200 and doc.get("agent_id") in (self.agent_id, "*") else None
+
+    async def edit(self, memory_id: str, changes: dict[str, Any]) -> dict:
+        _, doc = await self._call("PATCH", f"/api/memories/{quote(memory_id, safe='')}", json=changes,
+                                  what="change the memory")
+        return doc
+
+    async def forget(self, memory_id: str, reason: str, actor: str) -> None:
+        await self._call("DELETE", f"/api/memories/{quote(memory_id, safe='')}", ok=(204, 404),
+                         json={"reason": reason, "actor": actor}, what="forget the memory")
+
+    async def audit(self, memory_id: str | None = None) -> list[dict]:
+        if memory_id is None:
+            _, doc = await self._call("GET", "/api/audit", params={"agent_id": self.agent_id, "limit": "100"},
+                                      what="show the audit trail")
+        else:
+            _, doc = await self._call("GET", f"/api/memories/{quote(memory_id, safe='')}/audit",
+                                      what="show the audit trail")
+        return doc["audit"]
+
+
+def operator_name(operator: Operator | None) -> str:
+    """Who the audit trail names for an inspector edit; a session by a hash, never by its cookie."""
+    if operator is None:
+        return "inspector"
+    if operator.session_id:
+        return f"inspector session {hashlib.sha256(operator.session_id.encode()).hexdigest()[:8]}"
+    return f"inspector via {operator.via}"
+
+
+def _when(text: Any) -> str:
+    """An RFC 3339 time as a person reads it (UTC, to the minute)."""
+    if not isinstance(text, str) or not text:
+        return "-"
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return text[:40]
+
+
+def readable_key(m: dict[str, Any]) -> str:
+    """Keyed memories by their key; episodes and derived memories by when they were said."""
+    key = str(m.get("key") or "")
+    if m.get("type") == "episode" or key.startswith("episode:") or _DERIVED.match(key):
+        said = m.get("said_at") or m.get("created_at")
+        return f"{m.get('type') or 'memory'} said {_when(said)}"
+    return key
+
+
+def view(m: dict[str, Any]) -> dict[str, Any]:
+    """A memory as the inspector shows it."""
+    meta = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
+    return {**m, "readable_key": readable_key(m), "created": _when(m.get("created_at")),
+            "said": _when(m.get("said_at")) if m.get("said_at") else "-",
+            "expires": _when(m.get("expires_at")) if m.get("expires_at") else "never",
+            "pinned": meta.get("pinned") is True, "superseded": bool(meta.get("superseded_by")),
+            "author": meta.get("author"), "sources": [str(e) for e in (m.get("source_entry_ids") or [])][:20]}
+
+
+def audit_view(e: dict[str, Any]) -> dict[str, Any]:
+    before, after = e.get("before") or {}, e.get("after") or {}
+    changed = [f for f in ("value", "importance", "expires_at", "pinned") if after and before.get(f) != after.get(f)]
+    return {**e, "when": _when(e.get("at")), "changed": changed, "before": before, "after": after}
+
+
+def find_entry(ledger: Any, agent_id: str, entry_id: str) -> dict[str, Any] | None:
+    """The ledger entry with this id (blocking: run it on a thread), or None."""
+    for ref in ledger.read(agent_id):
+        if ref.entry.get("id") == entry_id:
+            return ref.entry
+    return None
+
+
+def conversation(entry: dict[str, Any]) -> dict[str, str]:
+    """What the user said in a turn and what the agent was answered."""
+    return {"user": user_text(entry), "assistant": assistant_text(entry), "ts": str(entry.get("ts") or ""),
+            "turn_id": str(entry.get("turn_id") or ""), "id": str(entry.get("id") or "")}

@@ -1,0 +1,88 @@
+"""The whole-answer loop: when the provider's answer calls `store_memory`, memplane stores, and
+either hands the results back to the provider itself (the answer held only store_memory calls;
+at most MAX_EXTRA_CALLS more provider calls per turn, their usage summed into the answer's) or
+removes its calls and returns the rest (the agent's own tool calls are the agent's to run).
+
+The ledger keeps every provider answer as it came (`response.provider_answers`) and, as the
+response, what the agent received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ..transport_errors import TransportError
+from ..upstream import returned_headers
+from .answers import calls, follow_up, hide_tool, summed_usage, without_calls
+from .offer import TOOL_NAME, offer, why_not
+from .write import store
+
+MAX_EXTRA_CALLS = 3
+
+
+def offered(state: Any, ctx: Any, fmt_name: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The request with store_memory added when this agent and request may have it."""
+    opted_in = ctx.memory is not None and TOOL_NAME in ctx.memory.tools
+    reason = why_not(fmt_name, body, opted_in)
+    if reason is None:
+        return offer(fmt_name, body), True
+    if opted_in:
+        state.telemetry.info("memory_tool_not_offered", agent_id=ctx.agent_id, tool=TOOL_NAME, reason=reason)
+    return body, False
+
+
+async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, body: dict[str, Any],
+                      upstream: Any, resend: Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]],
+                      finish: Callable[[dict[str, Any]], Awaitable[None]],
+                      whole_record: Callable[[Any, bytes], dict[str, Any]], said: dict[str, str],
+                      session_id: str | None, turn_id: str, read: Callable[[], Awaitable[bytes]]) -> web.Response:
+    data = await read()
+    headers = {**returned_headers(upstream.headers), **said}
+    try:
+        doc = orjson.loads(data) if 200 <= upstream.status < 300 else None
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        if 200 <= upstream.status < 300:
+            await finish(whole_record(fmt, data))
+        return web.Response(status=upstream.status, body=data, headers=headers)
+
+    answers, final, note = [doc], doc, None
+    for extra in range(MAX_EXTRA_CALLS + 1):
+        mine, others = calls(fmt.name, final)
+        if not mine:
+            break
+        results = {c.id: await store(state, ctx, session_id, turn_id, c.arguments) for c in mine}
+        if others or extra == MAX_EXTRA_CALLS:
+            final = without_calls(fmt.name, final)
+            note = None if others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
+            break
+        body = follow_up(fmt.name, body, final, results)
+        try:
+            status, raw = await resend(body)
+            nxt = orjson.loads(raw) if 200 <= status < 300 else None
+        except (TransportError, orjson.JSONDecodeError) as exc:
+            status, nxt, raw = 0, None, str(exc).encode()
+        if not isinstance(nxt, dict):  # the stores are done; the agent still gets an answer, without our calls
+            final = without_calls(fmt.name, final)
+            note = f"follow-up call failed (status {status}): {raw[:300].decode('utf-8', 'replace')}"
+            break
+        answers.append(nxt)
+        final = nxt
+    final = hide_tool(fmt.name, final)
+    if final is doc:
+        await finish(whole_record(fmt, data))
+        return web.Response(status=upstream.status, body=data, headers=headers)
+    if len(answers) > 1:
+        final = {**final, "usage": summed_usage([a.get("usage") for a in answers])}
+    out = orjson.dumps(final)
+    record = whole_record(fmt, out)
+    record["response"]["provider_answers"] = answers
+    if note:
+        record["response"]["memory_tool_note"] = note
+    await finish(record)
+    return web.Response(status=upstream.status, body=out, headers=headers)

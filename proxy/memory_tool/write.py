@@ -1,0 +1,80 @@
+"""One `store_memory` call, written through the memory service's REST API (`POST /api/memories`,
+upsert by agent + scope + key). Whatever goes wrong becomes a tool error for the model, never a
+failed turn: bad arguments, a refused scope (`global` needs a grant), an unreachable service."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..transport_errors import TransportError, transport_errors
+
+TIMEOUT = aiohttp.ClientTimeout(total=5)
+MAX_METADATA_BYTES = 4096
+
+
+class StoreArgs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    key: str = Field(min_length=1, max_length=256)
+    value: str = Field(min_length=1, max_length=65536)
+    scope: Literal["session", "agent", "global"] = "agent"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+    return f"{where}: {err.get('msg', 'invalid')}"
+
+
+async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, arguments: Any) -> tuple[bool, str]:
+    """(ok, the text the model gets back), and a `memory_op: store` event either way."""
+    manifest = ctx.memory
+    started = time.perf_counter()
+    status_code: int | None = None
+
+    def said(ok: bool, text: str, **extra: Any) -> tuple[bool, str]:
+        state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="store",
+                                  status="succeeded" if ok else "failed", status_code=status_code,
+                                  latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                                  error=None if ok else text, turn_id=turn_id, **extra)
+        return ok, text
+
+    try:
+        args = StoreArgs.model_validate(arguments)
+    except ValidationError as exc:
+        return said(False, f"store_memory was not saved: {_first_error(exc)}")
+    if args.scope == "session" and not session_id:
+        return said(False, "store_memory was not saved: scope 'session' needs a session, and this call has none; "
+                           "use scope 'agent'")
+    metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str)}
+    if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
+        metadata = {}
+    # secrets never leave for a memory service, whoever writes: the model's words are scrubbed too
+    redact = state.redactor
+    body = {"agent_id": ctx.agent_id, "scope": args.scope, "key": redact.text(args.key)[0],
+            "value": redact.text(args.value)[0], "type": "fact",
+            "metadata": {**redact.json(metadata)[0], "via": "store_memory", "turn_id": turn_id}}
+    if args.scope == "session":
+        body["session_id"] = session_id
+    try:
+        with transport_errors():
+            async with state.session.post(f"{manifest.base_url}/api/memories", json=body, headers=manifest.headers(),
+                                          timeout=TIMEOUT) as r:
+                status_code = r.status
+                doc = await r.json(content_type=None) if r.status < 500 else None
+    except TransportError as exc:
+        return said(False, f"store_memory was not saved: the memory service did not answer ({exc.name})")
+    except ValueError:
+        doc = None
+    if status_code in (200, 201):
+        return said(True, f"Saved ({'updated' if status_code == 200 else 'new'}) under key {args.key!r}.",
+                    key=args.key, scope=args.scope)
+    message = doc.get("error", {}).get("message") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
+        else None
+    return said(False, f"store_memory was not saved: the memory service refused it (status {status_code}"
+                       + (f": {message}" if isinstance(message, str) else "") + ")")
