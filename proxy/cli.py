@@ -23,6 +23,7 @@ from .config import (
     DEFAULT_OPENAI_BASE_URL,
     ProxySettings,
     default,
+    operator_openai_ids,
 )
 from .routing import DEFAULT_PASSTHROUGH, parse_allow_list
 
@@ -94,6 +95,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
         passthrough=passthrough, admin_token=admin_token,
+        **operator_openai_ids(dict(os.environ)),
     )
     try:
         Redactor.from_file(redaction_rules)

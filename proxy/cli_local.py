@@ -15,7 +15,7 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
 
 from . import runner
-from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings
+from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings, operator_openai_ids
 
 
 @click.command()
@@ -48,6 +48,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
         anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"),
         admin_token=admin_token or None,
+        **operator_openai_ids(dict(os.environ)),
     )
 
     def ready(ports: list[int]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from memplane_core.instants import epoch_or_none
 from memplane_core.redact import Redactor
-from memplane_core.turn_text import assistant_text, session_of, user_text
+from memplane_core.turn_text import assistant_text, calls_tools, session_of, tool_steps, user_text
 
 from .record import StoredMemory
 
@@ -143,14 +143,27 @@ def _epoch(ts: Any) -> float | None:
 
 
 def episode_texts(entry: dict[str, Any]) -> list[str]:
-    """The turn's words: the user's, in pieces, and the assistant's reply when it says something."""
+    """The turn's words: the user's, in pieces, what its tools returned, and the assistant's reply
+    when it says something.
+
+    A tool loop is one user turn over several calls: a call answered with tool calls is a step on
+    the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
+    """
+    if calls_tools(entry):
+        return []
     texts = pieces(user_text(entry))
+    steps = tool_steps(entry)
+    tools = "tools: " + "; ".join(steps) if steps else None
     reply = assistant_text(entry)
     if reply and _informative(reply):
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
         if len(texts) == 1:
-            return [f"user: {texts[0]}\nassistant: {reply}"]
+            return [f"user: {texts[0]}\n" + (f"{tools}\n" if tools else "") + f"assistant: {reply}"]
+        if tools:
+            texts.append(tools)
         texts.append(f"assistant: {reply}")
+    elif tools:
+        texts.append(tools)
     return texts
 
 

@@ -8,16 +8,17 @@ from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
-from .base import StreamState, append_text, event_json, require, usage_counts
+from . import rules
+from .base import NoResponseId, StreamState, append_text, event_json, require, usage_counts
 
 
-class AnthropicMessages:
+class AnthropicMessages(NoResponseId):
     name = "anthropic"
     provider = "anthropic"
     dialect = Dialect.ANTHROPIC
     route = "/v1/messages"
     upstream_path = "/v1/messages"
-    placements = frozenset({"system", "latest", "search_results"})
+    placements = frozenset({"trailing", "system", "latest", "search_results"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("messages" in body, "messages: Field required", "messages")
@@ -38,21 +39,37 @@ class AnthropicMessages:
     def query(self, body: dict[str, Any]) -> str:
         return query_from(body["messages"])
 
+    def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+        if requested == "system" and rules.continues_a_thread(body):
+            return "trailing", "system → trailing: a message thread keeps the system prompt it was created with"
+        if requested == "search_results":
+            citations, why = rules.search_results_fallback(body)
+            if not citations:
+                return "latest", why
+        return requested, None
+
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
-        if placement in ("latest", "search_results"):
-            messages = list(body["messages"])
-            i = latest_user_index(messages)
-            if i is not None:
-                content = messages[i].get("content")
-                parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-                if placement == "search_results":
-                    lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
-                else:
-                    lead = [{"type": "text", "text": block}]
-                messages[i] = {**messages[i], "content": lead + parts}
-                return {**body, "messages": messages}
-        return {**body, "system": append_text(body.get("system"), block)}
+        """`trailing`: a text block after everything in the newest user message (its tool results
+        and the client's `cache_control` breakpoints included; none is added). `latest` and
+        `search_results`: in front of the newest user text, after any `tool_result` blocks."""
+        messages = list(body["messages"])
+        i = latest_user_index(messages)
+        if placement == "system" or i is None:
+            return {**body, "system": append_text(body.get("system"), block)}
+        content = messages[i].get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if placement == "trailing":
+            parts.append({"type": "text", "text": block})
+        else:
+            if placement == "search_results":
+                lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
+            else:
+                lead = [{"type": "text", "text": block}]
+            at = rules.after_tool_results(parts)
+            parts[at:at] = lead
+        messages[i] = {**messages[i], "content": parts}
+        return {**body, "messages": messages}
 
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         return body, False  # Anthropic streams carry usage already
@@ -68,10 +85,19 @@ class AnthropicMessages:
             usage = msg.get("usage") or {}
             state.usage = {"prompt_tokens": usage.get("input_tokens"),
                            "completion_tokens": usage.get("output_tokens")}
+        elif kind == "content_block_start":
+            block = ev.get("content_block") or {}
+            if block.get("type") in ("tool_use", "server_tool_use"):
+                calls = state.extra.setdefault("tool_calls", {})
+                calls[str(ev.get("index", len(calls)))] = {"name": block.get("name") or "", "arguments": ""}
         elif kind == "content_block_delta":
             delta = ev.get("delta") or {}
             if delta.get("type") == "text_delta":
                 state.text_parts.append(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta":
+                slot = state.extra.get("tool_calls", {}).get(str(ev.get("index")))
+                if slot is not None:
+                    slot["arguments"] += delta.get("partial_json") or ""
             elif delta.get("type") == "citations_delta":
                 state.extra.setdefault("citations", []).append(delta.get("citation"))
         elif kind == "message_delta":
