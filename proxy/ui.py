@@ -27,7 +27,6 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from .explain import explanation
-from .ledger import append_tombstones
 from .memory_ops import remote_forget
 from .retain_files import dead_letter_path
 from .transport_errors import TransportError, transport_errors
@@ -249,7 +248,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         manifest = ctx.memory
         notice = "Forgotten."
         if entry_ids:
-            append_tombstones(state.ledger.root, agent_id, entry_ids, "forgotten in the inspector")
+            state.ledger.add_tombstones(agent_id, entry_ids, "forgotten in the inspector")
             result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
                                          entry_ids, "forgotten in the inspector", via="inspector")
             if result != "ok":
