@@ -82,6 +82,8 @@ class StreamRetainDelivery:
         self.reclaimed = 0  # entries this consumer claimed from a dead one
         # entries whose delivery failed, retried by this consumer: queue id -> (queue, agent, ledger id, attempts, due)
         self._retry: dict[str, tuple[str, str, str, int, float]] = {}
+        self._held: dict[str, set[str]] = defaultdict(set)  # queue -> ids being delivered right now
+        self._keeper: asyncio.Task | None = None
 
     # -- lifecycle --
 
@@ -95,6 +97,7 @@ class StreamRetainDelivery:
             except redis.RedisError as exc:  # Redis away at start: the loop keeps trying
                 self.telemetry.warning("retain_group_not_created", queue=q, error=type(exc).__name__)
         self._task = asyncio.create_task(self._loop())
+        self._keeper = asyncio.create_task(self._keep())
 
     async def close(self, grace_s: float) -> None:
         """Stop reading; what is unacknowledged stays pending for another proxy (or this one, restarted)."""
@@ -102,9 +105,10 @@ class StreamRetainDelivery:
         deadline = time.monotonic() + grace_s
         while self._busy and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._keeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     # -- what the turn path and the operator views call --
 
@@ -162,10 +166,14 @@ class StreamRetainDelivery:
             try:
                 if time.monotonic() - last_claim >= min(1.0, self.claim_idle_s / 4):
                     last_claim = time.monotonic()
-                    await self._keep_and_retry()
+                    await self._retry_due()
                     await self._claim()
+                # a few per queue: what one proxy holds unacknowledged at once (and so what its death
+                # can make another deliver again) stays at about `batch` entries
                 got = await r.xreadgroup(GROUP, self.consumer, {q: ">" for q in self.keys.queues()},
-                                         count=self.batch, block=200)
+                                         count=max(1, self.batch // len(self.keys.queues())), block=200)
+                for queue, messages in got or []:
+                    self._held[_s(queue)] |= {_s(qid) for qid, _ in messages}
                 for queue, messages in got or []:
                     await self._deliver(_s(queue), messages)
                 failures = 0
@@ -215,6 +223,8 @@ class StreamRetainDelivery:
         if not messages:
             return
         self._busy = True
+        held = {_s(qid) for qid, _ in messages}
+        self._held[queue] |= held
         try:
             by_agent: dict[str, list[tuple[str, str]]] = defaultdict(list)
             settled: list[str] = []
@@ -236,6 +246,7 @@ class StreamRetainDelivery:
                 await pipe.execute()
                 self._settled += len(settled)
         finally:
+            self._held[queue] -= held
             self._busy = False
 
     async def _deliver_agent(self, queue: str, agent_id: str, refs: list[tuple[str, str]]) -> list[str]:
@@ -274,19 +285,31 @@ class StreamRetainDelivery:
                 self._retry[qid] = (queue, agent_id, lids[qid], attempts, time.monotonic() + delay)
         return settled
 
-    async def _keep_and_retry(self) -> None:
-        """Keep the entries that failed here our own (reset their idle time), and send again those due."""
+    async def _keep(self) -> None:
+        """While this consumer lives, what it is delivering or retrying stays its own: their idle
+        time is reset well before `claim_idle_s`, however long a slow service takes."""
+        while not self._closing:
+            await asyncio.sleep(min(1.0, self.claim_idle_s / 4))
+            by_queue: dict[str, set[str]] = defaultdict(set)
+            for queue, qids in self._held.items():
+                by_queue[queue] |= qids
+            for qid, (queue, *_rest) in self._retry.items():
+                by_queue[queue].add(qid)
+            for queue, qids in by_queue.items():
+                if not qids:
+                    continue
+                try:
+                    kept = {_s(i) for i in await self.ledger.aio.xclaim(queue, GROUP, self.consumer, 0, list(qids),
+                                                                         justid=True)}
+                except redis.RedisError:
+                    continue
+                for qid in qids - kept:  # settled or deleted meanwhile
+                    self._retry.pop(qid, None)
+
+    async def _retry_due(self) -> None:
+        """Send again the entries that failed here and whose backoff is over."""
         if not self._retry:
             return
-        r = self.ledger.aio
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for qid, (queue, *_rest) in self._retry.items():
-            by_queue[queue].append(qid)
-        for queue, qids in by_queue.items():
-            kept = {_s(i) for i in await r.xclaim(queue, GROUP, self.consumer, 0, qids, justid=True)}
-            for qid in qids:
-                if qid not in kept:  # settled or taken meanwhile
-                    self._retry.pop(qid, None)
         now = time.monotonic()
         due: dict[str, list] = defaultdict(list)
         for qid, (queue, agent_id, lid, _attempts, at) in list(self._retry.items()):
