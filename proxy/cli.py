@@ -203,14 +203,16 @@ def _warn_if_open(host: str, auth) -> None:
 @click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="MEMPLANE_REDIS_URL")
 @click.option("--mongo-url", default="mongodb://127.0.0.1:27017/memplane", show_default=True,
               envvar="MEMPLANE_MONGO_URL")
+@click.option("--index-cache-mb", type=int, default=None, envvar="MEMPLANE_INDEX_CACHE_MB",
+              help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
 @_curator_options
 @click.pass_context
 def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
-                   curator_base_url: str | None, curator_model: str | None) -> None:
+                   curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
     from memory_adapters.tiered.config import TieredSettings
 
-    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url)
+    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb)
     ctx.obj = settings
     if ctx.invoked_subcommand is not None:
         return

@@ -63,7 +63,7 @@ class StreamRetainDelivery:
 
     def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor,
                  ledger: RedisLedger, contexts: ContextStore, *, claim_idle_s: float = DEFAULT_CLAIM_IDLE_S,
-                 batch: int = 64, max_in_flight: int = 16, consumer: str | None = None) -> None:
+                 batch: int = 32, max_in_flight: int = 16, consumer: str | None = None) -> None:
         self.telemetry = telemetry
         self.ledger = ledger
         self.contexts = contexts
@@ -200,23 +200,30 @@ class StreamRetainDelivery:
         await asyncio.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
 
     async def _claim(self) -> None:
-        """Take over entries idle past `claim_idle_s` (their consumer died or could not deliver)."""
+        """Take over entries idle past `claim_idle_s`: their consumer died (a live one keeps its own
+        fresh). `XPENDING … IDLE` names the idle entries and their owners; `XCLAIM` with the same
+        min-idle takes them, so two proxies never both take one."""
         r = self.ledger.aio
         idle_ms = int(self.claim_idle_s * 1000)
         for q in self.keys.queues():
-            start = "0-0"
-            while not self._closing:
-                nxt, messages, *_ = await r.xautoclaim(q, GROUP, self.consumer, idle_ms, start_id=start, count=200)
-                messages = [m for m in messages if _s(m[0]) not in self._retry]
-                if messages:
-                    self.reclaimed += len(messages)
-                    await r.hincrby(self.keys.stats(), "reclaimed", len(messages))
-                    self.telemetry.info("retain_claimed", queue=q, entries=len(messages), consumer=self.consumer,
-                                        idle_s=self.claim_idle_s)
-                    await self._deliver(q, messages)
-                start = _s(nxt)
-                if start == "0-0":
-                    break
+            idle = await r.xpending_range(q, GROUP, min="-", max="+", count=200, idle=idle_ms)
+            if not idle:
+                continue
+            mine = self._held[q] | set(self._retry)
+            ids = [_s(p["message_id"]) for p in idle if _s(p["message_id"]) not in mine]
+            if not ids:
+                continue
+            others = {_s(p["message_id"]): _s(p["consumer"]) for p in idle
+                      if _s(p["message_id"]) in ids and _s(p["consumer"]) != self.consumer}
+            taken = [(_s(mid), f) for mid, f in await r.xclaim(q, GROUP, self.consumer, idle_ms, ids) if f]
+            moved = [m for m in taken if m[0] in others]  # ours but untracked (a lost retry) is no repeat
+            if moved:
+                self.reclaimed += len(moved)
+                await r.hincrby(self.keys.stats(), "reclaimed", len(moved))
+                self.telemetry.info("retain_claimed", queue=q, entries=len(moved), consumer=self.consumer,
+                                    from_consumers=sorted(set(others.values()))[:5], idle_s=self.claim_idle_s)
+            if taken:
+                await self._deliver(q, taken)
 
     async def _deliver(self, queue: str, messages: list) -> None:
         """Send one read's entries (per agent, concurrently) and acknowledge what is settled."""
@@ -298,12 +305,15 @@ class StreamRetainDelivery:
             for queue, qids in by_queue.items():
                 if not qids:
                     continue
-                try:
-                    kept = {_s(i) for i in await self.ledger.aio.xclaim(queue, GROUP, self.consumer, 0, list(qids),
-                                                                         justid=True)}
+                try:  # only what is still ours: never take back what another proxy claimed meanwhile
+                    owned = {_s(p["message_id"]) for p in await self.ledger.aio.xpending_range(
+                        queue, GROUP, min="-", max="+", count=10_000, consumername=self.consumer)}
+                    keep = list(qids & owned)
+                    if keep:
+                        await self.ledger.aio.xclaim(queue, GROUP, self.consumer, 0, keep, justid=True)
                 except redis.RedisError:
                     continue
-                for qid in qids - kept:  # settled or deleted meanwhile
+                for qid in qids - owned:  # settled, or taken over while this proxy stalled
                     self._retry.pop(qid, None)
 
     async def _retry_due(self) -> None:

@@ -33,7 +33,7 @@ from proxy.ledger_redis import GROUP, RedisLedger
 from proxy.runner import free_port
 
 BIN = Path(sys.executable).parent / "memplane"
-CLAIM_IDLE_S = 2.0
+CLAIM_IDLE_S = 5.0  # the default is 30 s; short here, long enough for a box at load 8
 AGENTS = 20
 
 
@@ -118,6 +118,9 @@ async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each
         answered: dict[str, tuple[str, str]] = {}  # marker -> (agent, turn id)
         killed_at: float | None = None
         dead_consumers: set[str] = set()
+        claimed_after: float | None = None
+        watcher: list[asyncio.Task] = []
+        held_at_kill: list[int] = []
 
         async def chaos(n_done: int) -> None:
             nonlocal killed_at, dead_consumers
@@ -129,9 +132,19 @@ async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each
                 # the consumer the dead proxy was (named host-pid-random)
                 dead_consumers = {_name(c) for q in _queues() for c in r.xinfo_consumers(q, GROUP)
                                   if f"-{dead_pid}-" in _name(c)}
+                held_at_kill.append(sum(c["pending"] for q in _queues() for c in r.xinfo_consumers(q, GROUP)
+                                        if _name(c) in dead_consumers))
+                watcher.append(asyncio.create_task(watch_claims(dead_consumers)))
             elif killed_at is not None and proxies[0].poll() is not None and n_done >= total * 0.65:
                 proxies[0] = spawn(*proxy_args[0], log=log)
                 mems[0] = spawn(*mem_args[0], log=log)
+
+        async def watch_claims(dead: set[str]) -> None:
+            """When the dead proxy's last pending entry was taken over, counted from the kill."""
+            nonlocal claimed_after
+            while any(c["pending"] for q in _queues() for c in r.xinfo_consumers(q, GROUP) if _name(c) in dead):
+                await asyncio.sleep(0.1)
+            claimed_after = time.monotonic() - killed_at
 
         def _queues() -> list[str]:
             return [f"memplane:retain:{i}" for i in range(8)]
@@ -142,13 +155,10 @@ async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each
             await wait_port(p)
 
         # every retain settles: no queue holds pending or unread work
+        await asyncio.wait_for(watcher[0], 120)
         deadline = time.monotonic() + 180
-        claimed_after: float | None = None
         while time.monotonic() < deadline:
             groups = [g for q in _queues() for g in r.xinfo_groups(q)]
-            pending = {_name(c): c["pending"] for q in _queues() for c in r.xinfo_consumers(q, GROUP)}
-            if claimed_after is None and not any(pending.get(c, 0) for c in dead_consumers):
-                claimed_after = time.monotonic() - killed_at
             if all(g["pending"] == 0 and (g.get("lag") or 0) == 0 for g in groups):
                 break
             await asyncio.sleep(0.2)
@@ -169,11 +179,14 @@ async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each
         # the dead proxy's pending entries were claimed (by the survivor or the restarted proxy) after the idle time
         reclaimed = int(r.hget("memplane:retain:stats", "reclaimed") or 0)
         assert claimed_after is not None
-        assert claimed_after < CLAIM_IDLE_S + 30, claimed_after  # idle time + a claim round, loose for a busy box
-        # at most what one proxy holds unacknowledged at once (64), under 5 % at the issue's 2,000 turns
-        assert reclaimed <= max(0.05 * len(wanted), 64), (reclaimed, len(wanted))
+        assert claimed_after < CLAIM_IDLE_S + 20, claimed_after  # idle time + a claim round, loose for a busy box
+        # what the dead proxy held unacknowledged (a read of 32 plus its retries) is delivered again, and
+        # little else (a live proxy stalled past the idle time on a loaded box); under 5 % at 2,000 turns
+        assert reclaimed <= held_at_kill[0] + 0.05 * len(wanted), (reclaimed, held_at_kill, log)
+        if len(wanted) >= 2000:
+            assert reclaimed <= 0.05 * len(wanted), (reclaimed, len(wanted))
         print(f"\nscale: {total} turns, {len(wanted)} ledger entries, 0 lost, {reclaimed} reclaimed "
-              f"({reclaimed / len(wanted):.1%}), dead proxy's pending claimed {claimed_after:.1f} s after the kill "
+              f"({reclaimed / len(wanted):.1%}; the dead proxy held {held_at_kill[0]}), dead proxy's pending claimed {claimed_after:.1f} s after the kill "
               f"(idle {CLAIM_IDLE_S} s)")
 
         # `memplane explain` answers from either proxy, whichever served the turn
