@@ -80,8 +80,9 @@ class StreamRetainDelivery:
         self._submitted = 0
         self._settled = 0
         self.reclaimed = 0  # entries this consumer claimed from a dead one
-        # entries whose delivery failed, retried by this consumer: queue id -> (queue, agent, ledger id, attempts, due)
-        self._retry: dict[str, tuple[str, str, str, int, float]] = {}
+        # entries whose delivery failed, retried by this consumer: (queue, id) -> (agent, ledger id, attempts, due)
+        # (ids are per stream: two queues can hold the same id)
+        self._retry: dict[tuple[str, str], tuple[str, str, int, float]] = {}
         self._held: dict[str, set[str]] = defaultdict(set)  # queue -> ids being delivered right now
         self._keeper: asyncio.Task | None = None
 
@@ -209,7 +210,7 @@ class StreamRetainDelivery:
             idle = await r.xpending_range(q, GROUP, min="-", max="+", count=200, idle=idle_ms)
             if not idle:
                 continue
-            mine = self._held[q] | set(self._retry)
+            mine = self._held[q] | {qid for queue, qid in self._retry if queue == q}
             ids = [_s(p["message_id"]) for p in idle if _s(p["message_id"]) not in mine]
             if not ids:
                 continue
@@ -221,7 +222,8 @@ class StreamRetainDelivery:
                 self.reclaimed += len(moved)
                 await r.hincrby(self.keys.stats(), "reclaimed", len(moved))
                 self.telemetry.info("retain_claimed", queue=q, entries=len(moved), consumer=self.consumer,
-                                    from_consumers=sorted(set(others.values()))[:5], idle_s=self.claim_idle_s)
+                                    from_consumers=sorted(set(others.values()))[:5], idle_s=self.claim_idle_s,
+                                    idle_ms_max=max(p["time_since_delivered"] for p in idle))
             if taken:
                 await self._deliver(q, taken)
 
@@ -283,13 +285,13 @@ class StreamRetainDelivery:
         for (qid, _), ok in zip(todo, oks):
             if ok:
                 settled.append(qid)
-                self._retry.pop(qid, None)
+                self._retry.pop((queue, qid), None)
             else:
-                attempts = self._retry.get(qid, ("", "", "", 0, 0.0))[3] + 1
+                attempts = self._retry.get((queue, qid), ("", "", 0, 0.0))[2] + 1
                 delay = min(30.0, 0.2 * 2 ** min(attempts - 1, 8))
                 if lane.retry_after:  # the service said when to come back
                     delay, lane.retry_after = min(30.0, lane.retry_after), 0.0
-                self._retry[qid] = (queue, agent_id, lids[qid], attempts, time.monotonic() + delay)
+                self._retry[(queue, qid)] = (agent_id, lids[qid], attempts, time.monotonic() + delay)
         return settled
 
     async def _keep(self) -> None:
@@ -300,7 +302,7 @@ class StreamRetainDelivery:
             by_queue: dict[str, set[str]] = defaultdict(set)
             for queue, qids in self._held.items():
                 by_queue[queue] |= qids
-            for qid, (queue, *_rest) in self._retry.items():
+            for queue, qid in self._retry:
                 by_queue[queue].add(qid)
             for queue, qids in by_queue.items():
                 if not qids:
@@ -311,10 +313,11 @@ class StreamRetainDelivery:
                     keep = list(qids & owned)
                     if keep:
                         await self.ledger.aio.xclaim(queue, GROUP, self.consumer, 0, keep, justid=True)
-                except redis.RedisError:
+                except redis.RedisError as exc:
+                    self.telemetry.warning("retain_keep_failed", queue=queue, error=type(exc).__name__)
                     continue
                 for qid in qids - owned:  # settled, or taken over while this proxy stalled
-                    self._retry.pop(qid, None)
+                    self._retry.pop((queue, qid), None)
 
     async def _retry_due(self) -> None:
         """Send again the entries that failed here and whose backoff is over."""
@@ -322,7 +325,7 @@ class StreamRetainDelivery:
             return
         now = time.monotonic()
         due: dict[str, list] = defaultdict(list)
-        for qid, (queue, agent_id, lid, _attempts, at) in list(self._retry.items()):
+        for (queue, qid), (agent_id, lid, _attempts, at) in list(self._retry.items()):
             if at <= now:
                 due[queue].append((qid, {b"a": agent_id.encode(), b"l": lid.encode()}))
         for queue, messages in due.items():

@@ -180,9 +180,9 @@ async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each
         reclaimed = int(r.hget("memplane:retain:stats", "reclaimed") or 0)
         assert claimed_after is not None
         assert claimed_after < CLAIM_IDLE_S + 20, claimed_after  # idle time + a claim round, loose for a busy box
-        # what the dead proxy held unacknowledged (a read of 32 plus its retries) is delivered again, and
-        # little else (a live proxy stalled past the idle time on a loaded box); under 5 % at 2,000 turns
-        assert reclaimed <= held_at_kill[0] + 0.05 * len(wanted), (reclaimed, held_at_kill, log)
+        # only what the dead proxy held unacknowledged (a read of 32 plus its retries) is delivered
+        # again: live proxies keep what they are delivering; under 5 % of entries at 2,000 turns
+        assert reclaimed <= held_at_kill[0], (reclaimed, held_at_kill, log)
         if len(wanted) >= 2000:
             assert reclaimed <= 0.05 * len(wanted), (reclaimed, len(wanted))
         print(f"\nscale: {total} turns, {len(wanted)} ledger entries, 0 lost, {reclaimed} reclaimed "
