@@ -34,10 +34,11 @@ QUESTIONS = [
     "tubeless sealant needs topping up before a long trip next month? " * 12,
 ]
 FACT = "Remember: for gravel rides I prefer 2.1 bar in front and 2.3 bar at the back."
-APIS = ("anthropic", "openai", "responses")
+APIS = ("anthropic", "openai", "responses", "responses_stored")
 PLACEMENTS = {"anthropic": ("system", "latest", "search_results", "trailing", None),
               "openai": ("system", "latest", "trailing", None),
-              "responses": ("system", "latest", "trailing", None)}
+              "responses": ("system", "latest", "trailing", None),
+              "responses_stored": ("system", "latest", "trailing", None)}
 
 
 async def measure(api: str, placement: str | None, memory: bool, root: Path) -> dict[str, Any]:
@@ -123,18 +124,28 @@ async def _openai_turn(base: str, token: str, history: list[dict[str, Any]], que
     return reply.choices[0].message.content, reply.usage.prompt_tokens_details.cached_tokens
 
 
-async def _responses_turn(base: str, token: str, history: list[dict[str, Any]], question: str) -> tuple[str, int]:
+async def _responses_turn(base: str, token: str, history: list[dict[str, Any]], question: str, *,
+                          store: bool = False) -> tuple[str, int]:
+    """The client resends its history; `store: false` (responses) or the API's default, stored
+    (responses_stored)."""
     from openai import AsyncOpenAI
     client = AsyncOpenAI(base_url=f"{base}/v1", api_key=token, max_retries=0)
     try:
-        response = await client.responses.create(model="gpt-5", instructions=SYSTEM, store=False,
+        response = await client.responses.create(model="gpt-5", instructions=SYSTEM,
+                                                 **({} if store else {"store": False}),
                                                  input=[*history, {"role": "user", "content": question}])
     finally:
         await client.close()
     return response.output_text, response.usage.input_tokens_details.cached_tokens
 
 
-TURN = {"anthropic": _anthropic_turn, "openai": _openai_turn, "responses": _responses_turn}
+async def _responses_stored_turn(base: str, token: str, history: list[dict[str, Any]],
+                                 question: str) -> tuple[str, int]:
+    return await _responses_turn(base, token, history, question, store=True)
+
+
+TURN = {"anthropic": _anthropic_turn, "openai": _openai_turn, "responses": _responses_turn,
+        "responses_stored": _responses_stored_turn}
 
 
 async def table() -> list[dict[str, Any]]:

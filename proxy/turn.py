@@ -28,7 +28,7 @@ from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors
-from .turn_blocks import TurnBlock, offers_tools, question_of, turn_key
+from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -97,8 +97,10 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     placement = note = None
     if turn.block:
         body, placement, note = _inject(fmt, manifest, body, turn.block, turn.memories)
-    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="reused",
-                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0)
+    # CONTRACT §11 names four statuses: no service call was made, so `skipped`, with why
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
+                              error="continues a user turn: its first call's block again")
     detail = {**turn.detail, "placement": placement, "placement_note": note,
               "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
@@ -109,16 +111,18 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
     messages = fmt.recall_messages(body)
-    key = turn_key(ctx.agent_id, fmt.name, body, messages)
+    tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
+    key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
     if key.continues:
         remembered = await state.turn_blocks.fetch(key.key)
         if remembered is not None:
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
+        why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
-                                  error="no user text to recall with")
-        return body, RecallSummary("skipped", detail={"service": manifest.service}), None
+                                  error=why)
+        return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
     redact = state.redactor
     payload: dict[str, Any] = {
@@ -177,7 +181,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         detail["repeated_lines_dropped"] = repeated
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      redact.text(question_of(messages, key))[0], detail)
-    if offers_tools(body):
+    if tools:
         state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
@@ -214,7 +218,10 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
     ctx = await authenticate(request, state)
-    body = await read_json_body(request)
+    original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
+    body, thread = original, None
+    if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
@@ -236,18 +243,21 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
 
     question = turn.question if turn is not None and recall.status == "reused" else None
 
-    def link(response_id: str | None) -> None:
-        """The answer's id continues this user turn (a `previous_response_id` chain step)."""
-        state.turn_blocks.link(ctx.agent_id, response_id, turn)
-
-    linked = turn is not None and offers_tools(body)
+    link = None
+    if fmt.chains and turn is not None and offers_tools(body):
+        def link(response_id: str | None) -> None:
+            """The answer's id continues this user turn (a `previous_response_id` chain step)."""
+            state.turn_blocks.link(ctx.agent_id, response_id, turn)
 
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
-        if linked:
+        reply = record.pop("reply", None)
+        if link is not None:
             link(rid)
+        if thread is not None and reply is not None:
+            state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
-        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
     async with state.upstream_slots:
@@ -258,8 +268,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said,
-                                           link if linked else None)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
@@ -301,6 +310,8 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
                               "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
@@ -392,6 +403,8 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["incomplete"] = incomplete
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
     return record

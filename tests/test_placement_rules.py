@@ -133,3 +133,45 @@ def test_a_block_never_repeats_a_line():
     assert kept[1].text == "[2026-01-02]\nuser: she moved to Braga."
     big = [InjectedMemory("x" * 50_000 + "\n" + "y\n" * 20_000)]  # hostile sizes stay linear
     assert drop_repeated_lines(big)[1] == 19_999
+
+
+def test_automatic_caching_keeps_its_breakpoint_on_the_clients_last_block():
+    eph = {"type": "ephemeral", "ttl": "1h"}
+    body = {"model": "c", "max_tokens": 5, "cache_control": eph, "messages": [{"role": "user", "content": "q"}]}
+    sent = ANTHROPIC.inject(body, BLOCK, MEMS, "svc", "trailing")
+    assert "cache_control" not in sent
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "q", "cache_control": eph},
+                                              {"type": "text", "text": BLOCK}]
+    assert anthropic_problem(sent) is None
+    already = {**body, "messages": ANTHROPIC_LOOP}  # the client's last block has its own breakpoint
+    sent = ANTHROPIC.inject(already, BLOCK, MEMS, "svc", "trailing")
+    marks = [b for b in sent["messages"][-1]["content"] if "cache_control" in b]
+    assert "cache_control" not in sent and len(marks) == 1 and anthropic_problem(sent) is None
+
+
+def test_new_agents_and_compiled_pods_get_the_trailing_placement(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from manifests.compiler import CompileError, compile_pod
+    from manifests.models import MemoryManifest
+    from proxy.cli import main
+    from tests.test_compiler import BASE, pod
+
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, BASE), out)
+    assert json.loads((out / "analyst" / "memory.json").read_text())["placement"] == "trailing"
+    chosen = BASE.replace("memory: {service: mem-svc, timeout-ms: 5000}",
+                          "memory: {service: mem-svc, timeout-ms: 5000, placement: latest}")
+    compile_pod(pod(tmp_path, chosen), out)
+    assert json.loads((out / "analyst" / "memory.json").read_text())["placement"] == "latest"
+    with pytest.raises(CompileError, match="placement"):
+        compile_pod(pod(tmp_path, BASE.replace("timeout-ms: 5000}", "timeout-ms: 5000, placement: middle}")),
+                    tmp_path / "bad")
+    result = CliRunner().invoke(main, ["agent", "add", "newbie", "--context-root", str(tmp_path / "ctx"),
+                                       "--memory-url", "http://127.0.0.1:9"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "ctx" / "newbie" / "memory.json").read_text())["placement"] == "trailing"
+    # a memory.json written before placements had a default keeps working, with the new default
+    assert MemoryManifest.from_doc({"service": "s", "base_url": "http://x"}).placement == "trailing"

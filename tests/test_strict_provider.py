@@ -250,3 +250,99 @@ def test_openai_prefix_cache_hits_from_1024_tokens_in_steps_of_128():
     short = OpenAIPrefixCache()
     short.cached_tokens("y" * 4 * 1000)
     assert short.cached_tokens("y" * 4 * 1000 + "z") == 0  # under 1024 tokens nothing is cached
+
+
+async def test_anthropic_message_thread_replays_and_keeps_its_system_prompt(clients):
+    provider, _, claude = clients
+    beta = {"betas": ["message-threads-2026-08-12"]}
+    first = await claude.beta.messages.create(model="c", max_tokens=20, system="Be brief.", **beta,
+                                              messages=[{"role": "user", "content": "hi"}],
+                                              extra_body={"thread": {"type": "create"}})
+    cont = {"thread": {"type": "continue", "previous_message_id": first.id}}
+    await claude.beta.messages.create(model="c", max_tokens=20, messages=[{"role": "user", "content": "again"}],
+                                      extra_body=cont, **beta)
+    seen = provider.received[-1]
+    assert seen.system == "Be brief." and [m["role"] for m in seen.context] == ["user", "assistant", "user"]
+    with pytest.raises(anthropic.BadRequestError, match="cannot be set on a `continue`"):
+        await claude.beta.messages.create(model="c", max_tokens=20, system="Other.", extra_body=cont, **beta,
+                                          messages=[{"role": "user", "content": "again"}])
+    with pytest.raises(anthropic.BadRequestError) as lost:
+        await claude.beta.messages.create(model="c", max_tokens=20, messages=[{"role": "user", "content": "x"}],
+                                          extra_body={"thread": {"type": "continue", "previous_message_id": "msg_x"}},
+                                          **beta)
+    assert lost.value.body["error"]["details"]["error_code"] == "thread_not_found"
+
+
+async def test_parallel_tool_calls_must_all_be_answered_before_anything_else(clients):
+    provider, gpt, _ = clients
+    provider.model = ToolLoop([[ToolCall("get_weather", {"city": "Porto"}), ToolCall("get_weather", {"city": "Faro"})]])
+    first = await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER,
+                                              messages=[{"role": "user", "content": "Weather?"}])
+    msg = first.choices[0].message
+    assert len(msg.tool_calls) == 2
+    a, b = ({"role": "tool", "tool_call_id": c.id, "content": t} for c, t in zip(msg.tool_calls, ("17C", "24C")))
+    history = [{"role": "user", "content": "Weather?"}, msg.model_dump(exclude_none=True)]
+    with pytest.raises(openai.BadRequestError, match="did not have response messages"):
+        await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER, messages=[
+            *history, a, {"role": "user", "content": "<memories/>"}, b])
+    final = await gpt.chat.completions.create(model="gpt-4o", tools=OA_WEATHER, messages=[*history, a, b])
+    assert final.choices[0].message.content.endswith("Tool said: 17C / 24C")
+
+
+# -- hostile bodies: the rules answer every shape with None or a Problem, never an exception --
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from proxy.testing.fake_provider import anthropic_problem, chat_problem, responses_problem  # noqa: E402
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1) | st.text(max_size=8)
+                     | st.sampled_from(["user", "assistant", "tool", "system", "tool_use", "tool_result", "text",
+                                        "search_result", "function_call", "function_call_output", "id1"]),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.sampled_from(["role", "content", "type", "id", "tool_use_id", "call_id",
+                                                        "tool_calls", "tool_call_id", "messages", "input", "model",
+                                                        "max_tokens", "system", "citations", "enabled",
+                                                        "cache_control", "previous_response_id", "output_config",
+                                                        "format", "tools", "text"]), inner, max_size=5),
+                     max_leaves=30)
+
+
+_ids = st.sampled_from(["id1", "id2"]) | _json
+_block = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_use", "tool_result", "search_result", "image"])},
+    optional={"text": st.text(min_size=1, max_size=5) | _json, "id": _ids, "tool_use_id": _ids, "name": _json,
+              "input": _json, "content": _json, "citations": _json, "cache_control": _json, "source": _json})
+_anthropic = st.fixed_dictionaries(
+    {"model": st.just("m"), "max_tokens": st.just(5),
+     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
+                                                 "content": st.text(min_size=1, max_size=5)
+                                                 | st.lists(_block, min_size=1, max_size=4)}),
+                          min_size=1, max_size=5)},
+    optional={"system": _json, "tools": _json, "output_config": _json, "cache_control": _json})
+_chat = st.fixed_dictionaries(
+    {"model": st.just("m"),
+     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool"])},
+                                                optional={"content": _json, "tool_calls": _json,
+                                                          "tool_call_id": _ids}), min_size=1, max_size=5)},
+    optional={"tools": _json})
+_any = st.dictionaries(st.sampled_from(["model", "max_tokens", "messages", "system", "tools", "input",
+                                        "instructions", "previous_response_id", "output_config"]), _json)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_anthropic | _chat | _any)
+def test_no_body_makes_the_provider_raise(body):
+    """Rules, then (for what they accept) the model's view and the cache simulation."""
+    from proxy.testing.fake_provider.cache import openai_prompt
+    from proxy.testing.fake_provider.model import anthropic_view, chat_view, responses_view
+    from proxy.testing.fake_provider.rules import input_items
+    if anthropic_problem(body) is None:
+        anthropic_view(body)
+        AnthropicCache().usage(body)
+    if chat_problem(body) is None:
+        chat_view(body)
+        OpenAIPrefixCache().cached_tokens(openai_prompt(body.get("tools"), body["messages"]))
+    if responses_problem(body, {}.get) is None:
+        responses_view(body, input_items(body.get("input", [])))
+        openai_prompt(body.get("tools"), input_items(body.get("input", [])))

@@ -229,28 +229,34 @@ async def test_responses_without_store_get_the_block_last_in_input(stack, refere
 LONG_SYSTEM = "You are a careful assistant for the travel desk. " * 120
 
 
-async def _anthropic_cached_turns(client) -> list[int]:
+async def _anthropic_cached_turns(client, automatic: bool = False) -> list[int]:
+    """Three turns with the client's sliding breakpoint on its newest message, or with automatic
+    caching (one top-level `cache_control`: the API puts the breakpoint on the last block)."""
     eph = {"type": "ephemeral"}
-    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}]
+    system = LONG_SYSTEM if automatic else [{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}]
+    mark = {} if automatic else {"cache_control": eph}
+    extra = {"extra_body": {"cache_control": eph}} if automatic else {}
     history: list = []
     reads = []
     for q in ("Where does my sister live? " * 20, "What is the weather there? " * 20, "And tomorrow? " * 30):
-        turn = [*history, {"role": "user", "content": [{"type": "text", "text": q, "cache_control": eph}]}]
-        msg = await client.messages.create(model="c", max_tokens=100, system=system, messages=turn)
+        turn = [*history, {"role": "user", "content": [{"type": "text", "text": q, **mark}]}]
+        msg = await client.messages.create(model="c", max_tokens=100, system=system, messages=turn, **extra)
         reads.append(msg.usage.cache_read_input_tokens or 0)
         history = [*history, {"role": "user", "content": [{"type": "text", "text": q}]},
                    {"role": "assistant", "content": [{"type": "text", "text": msg.content[0].text}]}]
     return reads
 
 
-async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(stack, reference):
+@pytest.mark.parametrize("automatic", [False, True])
+async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(stack, reference, automatic):
     ref_url, _ = reference
     stack.add_agent("plain")  # no memory: the baseline
     stack.add_agent("mem", ref_url)
     await _teach(stack, "mem")
-    baseline = await _anthropic_cached_turns(stack.anthropic("plain"))
+    baseline = await _anthropic_cached_turns(stack.anthropic("plain"), automatic)
     stack.provider.anthropic_cache.entries.clear()
-    with_memory = await _anthropic_cached_turns(stack.anthropic("mem"))
+    with_memory = await _anthropic_cached_turns(stack.anthropic("mem"), automatic)
+    assert all(r.status == 200 for r in stack.provider.received)
     assert any("<memories" in orjson.dumps(r.body).decode() for r in stack.provider.received[-3:])
     assert baseline[1] > 1500 and baseline[2] > baseline[1]
     for turn in (1, 2):
@@ -313,8 +319,8 @@ async def test_streamed_anthropic_tool_use_is_ledgered_with_its_input(stack):
     await stack.settle()
     [entry] = stack.ledger("claude")
     assert entry["response"]["text"] == "Let me check."
-    assert entry["response"]["tool_calls"] == [{"name": "get_weather", "arguments": '{"city":"Porto"}'}] or \
-        orjson.loads(entry["response"]["tool_calls"][0]["arguments"]) == {"city": "Porto"}
+    [call] = entry["response"]["tool_calls"]
+    assert call["name"] == "get_weather" and orjson.loads(call["arguments"]) == {"city": "Porto"}
 
 
 # -- routing and headers --
@@ -393,3 +399,69 @@ async def test_a_repeated_question_in_a_new_conversation_recalls_afresh(stack, c
         await stack.openai("gpt").chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
     blocks = [r.memories_block for r in stack.provider.received]
     assert "Answer number 1." in blocks[0] and "Answer number 2." in blocks[1]
+
+
+# -- Anthropic message threads: memplane holds them for agents with memory --
+
+THREADS_BETA = ["message-threads-2026-08-12"]
+
+
+async def _thread_turn(client, text, thread, **extra):
+    return await client.beta.messages.create(model="c", max_tokens=100, messages=[{"role": "user", "content": text}],
+                                             extra_body={"thread": thread}, betas=THREADS_BETA, **extra)
+
+
+async def test_a_message_thread_is_held_by_memplane_and_never_stores_a_block(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url)
+    stack.add_agent("other", ref_url)
+    await _teach(stack, "claude")
+    client = stack.anthropic("claude")
+    first = await _thread_turn(client, QUESTION, {"type": "create"}, system="Be brief.")
+    second = await _thread_turn(client, "And tomorrow?", {"type": "continue", "previous_message_id": first.id})
+    assert "Porto" in second.content[0].text
+    got = stack.provider.received[-1]
+    assert "thread" not in got.body and got.body["system"] == "Be brief."  # an ordinary request upstream
+    assert [m["role"] for m in got.body["messages"]] == ["user", "assistant", "user"]
+    assert got.body["messages"][0]["content"] == QUESTION  # the client's own words, no block kept in them
+    assert len(got.memories_blocks) == 1
+    assert not stack.provider.threads  # the provider holds no conversation with memplane's block in it
+    # a reply is continued once; another agent cannot continue this agent's thread
+    for who, previous in (("claude", first.id), ("other", second.id), ("claude", "msg_nowhere")):
+        with pytest.raises(anthropic.BadRequestError) as lost:
+            await _thread_turn(stack.anthropic(who), "hi", {"type": "continue", "previous_message_id": previous})
+        assert lost.value.body["error"]["details"] == {"error_code": "thread_not_found"}
+    with pytest.raises(anthropic.BadRequestError, match="cannot be set on a `continue`"):
+        await _thread_turn(client, "hi", {"type": "continue", "previous_message_id": second.id}, system="x")
+
+
+async def test_a_thread_of_an_agent_without_memory_stays_with_the_provider(stack):
+    stack.add_agent("plain")
+    first = await _thread_turn(stack.anthropic("plain"), "hello", {"type": "create"})
+    await _thread_turn(stack.anthropic("plain"), "again", {"type": "continue", "previous_message_id": first.id})
+    assert stack.provider.received[-1].body["thread"]["previous_message_id"] == first.id
+
+
+async def test_a_streamed_thread_reply_is_kept_whole_for_the_next_call(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url)
+    await _teach(stack, "claude")
+    stack.provider.model = ToolLoop(LOOP[:1], say="Let me check.")
+    client = stack.anthropic("claude")
+    async with client.beta.messages.stream(model="c", max_tokens=100, tools=WEATHER, betas=THREADS_BETA,
+                                           messages=[{"role": "user", "content": QUESTION}],
+                                           extra_body={"thread": {"type": "create"}}) as s:
+        first = await s.get_final_message()
+    use = next(b for b in first.content if b.type == "tool_use")
+    second = await client.beta.messages.create(
+        model="c", max_tokens=100, betas=THREADS_BETA,
+        messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21C"}]}],
+        extra_body={"thread": {"type": "continue", "previous_message_id": first.id}})
+    assert "Porto" in second.content[0].text and "Tool said: 21C" in second.content[0].text
+    got = stack.provider.received[-1]
+    assert got.status == 200 and got.body["tools"] == stack.provider.received[-2].body["tools"]
+    assert got.body["messages"][1]["content"] == [{"type": "text", "text": "Let me check."},
+                                                  {"type": "tool_use", "id": use.id, "name": "get_weather",
+                                                   "input": {"city": "Porto"}}]
+    blocks = [r.memories_blocks for r in stack.provider.received[-2:]]
+    assert blocks[0] == blocks[1] and len(blocks[0]) == 1  # the turn's block, once, the same bytes

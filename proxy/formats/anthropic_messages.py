@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
@@ -40,8 +42,6 @@ class AnthropicMessages(NoResponseId):
         return query_from(body["messages"])
 
     def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
-        if requested == "system" and rules.continues_a_thread(body):
-            return "trailing", "system → trailing: a message thread keeps the system prompt it was created with"
         if requested == "search_results":
             citations, why = rules.search_results_fallback(body)
             if not citations:
@@ -51,15 +51,21 @@ class AnthropicMessages(NoResponseId):
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
         """`trailing`: a text block after everything in the newest user message (its tool results
-        and the client's `cache_control` breakpoints included; none is added). `latest` and
+        and the client's `cache_control` breakpoints included; none is added, and automatic caching
+        keeps its breakpoint on the client's last block). `latest` and
         `search_results`: in front of the newest user text, after any `tool_result` blocks."""
         messages = list(body["messages"])
         i = latest_user_index(messages)
         if placement == "system" or i is None:
             return {**body, "system": append_text(body.get("system"), block)}
         content = messages[i].get("content")
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+        if isinstance(content, str):  # the same prompt as a text block; an empty one would be refused
+            parts = [{"type": "text", "text": content}] if content else []
+        else:
+            parts = list(content or [])
         if placement == "trailing":
+            if i == len(messages) - 1:
+                body, parts = rules.pin_automatic_breakpoint(body, parts)
             parts.append({"type": "text", "text": block})
         else:
             if placement == "search_results":
@@ -79,6 +85,7 @@ class AnthropicMessages(NoResponseId):
         if ev is None:
             return True
         kind = ev.get("type")
+        _assemble(state, kind, ev)
         if kind == "message_start":
             msg = ev.get("message") or {}
             state.model = msg.get("model")
@@ -112,6 +119,17 @@ class AnthropicMessages(NoResponseId):
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
         return usage_counts(response.get("usage"), "input_tokens", "output_tokens")
 
+    def reply(self, response: dict[str, Any]) -> tuple[Any, Any]:
+        """The answer as the next message of a thread: (message id, content blocks)."""
+        return response.get("id"), response.get("content")
+
+    def streamed_reply(self, state: StreamState) -> tuple[Any, Any]:
+        """The same for a stream, when it ran to `message_stop`."""
+        if not state.extra.get("message_stop"):
+            return None, None
+        blocks = state.extra.get("blocks") or {}
+        return state.extra.get("message_id"), [_finished(blocks[i]) for i in sorted(blocks)]
+
     def citations(self, response: dict[str, Any]) -> list[Any]:
         found = []
         for block in response.get("content") or ():
@@ -129,3 +147,42 @@ def _search_result(m: InjectedMemory, service: str, n: int) -> dict[str, Any]:
         "content": [{"type": "text", "text": m.text}],
         "citations": {"enabled": True},
     }
+
+
+def _assemble(state: StreamState, kind: Any, ev: dict[str, Any]) -> None:
+    """Rebuild the answer's content blocks from a stream (a thread memplane holds needs them whole:
+    text with citations, tool_use with its input, thinking with its signature)."""
+    if kind == "message_start":
+        state.extra["message_id"] = (ev.get("message") or {}).get("id")
+    elif kind == "message_stop":
+        state.extra["message_stop"] = True
+    elif kind == "content_block_start" and isinstance(ev.get("content_block"), dict):
+        state.extra.setdefault("blocks", {})[ev.get("index", 0)] = dict(ev["content_block"])
+    elif kind == "content_block_delta":
+        block = (state.extra.get("blocks") or {}).get(ev.get("index", 0))
+        delta = ev.get("delta") or {}
+        if block is None:
+            return
+        dt = delta.get("type")
+        if dt == "text_delta":
+            block["text"] = block.get("text", "") + (delta.get("text") or "")
+        elif dt == "input_json_delta":
+            block["_json"] = block.get("_json", "") + (delta.get("partial_json") or "")
+        elif dt == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + (delta.get("thinking") or "")
+        elif dt == "signature_delta":
+            block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
+        elif dt == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+
+
+def _finished(block: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in block.items() if k != "_json"}
+    if "_json" in block:
+        try:
+            out["input"] = orjson.loads(block["_json"]) if block["_json"] else {}
+        except orjson.JSONDecodeError:
+            out["input"] = {}
+    if out.get("type") == "text" and not out.get("citations"):
+        out.pop("citations", None)
+    return out

@@ -72,6 +72,7 @@ class WireFormat(Protocol):
     route: str  # the path the proxy serves this format at, e.g. /v1/chat/completions
     upstream_path: str
     placements: frozenset[str]  # where this format can put the block; others fall back to "trailing"
+    chains: bool  # a later call can continue from an answer's id (Responses' previous_response_id)
 
     def validate(self, body: dict[str, Any]) -> None: ...
     def recall_messages(self, body: dict[str, Any]) -> list[Any]: ...
@@ -104,6 +105,8 @@ def placement_for(fmt: WireFormat, requested: str, body: dict[str, Any]) -> tupl
 
 class NoResponseId:
     """For formats without server-side conversation state."""
+
+    chains = False
 
     def response_id(self, response: dict[str, Any]) -> str | None:
         return None

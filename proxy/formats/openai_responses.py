@@ -32,6 +32,7 @@ class OpenAIResponses(NoCitations):
     route = "/v1/responses"
     upstream_path = "/responses"
     placements = frozenset({"trailing", "system", "latest"})
+    chains = True
 
     def validate(self, body: dict[str, Any]) -> None:
         require("input" in body, "Missing required parameter: 'input'.", "input")

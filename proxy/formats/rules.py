@@ -36,6 +36,22 @@ def after_tool_results(content: list[Any]) -> int:
     return i
 
 
+def pin_automatic_breakpoint(body: dict[str, Any], parts: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+    """Automatic caching (a top-level `cache_control`) puts the breakpoint on the request's last
+    block (docs: "Prompt caching" → "Automatic caching"), which after a trailing block would be
+    memplane's: every cache entry would hold a block the next call no longer has, and nothing would
+    ever hit. The same breakpoint is set explicitly on the client's own last block instead — what
+    the API would have chosen without memplane — and the top-level field dropped (one breakpoint
+    either way, so never a fifth). `parts` is the newest message's content, the request's end."""
+    auto = body.get("cache_control")
+    if not auto:
+        return body, parts
+    parts = list(parts)
+    if parts and isinstance(parts[-1], dict) and not parts[-1].get("cache_control"):
+        parts[-1] = {**parts[-1], "cache_control": auto}
+    return {k: v for k, v in body.items() if k != "cache_control"}, parts
+
+
 def _forbidden_chat(messages: list[Any]) -> set[int]:
     """Indexes an inserted message may not take: those between tool calls and their last answer."""
     bad: set[int] = set()
@@ -117,14 +133,6 @@ def search_results_fallback(body: dict[str, Any]) -> tuple[bool, str | None]:
     if own is False:
         return False, "search_results → latest: the agent's own search results have citations off (all-or-nothing)"
     return True, None
-
-
-def continues_a_thread(body: dict[str, Any]) -> bool:
-    """An Anthropic message-thread `continue`: the server keeps the `system` and `tools` the thread was
-    created with and refuses a request that sets them (the anthropic SDK's `message-threads`, which
-    its tool runner uses), so the block cannot go in `system`."""
-    thread = body.get("thread")
-    return isinstance(thread, dict) and thread.get("type") == "continue"
 
 
 def responses_input_is_stored(body: dict[str, Any]) -> bool:

@@ -16,27 +16,61 @@ from typing import Any
 
 import orjson
 
-MEMORIES_RE = re.compile(r"<memories\b[^>]*>.*?</memories>", re.S)
+MEMORIES_RE = re.compile(r"<memories\b[^>]*>.*?</memories>", re.S)  # kept for importers; see _elements
 
 
-def _unescaped(body: dict[str, Any]) -> str:
+def _unescaped(body: Any) -> str:
     return orjson.dumps(body).decode().replace("\\n", "\n").replace('\\"', '"')
+
+
+def _elements(text: str, tag: str) -> list[str]:
+    """Every `<tag ...>…</tag>` in `text`, found with str.find: linear on any input, where a lazy
+    regex rescans to the end from each unclosed opening (quadratic on a hostile body)."""
+    found, pos, close = [], 0, f"</{tag}>"
+    while True:
+        start = text.find(f"<{tag}", pos)
+        if start < 0:
+            return found
+        after = text[start + len(tag) + 1:start + len(tag) + 2]
+        if after and not (after.isspace() or after in ">/"):
+            pos = start + 1  # <memoriesX…: another tag
+            continue
+        end = text.find(close, start)
+        if end < 0:
+            return found  # no closing tag after this opening, so none after any later one
+        found.append(text[start:end + len(close)])
+        pos = end + len(close)
 
 
 def memory_blocks(body: Any) -> list[str]:
     """Every `<memories>` block anywhere in a request (or list of items)."""
-    return MEMORIES_RE.findall(_unescaped(body))
+    return _elements(_unescaped(body), "memories")
+
+
+def _first_search_result_text(node: Any) -> str | None:
+    if isinstance(node, dict):
+        if node.get("type") == "search_result":
+            for part in node.get("content") or ():
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    return part["text"]
+        node = list(node.values())
+    if isinstance(node, list):
+        for item in node:
+            found = _first_search_result_text(item)
+            if found is not None:
+                return found
+    return None
 
 
 def default_reply(body: dict[str, Any]) -> str:
-    block = MEMORIES_RE.search(_unescaped(body))
-    results = re.search(r'"type":"search_result".*?"text":"(.*?)"', orjson.dumps(body).decode())
-    if results:
-        return f"From memory: {results.group(1)}"
-    if block:
-        first = re.search(r"<memory\b[^>]*>(.*?)</memory>", block.group(0), re.S)
-        if first:
-            return f"From memory: {first.group(1)}"
+    """The first remembered fact the request carries (a search result's text, or the first
+    `<memory>` of a `<memories>` block), else "Noted."."""
+    result = _first_search_result_text(body)
+    if result is not None:
+        return f"From memory: {result}"
+    for block in memory_blocks(body):
+        for memory in _elements(block, "memory"):
+            return f"From memory: {memory[memory.index('>') + 1:-len('</memory>')]}"
     return "Noted."
 
 
@@ -82,18 +116,22 @@ class ToolLoop:
     tool result, so a test sees whether both memory and the tools reached the model. `say` is text
     the model writes before each tool call (as models often do: "Let me check.")."""
 
-    calls: list[ToolCall]
+    calls: list[ToolCall | list[ToolCall]]  # a list in the list: parallel calls in one step
     reply: Callable[[dict[str, Any]], str] = default_reply
     say: str = ""
 
     def __call__(self, view: View) -> Answer:
         if view.steps < len(self.calls):
-            call = self.calls[view.steps]
-            return Answer(text=self.say, tool_calls=[call])
+            step = self.calls[view.steps]
+            return Answer(text=self.say, tool_calls=list(step) if isinstance(step, list) else [step])
         text = self.reply(view.body)
         if view.tool_results:
-            text += f" Tool said: {view.tool_results[-1]}"
+            text += f" Tool said: {' / '.join(view.tool_results[-len(self._last()):])}"
         return Answer(text=text)
+
+    def _last(self) -> list[ToolCall]:
+        step = self.calls[-1] if self.calls else []
+        return list(step) if isinstance(step, list) else [step]
 
 
 def _text_of(content: Any) -> str:
@@ -113,8 +151,8 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _is_memory(text: str) -> bool:
-    return text.lstrip().startswith("<memories")
+def _is_memory(text: Any) -> bool:
+    return isinstance(text, str) and text.lstrip().startswith("<memories")
 
 
 def chat_view(body: dict[str, Any]) -> View:
@@ -147,7 +185,8 @@ def anthropic_view(body: dict[str, Any]) -> View:
         if answered:
             results += [_text_of(b.get("content")) for b in answered]
             continue
-        said = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text" and not _is_memory(b.get("text", "")))
+        said = "\n".join(b["text"] for b in blocks
+                         if b.get("type") == "text" and isinstance(b.get("text"), str) and not _is_memory(b["text"]))
         if said:
             steps, results, user = 0, [], said
     tools = [t.get("name", "tool") for t in body.get("tools") or () if isinstance(t, dict)]

@@ -22,6 +22,18 @@ class Problem:
     details: dict[str, Any] | None = None  # Anthropic's machine-readable `error.details`
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _tools_problem(body: dict[str, Any], message: str) -> Problem | None:
+    """`tools`, when given, is a list of objects (every API's reference says so)."""
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        return Problem(message, "tools")
+    return None
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -43,6 +55,8 @@ def anthropic_problem(body: dict[str, Any]) -> Problem | None:
     messages = body["messages"]
     if not isinstance(messages, list) or not messages:
         return Problem("messages: at least one message is required", "messages")
+    if problem := _tools_problem(body, "tools: Input should be a valid list of tool definitions"):
+        return problem
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         return Problem("system: Input should be a valid string or a list of text blocks", "system")
@@ -52,7 +66,7 @@ def anthropic_problem(body: dict[str, Any]) -> Problem | None:
         if not block.get("text"):
             return Problem("system: text content blocks must be non-empty", "system")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ANTHROPIC_ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ANTHROPIC_ROLES:
             # The Messages API has no "system" role: the system prompt is the top-level `system`
             # parameter (https://platform.claude.com/docs/en/api/messages, `messages[].role`).
             role = m.get("role") if isinstance(m, dict) else None
@@ -66,8 +80,14 @@ def anthropic_problem(body: dict[str, Any]) -> Problem | None:
             return Problem(f"messages.{i}: all messages must have non-empty content except for the optional "
                            "final assistant message", "messages")
         for k, block in enumerate(_blocks(content)):
+            if block.get("type") == "text" and not isinstance(block.get("text"), str):
+                return Problem(f"messages.{i}.content.{k}.text: Input should be a valid string", "messages")
             if block.get("type") == "text" and not block.get("text"):
                 return Problem(f"messages.{i}.content.{k}.text: text content blocks must be non-empty", "messages")
+            for key in ("id", "tool_use_id"):
+                if block.get("type") in ("tool_use", "tool_result") and key in block \
+                        and not isinstance(block[key], str):
+                    return Problem(f"messages.{i}.content.{k}.{key}: Input should be a valid string", "messages")
     return (_tool_pairing_problem(_merged(messages)) or _citations_problem(body)
             or _cache_control_problem(body))
 
@@ -137,7 +157,7 @@ def _cited_sources(body: dict[str, Any]) -> list[tuple[str, bool]]:
     def walk(blocks: list[dict[str, Any]]) -> None:
         for b in blocks:
             if b.get("type") in ("search_result", "document"):
-                found.append((b["type"], bool((b.get("citations") or {}).get("enabled"))))
+                found.append((b["type"], bool(_obj(b.get("citations")).get("enabled"))))
             elif b.get("type") == "tool_result" and isinstance(b.get("content"), list):
                 walk(_blocks(b["content"]))
 
@@ -155,8 +175,7 @@ def _citations_problem(body: dict[str, Any]) -> Problem | None:
         # have them disabled; mixing them is an error.
         return Problem("Mixing search results with citations enabled and disabled is not supported: "
                        "citations must be enabled for all search results in a request or for none.", "messages")
-    structured = (body.get("output_config") or {}).get("format") if isinstance(body.get("output_config"), dict) \
-        else None
+    structured = _obj(body.get("output_config")).get("format")
     if (structured or body.get("output_format")) and any(enabled for _, enabled in sources):
         # https://platform.claude.com/docs/en/build-with-claude/structured-outputs — structured
         # outputs are incompatible with citations; a request that enables both gets a 400.
@@ -199,6 +218,8 @@ def chat_problem(body: dict[str, Any]) -> Problem | None:
     for required in ("model", "messages"):
         if required not in body:
             return Problem(f"Missing required parameter: '{required}'.", required)
+    if problem := _tools_problem(body, "Invalid type for 'tools': expected an array of objects."):
+        return problem
     messages = body["messages"]
     if not isinstance(messages, list) or not messages:
         return Problem("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an "
@@ -207,7 +228,7 @@ def chat_problem(body: dict[str, Any]) -> Problem | None:
     pending_at = 0
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
-        if role not in CHAT_ROLES:
+        if not isinstance(role, str) or role not in CHAT_ROLES:
             return Problem(f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
                            "'function', 'tool', and 'developer'.", f"messages[{i}].role")
         # https://platform.openai.com/docs/guides/function-calling — the results of an assistant's
@@ -227,7 +248,11 @@ def chat_problem(body: dict[str, Any]) -> Problem | None:
             return Problem("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
                            "message with 'tool_calls'.", f"messages.[{i}].role")
         if role == "assistant" and m.get("tool_calls"):
-            pending = [c.get("id") for c in m["tool_calls"] if isinstance(c, dict)]
+            calls = m["tool_calls"] if isinstance(m["tool_calls"], list) else [None]
+            if not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls):
+                return Problem("Invalid 'tool_calls': each must be an object with a string 'id'.",
+                               f"messages.[{i}].tool_calls")
+            pending = [c["id"] for c in calls]
             pending_at = i
     if pending:
         return Problem("An assistant message with 'tool_calls' must be followed by tool messages responding to "
@@ -257,10 +282,14 @@ def responses_problem(body: dict[str, Any],
     inp = body.get("input")
     if inp is not None and not isinstance(inp, (str, list)):
         return Problem("Invalid type for 'input': expected a string or an array of input items.", "input")
+    if problem := _tools_problem(body, "Invalid type for 'tools': expected an array of objects."):
+        return problem
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
         return Problem("Invalid type for 'instructions': expected a string.", "instructions")
     context: list[dict[str, Any]] = []
     prev = body.get("previous_response_id")
+    if prev is not None and not isinstance(prev, str):
+        return Problem("Invalid type for 'previous_response_id': expected a string.", "previous_response_id")
     if prev is not None:
         found = stored(prev)
         if found is None:
@@ -279,6 +308,8 @@ def responses_problem(body: dict[str, Any],
     calls: dict[str, bool] = {}
     for k, item in enumerate(context + new):
         kind = item.get("type")
+        if kind in ("function_call", "function_call_output") and not isinstance(item.get("call_id"), str):
+            return Problem("Invalid type for 'call_id': expected a string.", f"input[{k}].call_id")
         if kind == "function_call":
             calls[item.get("call_id")] = False
         elif kind == "function_call_output":
