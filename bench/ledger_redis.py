@@ -84,7 +84,20 @@ def drive(ports: list[int], token: str, requests: int, concurrency: int) -> dict
             "errors": sum(o["errors"] for o in outs), "requests": sum(o["requests"] for o in outs)}
 
 
-def ledger_runs() -> list[list]:
+def ledger_runs(rounds: int) -> list[list]:
+    """Every setup `rounds` times, interleaved (a busy host's drift hits them alike); medians."""
+    import statistics
+
+    runs = [one_round() for _ in range(rounds)]
+    rows = []
+    for i, first in enumerate(runs[0]):
+        col = [r[i] for r in runs]
+        rows.append([first[0], first[1], statistics.median(c[2] for c in col), statistics.median(c[3] for c in col),
+                     statistics.median(c[4] for c in col), sum(c[5] for c in col)])
+    return rows
+
+
+def one_round() -> list[list]:
     requests, concurrency = (300, 8) if QUICK else (2000, 16)
     tmp = Path(tempfile.mkdtemp(prefix="memplane-scale-bench-"))
     ctx = tmp / "ctx"
@@ -140,12 +153,13 @@ def index_model(memories: int = 2000, text_chars: int = 240) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--index-model", action="store_true", help="only the index cache's memory model")
+    p.add_argument("--rounds", type=int, default=1 if QUICK else 3, help="runs of every setup (medians reported)")
     a = p.parse_args()
     model = index_model()
     print(table(list(model), [list(model.values())]))
-    doc: dict = {"index_model": model}
+    doc: dict = {"index_model": model, "rounds": a.rounds}
     if not a.index_model:
-        rows = ledger_runs()
+        rows = ledger_runs(a.rounds)
         heads = ["setup", "proxies", "turns/s", "p50 ms", "added p50 ms", "errors"]
         print(table(heads, rows))
         doc["ledger"] = [dict(zip(heads, r)) for r in rows]
