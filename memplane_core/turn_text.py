@@ -84,7 +84,8 @@ def calls_tools(entry: dict[str, Any]) -> bool:
     if not isinstance(doc, dict):
         return False
     if isinstance(doc.get("choices"), list) and doc["choices"]:
-        message = (doc["choices"][0] or {}).get("message") or {}
+        choice = doc["choices"][0]
+        message = choice.get("message") if isinstance(choice, dict) else None
         return bool(isinstance(message, dict) and message.get("tool_calls"))
     for key, kinds in (("content", ("tool_use", "server_tool_use")),
                        ("output", ("function_call", "custom_tool_call", "local_shell_call", "computer_call"))):
@@ -173,8 +174,9 @@ def assistant_text(entry: dict[str, Any]) -> str:
     if not isinstance(doc, dict):
         return ""
     if isinstance(doc.get("choices"), list) and doc["choices"]:
-        message = (doc["choices"][0] or {}).get("message") or {}
-        return text_of(message.get("content"))
+        choice = doc["choices"][0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        return text_of(message.get("content")) if isinstance(message, dict) else ""
     if isinstance(doc.get("content"), list):
         return text_of(doc["content"])
     if isinstance(doc.get("output"), list):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from memory_adapters.engine.episodes import episodes_from_entry
+from memplane_core.redact import Redactor
 from proxy.formats import FORMATS, placement_for
 from proxy.formats.rules import after_tool_results, safe_chat_index, safe_item_index
 from proxy.inject import drop_repeated_lines, render_block
@@ -175,3 +177,40 @@ def test_new_agents_and_compiled_pods_get_the_trailing_placement(tmp_path):
     assert json.loads((tmp_path / "ctx" / "newbie" / "memory.json").read_text())["placement"] == "trailing"
     # a memory.json written before placements had a default keeps working, with the new default
     assert MemoryManifest.from_doc({"service": "s", "base_url": "http://x"}).placement == "trailing"
+
+
+def test_odd_shapes_never_break_reading_a_tool_loop():
+    from memplane_core.turn_text import assistant_text, calls_tools, tool_steps, user_text
+
+    odd = [{"response": {"format": "json", "json": {"choices": ["x"]}}},
+           {"response": {"format": "json", "json": {"content": "text", "output": [1, None]}}},
+           {"request_original": {"messages": [{"role": "user", "content": "q"},
+                                              {"role": "assistant", "tool_calls": "calls", "content": [1, "x"]},
+                                              {"role": "tool", "tool_call_id": None, "content": {"a": 1}},
+                                              {"type": "function_call", "name": None, "arguments": 5}]},
+            "response": "weird", "turn_question": 7}]
+    for entry in odd:
+        calls_tools(entry), tool_steps(entry), user_text(entry), assistant_text(entry)
+        episodes_from_entry("a", {"id": "hist1_x", **entry}, {}, Redactor())
+    assert user_text({"request_original": {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+                      "turn_question": "What is the weather?"}) == "What is the weather?"
+
+
+def test_a_hostile_thread_field_is_a_clear_400():
+    from proxy.errors import ProxyError
+    from proxy.threads import Threads
+
+    threads = Threads()
+    for thread in ("x", {"type": "fork"}, {"type": "continue", "previous_message_id": 5}, {"type": "continue"}):
+        with pytest.raises(ProxyError) as bad:
+            threads.expand("a", {"model": "c", "messages": [], "thread": thread})
+        assert bad.value.status == 400
+    body, pending = threads.expand("a", {"model": "c", "messages": [{"role": "user", "content": "q"}],
+                                         "thread": {"type": "create"}, "system": "s"})
+    assert "thread" not in body and pending.fields == {"system": "s"}
+    threads.record("a", pending, "msg_1", [{"type": "text", "text": "hi"}])
+    body, _ = threads.expand("a", {"model": "c", "messages": [{"role": "user", "content": "more"}],
+                                   "thread": {"type": "continue", "previous_message_id": "msg_1"}})
+    assert body["system"] == "s" and [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    with pytest.raises(ProxyError):  # another agent never continues it
+        threads.expand("b", {"model": "c", "messages": [], "thread": {"type": "continue", "previous_message_id": "msg_1"}})
