@@ -85,6 +85,7 @@ class StreamRetainDelivery:
         self._retry: dict[tuple[str, str], tuple[str, str, int, float]] = {}
         self._held: dict[str, set[str]] = defaultdict(set)  # queue -> ids being delivered right now
         self._keeper: asyncio.Task | None = None
+        self.on_close: Any = None  # awaited on close (scale.py: flush the explanations' write-through)
 
     # -- lifecycle --
 
@@ -110,6 +111,8 @@ class StreamRetainDelivery:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        if self.on_close is not None:
+            await self.on_close()
 
     # -- what the turn path and the operator views call --
 

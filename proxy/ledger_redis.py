@@ -169,14 +169,8 @@ class RedisLedger:
         return fn(*args)
 
     def close(self) -> None:
+        """Close the sync client; the async one closes its connections with its event loop."""
         self.sync.close()
-        if self._async is not None:
-            import asyncio
-
-            try:
-                asyncio.get_running_loop().create_task(self._async.aclose())
-            except RuntimeError:
-                pass
 
     # -- tombstones and dead letters --
 

@@ -40,5 +40,9 @@ def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: Pro
 
 def stream_delivery(state: ProxyState, settings: ProxySettings) -> StreamRetainDelivery:
     assert state.session is not None
-    return StreamRetainDelivery(state.session, state.telemetry, state.redactor, state.ledger,  # type: ignore[arg-type]
-                                state.contexts, claim_idle_s=settings.retain_claim_idle_s)
+    delivery = StreamRetainDelivery(state.session, state.telemetry, state.redactor, state.ledger,  # type: ignore[arg-type]
+                                    state.contexts, claim_idle_s=settings.retain_claim_idle_s)
+    writer = getattr(state.explanations, "writer", None)
+    if writer is not None:
+        delivery.on_close = writer.drain  # what is still queued for Redis goes before the process does
+    return delivery

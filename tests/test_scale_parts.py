@@ -18,8 +18,38 @@ from proxy.ledger import Ledger, build_entry
 from proxy.ledger_redis import RedisLedger
 
 
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory):
+    """A redis-server of this module's own (the shared test Redis is flushed by other suites' tests)."""
+    import shutil
+    import subprocess
+    import time
+
+    import redis as redis_sync
+
+    from proxy.runner import free_port
+
+    binary = shutil.which("redis-server")
+    if not binary:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            redis_sync.Redis(port=port).ping()
+            break
+        except redis_sync.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
 @pytest.fixture
-async def pair(make_stack, redis_url):
+async def pair(make_stack, own_redis):
+    redis_url = own_redis
     prefix = f"mp{uuid.uuid4().hex[:6]}"
     shared = dict(ledger="redis", redis_url=redis_url, ledger_prefix=prefix, retain_claim_idle_s=2.0)
     a = await make_stack(**shared, rate_limit_per_agent=1.0, rate_limit_burst=3)
@@ -137,7 +167,8 @@ async def test_a_tool_loop_started_on_one_proxy_continues_on_the_other_with_the_
     assert [m for m in sent_next if "<memories" in str(m.get("content"))] == injected
 
 
-def test_ledger_export_moves_a_file_ledger_into_redis_and_back_unchanged(tmp_path, redis_url):
+def test_ledger_export_moves_a_file_ledger_into_redis_and_back_unchanged(tmp_path, own_redis):
+    redis_url = own_redis
     src = Ledger(tmp_path / "hist")
     for i in range(3):
         src.append_blocking("alice", build_entry(
@@ -190,3 +221,37 @@ async def test_a_replica_under_an_index_budget_forgets_cold_agents_but_never_the
     assert "a" not in cache  # the coldest agent's index went
     found = await svc.search("a", "door code a7", top_k=3)  # ... and came back from MongoDB
     assert any("a7" in str(getattr(m, "value", m)) for m in found), found
+
+
+async def test_forget_and_backfill_read_the_shared_ledger_from_any_machine(unlimited, reference, aiohttp_server,
+                                                                          tmp_path, monkeypatch):
+    from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry
+    from proxy.context_store import ContextStore
+    from proxy.memory_ops import backfill, forget
+
+    a, b, ledger = unlimited
+    ref_url, store = reference
+    token = a.add_agent("ops", ref_url)
+    for i, stack in enumerate([a, b, a]):
+        await _chat(stack.proxy_url, token, {"model": "m", "messages": [
+            {"role": "user", "content": ["My PIN hint is birds", "I like chess", "I live in Oslo"][i]}]})
+    await _eventually(lambda: _all_acknowledged(ledger))
+    entries = [r.entry for r in ledger.read("ops")]
+    assert len(entries) == 3 and store.count("ops") == 3
+    # an operator on a third machine: no ledger files at all, only the shared Redis
+    monkeypatch.setenv("MEMPLANE_LEDGER", "redis")
+    monkeypatch.setenv("MEMPLANE_REDIS_URL", a.state.settings.redis_url)
+    monkeypatch.setenv("MEMPLANE_LEDGER_PREFIX", a.state.settings.ledger_prefix)
+    contexts = ContextStore(a.context_root, Telemetry())
+    elsewhere = tmp_path / "no-ledger-here"
+    [outcome] = await forget(contexts, elsewhere, "mem-svc", [entries[0]["id"]], "user asked", telemetry=Telemetry())
+    assert outcome.remote == "ok" and store.count("ops") == 2
+    assert ledger.tombstones("ops") == {entries[0]["id"]}
+    fresh_app = build_reference_app(tmp_path / "fresh", redactor=Redactor())
+    fresh = await aiohttp_server(fresh_app)
+    stats = await backfill(contexts, elsewhere, "mem-svc", url=f"http://{fresh.host}:{fresh.port}/retain",
+                           redactor=Redactor(), telemetry=Telemetry())
+    assert (stats.sent, stats.skipped_tombstoned, stats.failed) == (2, 1, 0)
+    assert fresh_app[REFERENCE_STORE].count("ops") == 2
