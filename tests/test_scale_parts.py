@@ -255,3 +255,37 @@ async def test_forget_and_backfill_read_the_shared_ledger_from_any_machine(unlim
                            redactor=Redactor(), telemetry=Telemetry())
     assert (stats.sent, stats.skipped_tombstoned, stats.failed) == (2, 1, 0)
     assert fresh_app[REFERENCE_STORE].count("ops") == 2
+
+
+async def test_two_memory_replicas_recall_each_others_writes_at_once(aiohttp_server, own_redis, mongo_url):
+    import io
+
+    from memory_adapters.tiered.app import build_tiered_app
+    from memory_adapters.tiered.config import TieredSettings
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry, make_logger
+
+    def replica(cache_mb: int):
+        settings = TieredSettings(redis_url=own_redis, mongo_url=mongo_url, key_prefix="rep", embeddings="off",
+                                  index_cache_mb=cache_mb)
+        return build_tiered_app(settings, Telemetry(make_logger(io.StringIO())), Redactor())
+
+    one, two = await aiohttp_server(replica(0)), await aiohttp_server(replica(1))
+    urls = [f"http://{s.host}:{s.port}" for s in (one, two)]
+
+    async def recall(s, url, query):
+        async with s.post(f"{url}/recall", json={"agent_id": "alice", "query": query}) as r:
+            assert r.status == 200
+            return " ".join(m["text"] for m in (await r.json())["memories"])
+
+    async with aiohttp.ClientSession() as s:
+        assert "Lisbon" not in await recall(s, urls[1], "where does my sister live")  # replica 2 loads alice
+        async with s.post(f"{urls[0]}/api/memories", json={"agent_id": "alice", "key": "sister",
+                                                            "value": "my sister lives in Lisbon"}) as r:
+            assert r.status in (200, 201)
+        assert "Lisbon" in await recall(s, urls[1], "where does my sister live")  # written on 1, recalled on 2
+        async with s.post(f"{urls[1]}/api/memories", json={"agent_id": "alice", "key": "sister",
+                                                            "value": "my sister moved to Porto"}) as r:
+            assert r.status in (200, 201)
+        said = await recall(s, urls[0], "where does my sister live")
+        assert "Porto" in said and "Lisbon" not in said  # and back: 1 sees 2's update at once
