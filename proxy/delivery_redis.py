@@ -5,8 +5,9 @@ consumer reads new references (`XREADGROUP >`), fetches their entries from the a
 streams, sends them with the same `RetainSender` the file ledger uses, and acknowledges (`XACK`,
 then `XDEL`: the ledger keeps the entry, the queue only the work) only what the memory service
 accepted or refused for good. What fails stays pending; an entry left pending longer than
-`claim_idle_s` — its consumer died — is claimed (`XAUTOCLAIM`) by whichever live proxy looks next,
-and sent again: the memory service dedupes by entry id. A live consumer retries what failed itself,
+`claim_idle_s` — its consumer died — is claimed by whichever live proxy looks next (`XPENDING … IDLE`
+then `XCLAIM` with the same min-idle: `XAUTOCLAIM`'s guarantee, plus the previous owner's name, so a
+proxy's own lost retries are not counted as repeats), and sent again: the memory service dedupes by entry id. A live consumer retries what failed itself,
 with backoff, and keeps those entries its own meanwhile (`XCLAIM` resets their idle time), so only a
 dead consumer's entries move. Each claim counts as a possible repeat delivery (`<prefix>:retain:stats`, field `reclaimed`). An entry that
 cannot be sent at all is parked in the dead-letter stream for `memplane memory backfill
