@@ -14,7 +14,7 @@ from .delivery_redis import StreamRetainDelivery
 from .ledger_redis import RedisLedger
 from .metrics import ProxyMetrics
 from .routing import parse_allow_list
-from .shared_state import RedisExplanations, RedisRateLimiter, RedisTurnBlocks, shared_writer
+from .shared_state import RedisExplanations, RedisRateLimiter, RedisThreads, RedisTurnBlocks, shared_writer
 from .state import ProxyState
 
 
@@ -35,6 +35,7 @@ def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: Pro
         metrics=metrics,
         explanations=RedisExplanations(writer, prefix=settings.ledger_prefix),
         turn_blocks=RedisTurnBlocks(writer, prefix=settings.ledger_prefix),
+        threads=RedisThreads(writer, prefix=settings.ledger_prefix),
     )
 
 

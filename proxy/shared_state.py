@@ -4,7 +4,7 @@ per-turn block memory, on the same Redis as the shared ledger (`--ledger redis`)
 * Rate limit: one token bucket per agent, refilled and spent by one Lua script on Redis's clock, so
   N proxies together allow what one would. Redis away: the call is allowed and a warning logged
   (the limit protects the provider bill; refusing every turn would break every agent).
-* Explanations and turn blocks: written through to Redis with a TTL by one writer task per proxy (in
+* Explanations, turn blocks and Anthropic message threads: written through to Redis with a TTL by one writer task per proxy (in
   order, off the turn's path); read locally first, then from Redis, so any replica answers
   `/memplane/turns/{id}` and continues a tool loop another replica started. A Redis miss or error is
   what a local miss already was: no explanation / one more recall.
@@ -24,6 +24,8 @@ from memplane_core.telemetry import Telemetry
 
 from .explain import TurnExplanations
 from .recall_policy import InjectedMemory
+from .threads import TTL_S as THREAD_TTL_S
+from .threads import Pending, Thread, Threads
 from .turn_blocks import TTL_S, TurnBlock, TurnBlocks
 
 EXPLANATION_TTL_S = 24 * 3600
@@ -75,10 +77,11 @@ class _Writer:
     def __init__(self, client: aredis.Redis, telemetry: Telemetry, max_queued: int = 10_000) -> None:
         self.client = client
         self.telemetry = telemetry
-        self.queue: asyncio.Queue[tuple[str, bytes, int]] = asyncio.Queue(max_queued)
+        self.queue: asyncio.Queue[tuple[str, bytes | None, int]] = asyncio.Queue(max_queued)
         self.task: asyncio.Task | None = None
 
-    def put(self, key: str, value: bytes, ttl_s: float) -> None:
+    def put(self, key: str, value: bytes | None, ttl_s: float) -> None:
+        """Set `key` (or delete it: `value` None), in order with every other write."""
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run())
         try:
@@ -90,7 +93,10 @@ class _Writer:
         while True:
             key, value, ttl = await self.queue.get()
             try:
-                await self.client.set(key, value, ex=ttl)
+                if value is None:
+                    await self.client.delete(key)
+                else:
+                    await self.client.set(key, value, ex=ttl)
             except redis.RedisError as exc:
                 self.telemetry.warning("shared_state_not_written", error=type(exc).__name__)
 
@@ -177,6 +183,44 @@ class RedisTurnBlocks(TurnBlocks):
         if turn is not None:
             super().put(key, turn)
         return turn
+
+
+class RedisThreads(Threads):
+    """Anthropic message threads kept locally as before and written through to Redis (an hour), so a
+    `continue` reaches whichever proxy the balancer picks."""
+
+    def __init__(self, writer: _Writer, prefix: str = "memplane", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.writer = writer
+        self.prefix = prefix
+
+    def _key(self, agent_id: str, message_id: str) -> str:
+        import hashlib
+
+        return f"{self.prefix}:thread:" + hashlib.sha256(orjson.dumps([agent_id, message_id])).hexdigest()
+
+    async def prefetch(self, agent_id: str, body: dict[str, Any]) -> None:
+        thread = body.get("thread")
+        previous = thread.get("previous_message_id") if isinstance(thread, dict) else None
+        if not isinstance(previous, str) or (agent_id, previous) in self._threads:
+            return
+        try:
+            raw = await self.writer.client.get(self._key(agent_id, previous))
+            doc = orjson.loads(raw) if raw else None
+            if isinstance(doc, dict):
+                self._threads[(agent_id, previous)] = Thread(doc["fields"], doc["messages"], int(doc["size"]))
+        except (redis.RedisError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return  # as a local miss: the client is told the thread is gone and replays it
+
+    def record(self, agent_id: str, pending: Pending | None, message_id: Any, content: Any) -> None:
+        super().record(agent_id, pending, message_id, content)
+        if pending is not None and pending.previous is not None:
+            self.writer.put(self._key(*pending.previous), None, 1)  # a reply is continued once
+        held = self._threads.get((agent_id, message_id)) if isinstance(message_id, str) else None
+        if held is not None:
+            self.writer.put(self._key(agent_id, message_id),
+                            orjson.dumps({"fields": held.fields, "messages": held.messages, "size": held.size},
+                                         default=str), THREAD_TTL_S)
 
 
 def shared_writer(client: aredis.Redis, telemetry: Telemetry) -> _Writer:

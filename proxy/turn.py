@@ -221,6 +221,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
     body, thread = original, None
     if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        await state.threads.prefetch(ctx.agent_id, original)  # (another proxy's thread, with --ledger redis)
         body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))

@@ -289,3 +289,23 @@ async def test_two_memory_replicas_recall_each_others_writes_at_once(aiohttp_ser
             assert r.status in (200, 201)
         said = await recall(s, urls[0], "where does my sister live")
         assert "Porto" in said and "Lisbon" not in said  # and back: 1 sees 2's update at once
+
+
+async def test_an_anthropic_message_thread_continues_on_the_other_proxy(unlimited, reference):
+    a, b, _ = unlimited
+    url, _store = reference
+    b.tokens["threader"] = a.add_agent("threader", url)
+    thread: dict = {"type": "create"}
+    for n, (stack, text) in enumerate([(a, "My locker number is 4471."), (b, "And my bike is blue."),
+                                       (a, "What is my locker number?")]):
+        client = stack.anthropic("threader")
+        extra = {"system": "Be brief."} if n == 0 else {}
+        reply = await client.beta.messages.create(model="claude-sonnet-4-6", max_tokens=100, **extra,
+                                                  messages=[{"role": "user", "content": text}],
+                                                  extra_body={"thread": thread}, betas=["message-threads-2026-08-12"])
+        thread = {"type": "continue", "previous_message_id": reply.id}
+        await asyncio.sleep(0.1)  # the write-through to Redis
+    # the third call, on the first proxy again, went upstream as the whole conversation of all three
+    sent = a.provider.received[-1].body
+    said = orjson.dumps(sent["messages"]).decode()
+    assert "4471" in said and "bike is blue" in said and sent.get("system")
