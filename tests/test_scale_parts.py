@@ -309,3 +309,39 @@ async def test_an_anthropic_message_thread_continues_on_the_other_proxy(unlimite
     sent = a.provider.received[-1].body
     said = orjson.dumps(sent["messages"]).decode()
     assert "4471" in said and "bike is blue" in said and sent.get("system")
+
+
+async def test_an_undeliverable_entry_goes_to_the_dead_letter_stream_and_backfill_replays_it(
+        unlimited, reference, monkeypatch, tmp_path):
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry
+    from proxy.context_store import ContextStore
+    from proxy.memory_ops import backfill
+
+    a, b, ledger = unlimited
+    url, store = reference
+    token = a.add_agent("lane", url)
+    for s in (a, b):  # whichever proxy picks the entry up cannot prepare it (as a body the redactor cannot walk)
+        real = s.state.retain.sender._job
+
+        def broken(lane, ctx, manifest, entry, real=real):
+            if "poison" in orjson.dumps(entry).decode():
+                raise RecursionError("maximum recursion depth exceeded")
+            return real(lane, ctx, manifest, entry)
+        monkeypatch.setattr(s.state.retain.sender, "_job", broken)
+    for text, s in (("first", a), ("poison", b), ("third", a)):
+        assert (await _chat(s.proxy_url, token, {"model": "m", "messages": [{"role": "user", "content": text}]}))[0] == 200
+    await _eventually(lambda: _all_acknowledged(ledger))
+    entries = [r.entry for r in ledger.read("lane")]
+    assert store.count("lane") == 2  # the entries after the poisoned one went on
+    assert ledger.dead_letters("lane") == {entries[1]["id"]}
+    [(_, parked)] = ledger.sync.xrange(ledger.keys.dead())
+    assert parked[b"i"].decode() == entries[1]["id"] and b"RecursionError" in parked[b"r"]
+    # fixed (here: the replay scrubs as usual), `memplane memory backfill --dead-letters` sends just that one
+    monkeypatch.setenv("MEMPLANE_LEDGER", "redis")
+    monkeypatch.setenv("MEMPLANE_REDIS_URL", a.state.settings.redis_url)
+    monkeypatch.setenv("MEMPLANE_LEDGER_PREFIX", a.state.settings.ledger_prefix)
+    stats = await backfill(ContextStore(a.context_root, Telemetry()), tmp_path / "none", "mem-svc",
+                           dead_letters=True, redactor=Redactor(), telemetry=Telemetry())
+    assert (stats.sent, stats.failed) == (1, 0)
+    assert store.count("lane") == 3
