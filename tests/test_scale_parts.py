@@ -345,3 +345,17 @@ async def test_an_undeliverable_entry_goes_to_the_dead_letter_stream_and_backfil
                            dead_letters=True, redactor=Redactor(), telemetry=Telemetry())
     assert (stats.sent, stats.failed) == (1, 0)
     assert store.count("lane") == 3
+
+
+async def test_with_redis_away_a_turn_is_refused_clearly_never_answered_unrecorded(make_stack):
+    from proxy.runner import free_port
+
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    stack = await make_stack(ledger="redis", redis_url=dead, rate_limit_per_agent=1.0, rate_limit_burst=3)
+    token = stack.add_agent("alice")
+    status, headers, body = await _chat(stack.proxy_url, token, {"model": "m", "messages": [
+        {"role": "user", "content": "hello"}]})
+    assert status == 503 and headers.get("Retry-After") == "1"
+    assert body["error"]["code"] == "ledger_unavailable" and "ledger" in body["error"]["message"]
+    # the rate limit failed open (the warning says so), the ledger did not
+    assert any(line.get("event") == "rate_limit_unavailable" for line in stack.log_lines())
