@@ -199,6 +199,9 @@ class StreamRetainDelivery:
                 pass
 
     async def _pause(self, failures: int, exc: Exception) -> None:
+        # what this read held and did not get to stays pending, ours but untracked: the claim pass
+        # takes it up again after the idle time (not counted as a repeat)
+        self._held.clear()
         self._busy = False
         self.telemetry.warning("retain_stream_error", error=f"{type(exc).__name__}: {exc}"[:300],
                                consumer=self.consumer)
