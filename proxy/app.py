@@ -72,7 +72,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     anything else is 404. Each one is logged (`request`, with the agent and path)."""
     state = request.app[STATE]
     started = time.perf_counter()
-    ctx = authenticate(request, state)
+    ctx = await authenticate(request, state)
     path = request.path
     if not allowed(state.passthrough, request.method, path):
         state.telemetry.request(agent_id=ctx.agent_id, path=path, method=request.method, status_code=404,
@@ -114,6 +114,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def explain_turn(request: web.Request) -> web.Response:
     admin_only(request, request.app[STATE].settings)
+    await request.app[STATE].explanations.fetch(request.match_info["turn_id"])  # another replica's turn
     doc = explanation(request.app[STATE], request.match_info["turn_id"])
     if doc is None:
         raise ProxyError(404, "No such turn (explanations are kept for the most recent turns).", code="not_found")
@@ -124,6 +125,10 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
     telemetry = telemetry or Telemetry()
     metrics_ = ProxyMetrics()
     telemetry.observers.append(metrics_.observe_memory_op)
+    if settings.ledger == "redis":
+        from .scale import shared_state_for
+
+        return shared_state_for(settings, telemetry, metrics_)
     return ProxyState(
         settings=settings,
         telemetry=telemetry,
@@ -145,8 +150,13 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     async def start(app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
-        state.retain = RetainDelivery(state.session, state.telemetry, state.redactor, state.ledger, state.contexts,
-                                      max_buffered=settings.retain_queue_size)
+        if settings.ledger == "redis":
+            from .scale import stream_delivery
+
+            state.retain = stream_delivery(state, settings)
+        else:
+            state.retain = RetainDelivery(state.session, state.telemetry, state.redactor, state.ledger,
+                                          state.contexts, max_buffered=settings.retain_queue_size)
         await state.retain.start()
         state.metrics.watch_backlog(state.retain.backlog)
 

@@ -14,6 +14,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from . import runner
+from .cli_ledger import ledger_group
 from .cli_ops import CONTEXT_ROOT
 from .config import (
     DEFAULT_ANTHROPIC_BASE_URL,
@@ -77,11 +78,20 @@ def _check_contexts(settings: ProxySettings) -> None:
 @click.option("--passthrough", default=None, envvar="MEMPLANE_PASSTHROUGH",
               help="Comma-separated 'METHOD /v1/path' entries forwarded besides the turn endpoints "
                    "({id} matches one segment). Default: " + ", ".join(DEFAULT_PASSTHROUGH))
+@click.option("--ledger", type=click.Choice(["file", "redis"]), default="file", show_default=True,
+              envvar="MEMPLANE_LEDGER", help="file: per-agent files (one proxy); redis: Redis Streams shared by "
+              "several proxies (also rate limits, explanations, turn blocks).")
+@click.option("--redis-url", default=None, envvar="MEMPLANE_REDIS_URL", help="Redis for --ledger redis.")
+@click.option("--ledger-prefix", default=default("ledger_prefix"), show_default=True, envvar="MEMPLANE_LEDGER_PREFIX")
+@click.option("--retain-claim-idle", default=default("retain_claim_idle_s"), show_default=True, type=float,
+              envvar="MEMPLANE_RETAIN_CLAIM_IDLE",
+              help="Seconds a retain may stay unacknowledged before a live proxy claims it (--ledger redis).")
 def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
           upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
-          admin_token: str | None, passthrough: str | None) -> None:
+          admin_token: str | None, passthrough: str | None, ledger: str = "file", redis_url: str | None = None,
+          ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0) -> None:
     """Run the memory proxy."""
     from memplane_core.redact import RedactionConfigError, Redactor
 
@@ -95,6 +105,8 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
         passthrough=passthrough, admin_token=admin_token,
+        ledger=ledger, redis_url=redis_url or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),
+        ledger_prefix=ledger_prefix, retain_claim_idle_s=retain_claim_idle,
         **operator_openai_ids(dict(os.environ)),
     )
     try:
@@ -104,7 +116,8 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         raise click.ClickException(str(exc)) from None
     _check_contexts(settings)
     app = build_app(settings)
-    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, history {history_root})", err=True)
+    where = f"ledger redis {settings.redis_url}" if ledger == "redis" else f"history {history_root}"
+    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, {where})", err=True)
     runner.run(runner.serve([runner.Site(app, host, port, "proxy")], grace_s=shutdown_grace))
 
 
@@ -190,14 +203,16 @@ def _warn_if_open(host: str, auth) -> None:
 @click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="MEMPLANE_REDIS_URL")
 @click.option("--mongo-url", default="mongodb://127.0.0.1:27017/memplane", show_default=True,
               envvar="MEMPLANE_MONGO_URL")
+@click.option("--index-cache-mb", type=int, default=None, envvar="MEMPLANE_INDEX_CACHE_MB",
+              help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
 @_curator_options
 @click.pass_context
 def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
-                   curator_base_url: str | None, curator_model: str | None) -> None:
+                   curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
     from memory_adapters.tiered.config import TieredSettings
 
-    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url)
+    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb)
     ctx.obj = settings
     if ctx.invoked_subcommand is not None:
         return
@@ -302,3 +317,4 @@ main.add_command(explain_cmd)
 main.add_command(compile_cmd)
 main.add_command(memory_group)
 main.add_command(audit_cmd)
+main.add_command(ledger_group)

@@ -31,6 +31,10 @@ class TurnExplanations:
     def get(self, turn_id: str) -> dict[str, Any] | None:
         return self._turns.get(turn_id)
 
+    async def fetch(self, turn_id: str) -> dict[str, Any] | None:
+        """`get`, for callers that also serve a shared store (`shared_state.RedisExplanations`)."""
+        return self.get(turn_id)
+
     def recent(self, agent_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         out = []
         for doc in reversed(self._turns.values()):

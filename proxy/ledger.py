@@ -234,6 +234,22 @@ class Ledger:
         write_private(ip, b"".join(lines))
         return points
 
+    # -- tombstones and dead letters, as the shared ledger (ledger_redis.py) offers them too --
+
+    def tombstones(self, agent_id: str) -> set[str]:
+        return read_tombstones(self.root, agent_id)
+
+    def add_tombstones(self, agent_id: str, entry_ids: list[str], reason: str) -> None:
+        append_tombstones(self.root, agent_id, entry_ids, reason)
+
+    def dead_letters(self, agent_id: str) -> set[str]:
+        from .retain_files import read_dead_letters
+
+        return read_dead_letters(self.root, agent_id)
+
+    def has_agent(self, agent_id: str) -> bool:
+        return (self.root / agent_id).is_dir()
+
     def seek_offset(self, agent_id: str, after: str) -> int:
         """A byte offset at or before the first entry whose ts is after `after`."""
         points = self.update_index(agent_id)

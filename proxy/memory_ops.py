@@ -19,9 +19,8 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
-from .ledger import Ledger, append_tombstones, read_tombstones
+from .ledger_redis import open_ledger
 from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job_async
-from .retain_files import read_dead_letters
 from .transport_errors import TransportError, transport_errors
 
 
@@ -51,16 +50,16 @@ class ForgetOutcome:
 async def forget(contexts: ContextStore, history_root: Path, service: str, entry_ids: list[str], reason: str,
                  *, agents: tuple[str, ...] = (), telemetry: Telemetry) -> list[ForgetOutcome]:
     """Tombstone locally first (so backfill can never resurrect), then call the service."""
+    ledger = open_ledger(history_root)  # the file ledger, or the shared one (MEMPLANE_LEDGER=redis)
     for agent_id in agents:
         if not is_agent_id(agent_id):
             raise OperatorError(f"invalid agent id {agent_id!r}")
-        if contexts.get(agent_id) is None and not (Path(history_root) / agent_id).is_dir():
+        if contexts.get(agent_id) is None and not ledger.has_agent(agent_id):
             raise OperatorError(f"unknown agent {agent_id!r}: no context directory and no ledger")
     targets = subscribers(contexts, service, agents)
     if not targets:
         raise OperatorError(f"no agent subscribes to memory service '{service}'; name one with --agent")
     # only the agents whose ledger holds an id get its tombstone; an id in no ledger is an error
-    ledger = Ledger(history_root)
     wanted = set(entry_ids)
     found: dict[str, set[str]] = {}
     for agent_id in targets:
@@ -76,7 +75,7 @@ async def forget(contexts: ContextStore, history_root: Path, service: str, entry
     async with aiohttp.ClientSession() as session:
         for agent_id, manifest in targets.items():
             ids = sorted(found[agent_id])
-            append_tombstones(history_root, agent_id, ids, reason)
+            ledger.add_tombstones(agent_id, ids, reason)
             ctx = contexts.get(agent_id)
             remote = await remote_forget(session, telemetry, manifest, agent_id, ctx.metadata.pod if ctx else "",
                                          ids, reason)
@@ -137,7 +136,7 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
     for agent_id in agents:
         if not is_agent_id(agent_id):
             raise OperatorError(f"invalid agent id {agent_id!r}")
-    ledger = Ledger(history_root)
+    ledger = open_ledger(history_root)
     targets = subscribers(contexts, service, agents)
     if url:  # an explicit URL can replay agents that have a ledger but no manifest for the service
         for agent_id in agents or ledger.agents():
@@ -155,11 +154,11 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             manifest = manifest or MemoryManifest(service=service, base_url=url or "")
             ctx = contexts.get(agent_id)
             pod = ctx.metadata.pod if ctx else ""
-            tombstones = read_tombstones(history_root, agent_id)
+            tombstones = ledger.tombstones(agent_id)
             counts = {"sent": 0, "skipped_tombstoned": 0, "failed": 0}
             start = ledger.seek_offset(agent_id, after) if after else 0
             jobs = []
-            parked = read_dead_letters(history_root, agent_id) if dead_letters else None
+            parked = ledger.dead_letters(agent_id) if dead_letters else None
             for ref in ledger.read(agent_id, start_offset=start):
                 entry = ref.entry
                 if parked is not None and entry.get("id") not in parked:

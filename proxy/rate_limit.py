@@ -26,5 +26,10 @@ class RateLimiter:
         return (1 - tokens) / self.rate
 
 
+    async def check(self, agent_id: str) -> float:
+        """`acquire`, for callers that also serve the shared limiter (`shared_state.RedisRateLimiter`)."""
+        return self.acquire(agent_id)
+
+
 def retry_after_header(wait_s: float) -> str:
     return str(max(1, math.ceil(wait_s)))

@@ -75,6 +75,10 @@ class Threads:
         messages = [*held.messages, *new]
         return {**plain, **held.fields, "messages": messages}, Pending(held.fields, messages, (agent_id, previous))
 
+    async def prefetch(self, agent_id: str, body: dict[str, Any]) -> None:
+        """Nothing to fetch here; a shared store (`shared_state.RedisThreads`) loads a thread another
+        proxy holds before `expand` looks for it."""
+
     def record(self, agent_id: str, pending: Pending | None, message_id: Any, content: Any) -> None:
         """The reply `message_id` continues the thread; without a whole reply nothing is kept."""
         if pending is None or not isinstance(message_id, str) or not isinstance(content, list):

@@ -33,12 +33,12 @@ from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
-def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
+async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
     ctx = state.contexts.authenticate(agent_token(request.headers))
     if ctx is None:
         raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key.",
                          code="invalid_api_key")
-    wait = state.rate_limiter.acquire(ctx.agent_id)
+    wait = await state.rate_limiter.check(ctx.agent_id)
     if wait > 0:
         raise ProxyError(429, "Rate limit exceeded for this agent; retry later.", code="rate_limit_exceeded",
                          headers={"Retry-After": retry_after_header(wait)})
@@ -115,7 +115,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
     key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
     if key.continues:
-        remembered = state.turn_blocks.get(key.key)
+        remembered = await state.turn_blocks.fetch(key.key)
         if remembered is not None:
             return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
@@ -218,10 +218,11 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
-    ctx = authenticate(request, state)
+    ctx = await authenticate(request, state)
     original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
     body, thread = original, None
     if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        await state.threads.prefetch(ctx.agent_id, original)  # (another proxy's thread, with --ledger redis)
         body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))

@@ -111,6 +111,10 @@ class TurnBlocks:
         if key and _size(turn) <= self._turns.maxsize:
             self._turns[key] = turn
 
+    async def fetch(self, key: str | None) -> TurnBlock | None:
+        """`get`, for callers that also serve a shared store (`shared_state.RedisTurnBlocks`)."""
+        return self.get(key)
+
     def link(self, agent_id: str, response_id: str | None, turn: TurnBlock | None) -> None:
         """A response of the turn: a call that continues from it (`previous_response_id`) is the same turn."""
         if response_id and turn is not None:

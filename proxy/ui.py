@@ -30,7 +30,6 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from .curate import KINDS, SCOPES, CurateError, MemoryRestClient, audit_view, conversation, find_entry, operator_name, view
 from .explain import explanation
-from .ledger import append_tombstones
 from .memory_ops import remote_forget
 from .retain_files import dead_letter_path
 from .transport_errors import TransportError, transport_errors
@@ -342,7 +341,7 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
             except TransportError as exc:
                 notice = f"The memory service is unreachable ({exc.name})."
         if entry_ids:  # the turns behind it: tombstoned here and forgotten by the service
-            append_tombstones(state.ledger.root, agent_id, entry_ids, reason)
+            state.ledger.add_tombstones(agent_id, entry_ids, reason)
             result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
                                          entry_ids, reason, via="inspector")
             if result != "ok":

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..engine.index import AgentIndex
 from ..engine.record import StoredMemory
+from .index_cache import IndexCache
 from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
 
@@ -53,11 +54,12 @@ class VersionedIndex(AgentIndex):
 class CoherentIndexes:
     """This process's indexes, one per agent, loaded from MongoDB and invalidated through Redis."""
 
-    def __init__(self, ltm: MongoLTM, stm: RedisSTM, new_index: Callable[[], VersionedIndex]) -> None:
+    def __init__(self, ltm: MongoLTM, stm: RedisSTM, new_index: Callable[[], VersionedIndex],
+                 max_bytes: int = 0) -> None:
         self.ltm = ltm
         self.stm = stm
         self.new_index = new_index
-        self._indexes: dict[str, VersionedIndex] = {}
+        self._indexes = IndexCache(max_bytes)  # LRU over agents under --index-cache-mb (0 = unbounded)
         self._locks: dict[str, asyncio.Lock] = {}
 
     def __len__(self) -> int:

@@ -35,6 +35,7 @@ class TieredSettings:
     encoder_threads: int = 1           # MEMPLANE_ENCODER_THREADS: ONNX Runtime threads for MiniLM
     agent_tokens: dict[str, AgentToken] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
     max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT  # MEMPLANE_MAX_RETAINS_IN_FLIGHT: then 503 + Retry-After
+    index_cache_mb: int = 0            # MEMPLANE_INDEX_CACHE_MB: LRU budget over agents' in-memory indexes, 0 = unbounded
 
     @classmethod
     def from_env(cls, **overrides) -> "TieredSettings":
@@ -53,6 +54,7 @@ class TieredSettings:
             encoder_threads=_int("MEMPLANE_ENCODER_THREADS", cls.encoder_threads),
             agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
             max_retains_in_flight=_int("MEMPLANE_MAX_RETAINS_IN_FLIGHT", cls.max_retains_in_flight),
+            index_cache_mb=_int("MEMPLANE_INDEX_CACHE_MB", cls.index_cache_mb),
         )
         for k, v in overrides.items():
             if v is not None:

@@ -47,7 +47,7 @@ class TieredMemory:
         self.redactor = redactor
         self.embedder = None  # the shipped MiniLM, loaded at start unless embeddings are off
         self.queries: QueryBatcher | None = None  # embeds recall queries, once the embedder is loaded
-        self.indexes = CoherentIndexes(ltm, stm, self._new_index)
+        self.indexes = CoherentIndexes(ltm, stm, self._new_index, settings.index_cache_mb * 1024 * 1024)
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
