@@ -24,7 +24,7 @@ from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
 from memory_adapters.engine.curator import CuratorSettings
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import Site, start_site
+from memplane_cli.runner import Site, start_site
 from proxy.testing.fake_curator_llm import FakeCuratorLLM
 
 from .harness import QUICK, table, write_results

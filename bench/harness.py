@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 
 RESULTS = Path(__file__).parent / "results"
 QUICK = os.environ.get("BENCH_QUICK") == "1"

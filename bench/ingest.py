@@ -23,7 +23,7 @@ import aiohttp
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import Site, start_site
+from memplane_cli.runner import Site, start_site
 
 from .harness import mongo, redis_url, table, write_results
 from .quality.locomo import DATASET, load

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from proxy.ledger import Ledger, build_entry
+from proxy.ledger.files import Ledger, build_entry
 
 from .harness import QUICK, table, write_results
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import redis
 
 from manifests.agents import write_agent
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 
 from .harness import QUICK, load, role, stop, table, write_results
 

@@ -20,7 +20,7 @@ import orjson
 from memory_adapters.reference.app import build_reference_app
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import Site, start_site
+from memplane_cli.runner import Site, start_site
 
 from .harness import QUICK, mongo, redis_url, table, write_results
 from .seed import VOCAB, seed_embedded, seed_reference, seed_tiered

@@ -19,9 +19,9 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.context_store import ContextStore
-from proxy.delivery import RetainDelivery
-from proxy.ledger import Ledger, build_entry
-from proxy.runner import Site, start_site
+from proxy.retain.delivery import RetainDelivery
+from proxy.ledger.files import Ledger, build_entry
+from memplane_cli.runner import Site, start_site
 
 from .harness import QUICK, mongo, redis_url, table, write_results
 

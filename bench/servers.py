@@ -88,8 +88,8 @@ def memplane_app(upstream: str, context_root: Path, history_root: Path) -> web.A
 
 
 async def serve(app: web.Application, port: int) -> None:
-    from proxy.runner import Site
-    from proxy.runner import serve as serve_sites
+    from memplane_cli.runner import Site
+    from memplane_cli.runner import serve as serve_sites
 
     def ready(ports):
         print(f"READY {ports[0]}", flush=True)
@@ -123,7 +123,7 @@ def main() -> None:
         from memplane_core.telemetry import Telemetry, make_logger
         app = build_tiered_app(TieredSettings.from_env(redis_url=a.redis_url, mongo_url=a.mongo_url),
                                Telemetry(make_logger(io.StringIO())), Redactor())
-    from proxy.runner import run
+    from memplane_cli.runner import run
     run(serve(app, a.port))
 
 

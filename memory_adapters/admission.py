@@ -7,7 +7,7 @@ Slots are shared fairly between agents: one agent may hold at most its share,
 refused in the last few seconds. So one agent's 40 concurrent batches never take every slot
 (half at most while it is alone), and an agent that was turned away gets in on its retry.
 
-Delivery honours `Retry-After` (proxy/delivery.py), and retain is idempotent by entry id, so a
+Delivery honours `Retry-After` (proxy/retain/delivery.py), and retain is idempotent by entry id, so a
 shed call costs one round trip and loses nothing.
 """
 

@@ -13,20 +13,20 @@ from aiohttp import web
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .admin import admin_only
+from .operator.admin import admin_only
 from .config import ProxySettings
 from .context_store import ContextStore
-from .delivery import RetainDelivery
+from .retain.delivery import RetainDelivery
 from .errors import ProxyError, error_response
-from .explain import explanation
+from .operator.explain import explanation
 from .formats import FORMATS, dialect_for_path, provider_for_path
-from .ledger import Ledger
-from .metrics import CONTENT_TYPE_LATEST, ProxyMetrics
+from .ledger.files import Ledger
+from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from .rate_limit import RateLimiter
 from .routing import allowed, check_raw_path, parse_allow_list, require_model_allowed
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
-from .ui import add_ui_routes
+from .operator.ui import add_ui_routes
 from .upstream import returned_headers, upstream_headers, upstream_target
 
 STATE = web.AppKey("memplane_state", ProxyState)
@@ -126,7 +126,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
     metrics_ = ProxyMetrics()
     telemetry.observers.append(metrics_.observe_memory_op)
     if settings.ledger == "redis":
-        from .scale import shared_state_for
+        from .scale.wiring import shared_state_for
 
         return shared_state_for(settings, telemetry, metrics_)
     return ProxyState(
@@ -151,7 +151,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         if settings.ledger == "redis":
-            from .scale import stream_delivery
+            from .scale.wiring import stream_delivery
 
             state.retain = stream_delivery(state, settings)
         else:

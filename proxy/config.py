@@ -35,7 +35,7 @@ class ProxySettings:
     ledger_fsync: bool = False
     passthrough: str | None = None  # None = routing.DEFAULT_PASSTHROUGH
     admin_token: str | None = None  # opens /metrics and /memplane/*; unset = loopback only
-    ledger: str = "file"  # file (one machine) | redis (shared by several proxies: ledger_redis.py)
+    ledger: str = "file"  # file (one machine) | redis (shared by several proxies: ledger/redis_streams.py)
     redis_url: str | None = None  # the shared ledger's Redis (ledger = redis)
     ledger_prefix: str = "memplane"  # its key namespace
     retain_claim_idle_s: float = 30.0  # a dead proxy's pending retains are claimed after this idle time

@@ -12,10 +12,10 @@ from memplane_core.telemetry import Telemetry
 
 from .config import ProxySettings
 from .context_store import ContextStore
-from .delivery import RetainDelivery
-from .explain import TurnExplanations
-from .ledger import Ledger
-from .metrics import ProxyMetrics
+from .retain.delivery import RetainDelivery
+from .operator.explain import TurnExplanations
+from .ledger.files import Ledger
+from .operator.metrics import ProxyMetrics
 from .rate_limit import RateLimiter
 from .routing import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 from .threads import Threads

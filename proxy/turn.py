@@ -20,7 +20,7 @@ from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .inject import drop_repeated_lines, render_block
-from .ledger import build_entry, now_rfc3339
+from .ledger.files import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import call_recall
 from .recall_policy import InjectedMemory, apply_policy

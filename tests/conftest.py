@@ -68,7 +68,7 @@ import time
 import uuid
 from pathlib import Path
 
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 
 REDIS_TEST_DB = 13
 

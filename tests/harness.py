@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from manifests.agents import memory_manifest, write_agent
-from proxy.ledger import Ledger
+from proxy.ledger.files import Ledger
 from proxy.state import ProxyState
 from proxy.testing.fake_provider import FakeProvider
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from manifests.compiler import CompileError, compile_pod
 from manifests.validate import load_json
-from proxy.cli import main
+from memplane_cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 DESCRIBE = {"version": 2, "memory": {"retain": {"path": "/retain"}, "recall": {"path": "/recall"},

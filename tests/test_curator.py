@@ -16,7 +16,7 @@ from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
 from memory_adapters.engine.curator import CuratorSettings, build_curator
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from proxy.testing.fake_curator_llm import FakeCuratorLLM, Unavailable
 from tests.conftest import url_of
 

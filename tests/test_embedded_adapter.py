@@ -235,7 +235,7 @@ async def test_the_service_exposes_its_own_metrics_behind_its_token(aiohttp_serv
 async def test_memories_round_trip_from_embedded_to_tiered(aiohttp_server, tmp_path, tiered):
     from click.testing import CliRunner
 
-    from proxy.cli import main
+    from memplane_cli.main import main
     tiered_url, _ = tiered
     server = await aiohttp_server(embedded_app(tmp_path / "mem"))
     url = url_of(server)

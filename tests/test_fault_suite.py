@@ -22,8 +22,8 @@ from aiohttp import web
 
 from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
-from proxy.ledger import Ledger
-from proxy.runner import free_port
+from proxy.ledger.files import Ledger
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 BIN = Path(sys.executable).parent / "memplane"

@@ -6,7 +6,7 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 
 
 @pytest.mark.parametrize("token", ["analyst:wrong-secret", "ghost:whatever", "no-colon-token"])

@@ -6,7 +6,7 @@ import hashlib
 
 import orjson
 
-from proxy.ledger import Ledger, build_entry
+from proxy.ledger.files import Ledger, build_entry
 
 
 def _entry(**kw):

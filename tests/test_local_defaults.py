@@ -28,7 +28,7 @@ from memory_adapters.reference.app import build_reference_app
 from memplane_core.local_trust import cross_site, is_loopback_host
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 REBIND = "rebind.attacker.example"
@@ -302,7 +302,7 @@ async def test_login_sessions_are_random_revocable_and_expire(make_stack):
 
 
 def test_a_session_expires_after_twelve_hours():
-    from proxy.sessions import SESSION_TTL_S, SessionStore
+    from proxy.operator.sessions import SESSION_TTL_S, SessionStore
     now = [1000.0]
     sessions = SessionStore(clock=lambda: now[0])
     sid = sessions.create()
@@ -340,7 +340,7 @@ async def test_guessing_the_admin_token_is_throttled_and_logged(make_stack):
 
 
 async def test_wrong_logins_are_throttled_per_address():
-    from proxy.sessions import FailureThrottle
+    from proxy.operator.sessions import FailureThrottle
     now = [0.0]
     throttle = FailureThrottle(clock=lambda: now[0])
     for _ in range(5):
@@ -382,7 +382,7 @@ HOSTILE = "note\x1b]0;pwned-title\x07 then \x1b]52;c;ZXZpbCBjbGlwYm9hcmQ=\x07 an
 async def test_explanations_never_show_a_secret_the_block_redacted(make_stack, aiohttp_server, tmp_path):
     from click.testing import CliRunner
 
-    from proxy.cli import main
+    from memplane_cli.main import main
     stack = await make_stack()
     server = await aiohttp_server(recall_of([
         {"text": f"The deploy key is {OPENAI_KEY} keep it", "kind": "fact"},
@@ -421,7 +421,7 @@ async def test_memplane_up_uses_the_admin_token_and_its_memory_refuses_web_pages
     proxy_port, adapter_port = free_port(), free_port()
     env = {**os.environ, "MEMPLANE_ADMIN_TOKEN": "up-admin-token", "MEMPLANE_EMBEDDINGS": "off",
            "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, "-c", "from proxy.cli import main; main()", "up",
+    proc = subprocess.Popen([sys.executable, "-c", "from memplane_cli.main import main; main()", "up",
                              "--home", str(tmp_path / "home"), "--port", str(proxy_port),
                              "--adapter-port", str(adapter_port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 

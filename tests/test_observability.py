@@ -8,7 +8,7 @@ import re
 import aiohttp
 import pytest
 
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 RECALL = re.compile(r"^(succeeded|failed|timed_out|skipped|off); blocks=\d+; removed=\d+; latency_ms=\d+\.\d$")
@@ -88,7 +88,7 @@ async def test_metrics_need_the_admin_token_when_one_is_set(make_stack):
 async def test_a_turn_is_explained_by_its_id(stack, aiohttp_server):
     from click.testing import CliRunner
 
-    from proxy.cli import main
+    from memplane_cli.main import main
     from tests.test_injection_safety import fixed_recall
     memories = [{"text": "The cat is called Miso.", "kind": "fact", "source": "svc", "score": 0.9},
                 {"text": "old log", "kind": "raw_transcript"}, {"text": "The cat is called Miso.", "kind": "fact"},

@@ -14,7 +14,7 @@ from manifests.agents import write_agent
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import build_app
 from proxy.config import ProxySettings
-from proxy.ledger import Ledger
+from proxy.ledger.files import Ledger
 from tests.conftest import url_of
 
 ODD_EVENTS = [b'{"choices":["x"]}', b'{"choices":[{"index":0,"delta":"not an object"}]}',

@@ -257,7 +257,7 @@ async def test_one_agents_flood_of_batches_leaves_room_for_another_agents_retain
 
 async def test_a_forget_over_the_cap_is_refused_and_the_cli_path_splits_a_large_one(service_url, tmp_path):
     from manifests.models import MemoryManifest
-    from proxy.memory_ops import remote_forget
+    from proxy.operator.memory_ops import remote_forget
 
     async with aiohttp.ClientSession() as s:
         for n in range(3):
@@ -306,7 +306,7 @@ async def test_a_hostile_import_file_is_reported_line_by_line_and_the_good_lines
         aiohttp_server, tmp_path):
     from click.testing import CliRunner
 
-    from proxy.cli import main
+    from memplane_cli.main import main
     server = await aiohttp_server(embedded(tmp_path / "mem"))  # no token: the caller is the admin
     url = url_of(server)
     good = {"key": "pet", "scope": "agent", "type": "fact", "value": "Has a parrot called Kiwi"}

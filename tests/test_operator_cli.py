@@ -9,11 +9,11 @@ from click.testing import CliRunner
 from memplane_core.contract import RecallRequest
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
-from proxy.audit import summarize
-from proxy.cli import main
+from proxy.operator.audit import summarize
+from memplane_cli.main import main
 from proxy.context_store import ContextStore
-from proxy.memory_ops import OperatorError, backfill, forget
-from proxy.runner import free_port
+from proxy.operator.memory_ops import OperatorError, backfill, forget
+from memplane_cli.runner import free_port
 
 
 async def _turns(stack, agent, texts):

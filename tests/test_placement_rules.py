@@ -158,7 +158,7 @@ def test_new_agents_and_compiled_pods_get_the_trailing_placement(tmp_path):
 
     from manifests.compiler import CompileError, compile_pod
     from manifests.models import MemoryManifest
-    from proxy.cli import main
+    from memplane_cli.main import main
     from tests.test_compiler import BASE, pod
 
     out = tmp_path / "out"

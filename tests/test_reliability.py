@@ -17,7 +17,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import build_app
 from proxy.config import ProxySettings
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 
@@ -107,7 +107,7 @@ async def test_graceful_shutdown_finishes_inflight_streams(make_stack, tmp_path,
     settings = ProxySettings(context_root=tmp_path / "c", history_root=tmp_path / "h", openai_base_url=f"{provider_url}/v1",
                              shutdown_grace_s=10)
     from manifests.agents import write_agent
-    from proxy.runner import Site, start_site
+    from memplane_cli.runner import Site, start_site
     token, _ = write_agent(settings.context_root, "steady")
     app = build_app(settings, Telemetry(make_logger(io.StringIO())))
     runner, port = await start_site(Site(app, "127.0.0.1", 0), grace_s=10)
@@ -122,7 +122,7 @@ async def test_graceful_shutdown_finishes_inflight_streams(make_stack, tmp_path,
             pieces.append(chunk.choices[0].delta.content or "")
     await shutdown
     assert "".join(pieces) == "Noted."
-    from proxy.ledger import Ledger
+    from proxy.ledger.files import Ledger
     [entry] = [r.entry for r in Ledger(settings.history_root).read("steady")]
     assert entry["response"]["text"] == "Noted." and "incomplete" not in entry["response"]
     with pytest.raises(openai.APIConnectionError):

@@ -13,7 +13,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.retain_files import DEAD_LETTER_FILE
+from proxy.retain.files import DEAD_LETTER_FILE
 from tests.conftest import url_of
 
 

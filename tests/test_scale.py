@@ -29,8 +29,8 @@ import redis as redis_sync
 from pymongo import MongoClient
 
 from manifests.agents import memory_manifest, write_agent
-from proxy.ledger_redis import GROUP, RedisLedger
-from proxy.runner import free_port
+from proxy.ledger.redis_streams import GROUP, RedisLedger
+from memplane_cli.runner import free_port
 
 BIN = Path(sys.executable).parent / "memplane"
 CLAIM_IDLE_S = 5.0  # the default is 30 s; short here, long enough for a box at load 8

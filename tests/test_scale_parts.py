@@ -13,9 +13,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from proxy.cli import main as cli
-from proxy.ledger import Ledger, build_entry
-from proxy.ledger_redis import RedisLedger
+from memplane_cli.main import main as cli
+from proxy.ledger.files import Ledger, build_entry
+from proxy.ledger.redis_streams import RedisLedger
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def own_redis(tmp_path_factory):
 
     import redis as redis_sync
 
-    from proxy.runner import free_port
+    from memplane_cli.runner import free_port
 
     binary = shutil.which("redis-server")
     if not binary:
@@ -229,7 +229,7 @@ async def test_forget_and_backfill_read_the_shared_ledger_from_any_machine(unlim
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry
     from proxy.context_store import ContextStore
-    from proxy.memory_ops import backfill, forget
+    from proxy.operator.memory_ops import backfill, forget
 
     a, b, ledger = unlimited
     ref_url, store = reference
@@ -316,7 +316,7 @@ async def test_an_undeliverable_entry_goes_to_the_dead_letter_stream_and_backfil
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry
     from proxy.context_store import ContextStore
-    from proxy.memory_ops import backfill
+    from proxy.operator.memory_ops import backfill
 
     a, b, ledger = unlimited
     url, store = reference
@@ -348,7 +348,7 @@ async def test_an_undeliverable_entry_goes_to_the_dead_letter_stream_and_backfil
 
 
 async def test_with_redis_away_a_turn_is_refused_clearly_never_answered_unrecorded(make_stack):
-    from proxy.runner import free_port
+    from memplane_cli.runner import free_port
 
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     stack = await make_stack(ledger="redis", redis_url=dead, rate_limit_per_agent=1.0, rate_limit_burst=3)

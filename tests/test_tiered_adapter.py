@@ -15,7 +15,7 @@ from memory_adapters.tiered.consolidate import consolidate
 from memplane_core.contract import ForgetRequest, RecallRequest, RetainRequest
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
-from proxy.runner import free_port
+from memplane_cli.runner import free_port
 from tests.conftest import url_of
 
 

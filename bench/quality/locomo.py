@@ -34,7 +34,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
-from proxy.runner import Site, start_site
+from memplane_cli.runner import Site, start_site
 from proxy.testing.fake_provider import FakeProvider
 
 from ..harness import mongo, redis_url, table, write_results

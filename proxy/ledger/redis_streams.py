@@ -3,7 +3,7 @@
 One stream per agent holds its entries (`<prefix>:ledger:<agent>`, field `e` = the entry's JSON,
 byte for byte what the file ledger writes); a few sharded retain queues (`<prefix>:retain:<n>`,
 the agent's shard by hash) hold one reference per entry for the retain consumer group
-(`delivery_redis.py`). Both are written by one Lua script, so an entry is in the ledger if and only
+(`proxy/retain/delivery_redis.py`). Both are written by one Lua script, so an entry is in the ledger if and only
 if it is queued, and both share one stream id (ids in one shard grow, an agent lives in one shard).
 Entry ids stay the `hist1_…` content hashes: a retain delivered twice is still one memory.
 
@@ -25,8 +25,8 @@ import redis.asyncio as aredis
 
 from memplane_core.clock import now_rfc3339
 
-from .errors import ProxyError
-from .ledger import LineRef
+from ..errors import ProxyError
+from .files import LineRef
 
 SHARDS = 8
 GROUP = "retain"
@@ -196,7 +196,7 @@ def open_ledger(history_root: Path, *, kind: str | None = None, redis_url: str |
     (`MEMPLANE_LEDGER=redis`, `MEMPLANE_REDIS_URL`, `MEMPLANE_LEDGER_PREFIX`)."""
     import os
 
-    from .ledger import Ledger
+    from .files import Ledger
 
     kind = kind or os.environ.get("MEMPLANE_LEDGER", "file")
     if kind == "file":

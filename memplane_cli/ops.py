@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import orjson
 
-from .config import DEFAULT_CONTEXT_ROOT, DEFAULT_HISTORY_ROOT
+from proxy.config import DEFAULT_CONTEXT_ROOT, DEFAULT_HISTORY_ROOT
 
 CONTEXT_ROOT = click.option("--context-root", type=click.Path(path_type=Path), default=DEFAULT_CONTEXT_ROOT,
                             show_default=True, envvar="MEMPLANE_CONTEXT_ROOT")
@@ -73,8 +73,8 @@ def forget_cmd(service: str, entry_ids: tuple[str, ...], reason: str, agents: tu
     """Tombstone entries locally and ask the service to forget them."""
     from memplane_core.telemetry import Telemetry
 
-    from .context_store import ContextStore
-    from .memory_ops import OperatorError, forget
+    from proxy.context_store import ContextStore
+    from proxy.operator.memory_ops import OperatorError, forget
 
     telemetry = Telemetry()
     try:
@@ -121,8 +121,8 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
 
     from memplane_core.telemetry import Telemetry
 
-    from .context_store import ContextStore
-    from .memory_ops import OperatorError, backfill
+    from proxy.context_store import ContextStore
+    from proxy.operator.memory_ops import OperatorError, backfill
 
     if after:
         try:
@@ -161,7 +161,7 @@ def backfill_cmd(service: str, after: str | None, limit: int, agents: tuple[str,
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def audit_cmd(log_file: str, agent: str | None, since: str | None, as_json: bool) -> None:
     """Summarize memory_op and request logs per agent and service."""
-    from .audit import parse_since, render_table, summarize
+    from proxy.operator.audit import parse_since, render_table, summarize
 
     if since is not None:
         try:
@@ -193,7 +193,7 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
     import urllib.error
     import urllib.request
 
-    from .explain import json_terminal_safe, render_text, terminal_safe
+    from proxy.operator.explain import json_terminal_safe, render_text, terminal_safe
 
     req = urllib.request.Request(f"{url.rstrip('/')}/memplane/turns/{turn_id}",
                                  headers={"Authorization": f"Bearer {admin_token}"} if admin_token else {})
@@ -217,7 +217,7 @@ def _rest_target(service: str, url: str | None, token: str | None, context_root:
     from memplane_core.ids import is_agent_id
     from memplane_core.telemetry import Telemetry
 
-    from .context_store import ContextStore
+    from proxy.context_store import ContextStore
 
     if not is_agent_id(agent):
         raise click.BadParameter(f"invalid agent id {agent!r}", param_hint="--agent")

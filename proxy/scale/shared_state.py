@@ -22,11 +22,11 @@ import redis.asyncio as aredis
 
 from memplane_core.telemetry import Telemetry
 
-from .explain import TurnExplanations
-from .recall_policy import InjectedMemory
-from .threads import TTL_S as THREAD_TTL_S
-from .threads import Pending, Thread, Threads
-from .turn_blocks import TTL_S, TurnBlock, TurnBlocks
+from ..operator.explain import TurnExplanations
+from ..recall_policy import InjectedMemory
+from ..threads import TTL_S as THREAD_TTL_S
+from ..threads import Pending, Thread, Threads
+from ..turn_blocks import TTL_S, TurnBlock, TurnBlocks
 
 EXPLANATION_TTL_S = 24 * 3600
 

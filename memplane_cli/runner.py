@@ -48,12 +48,15 @@ class _NoHeaderValues(logging.Filter):
         return True
 
 
-_server_log = logging.getLogger("aiohttp.server")
-if not any(isinstance(f, _NoHeaderValues) for f in _server_log.filters):
-    _server_log.addFilter(_NoHeaderValues())
+def quiet_header_values() -> None:
+    """Install `_NoHeaderValues` once, when a server starts (not as a side effect of importing)."""
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _NoHeaderValues) for f in server_log.filters):
+        server_log.addFilter(_NoHeaderValues())
 
 
 async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, int]:
+    quiet_header_values()
     runner = web.AppRunner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s,
                            max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES)
     await runner.setup()

@@ -8,14 +8,14 @@ import asyncio
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .config import ProxySettings
-from .context_store import ContextStore
-from .delivery_redis import StreamRetainDelivery
-from .ledger_redis import RedisLedger
-from .metrics import ProxyMetrics
-from .routing import parse_allow_list
+from ..config import ProxySettings
+from ..context_store import ContextStore
+from ..retain.delivery_redis import StreamRetainDelivery
+from ..ledger.redis_streams import RedisLedger
+from ..operator.metrics import ProxyMetrics
+from ..routing import parse_allow_list
 from .shared_state import RedisExplanations, RedisRateLimiter, RedisThreads, RedisTurnBlocks, shared_writer
-from .state import ProxyState
+from ..state import ProxyState
 
 
 def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: ProxyMetrics) -> ProxyState:

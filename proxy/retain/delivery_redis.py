@@ -1,6 +1,6 @@
 """At-least-once retain delivery from the shared ledger, through a Redis consumer group.
 
-Every proxy is one consumer of the group `retain` on each sharded queue (`ledger_redis.py`). A
+Every proxy is one consumer of the group `retain` on each sharded queue (`proxy/ledger/redis_streams.py`). A
 consumer reads new references (`XREADGROUP >`), fetches their entries from the agents' ledger
 streams, sends them with the same `RetainSender` the file ledger uses, and acknowledges (`XACK`,
 then `XDEL`: the ledger keeps the entry, the queue only the work) only what the memory service
@@ -31,10 +31,10 @@ import redis
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .context_store import ContextStore
-from .ledger_redis import GROUP, RedisLedger, _s
-from .retain_lane import BufferBudget, Lane
-from .retain_sender import RetainSender
+from ..context_store import ContextStore
+from ..ledger.redis_streams import GROUP, RedisLedger, _s
+from .lane import BufferBudget, Lane
+from .sender import RetainSender
 
 DEFAULT_CLAIM_IDLE_S = 30.0
 

@@ -18,10 +18,10 @@ from memplane_core.ids import is_agent_id
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .context_store import ContextStore
-from .ledger_redis import open_ledger
-from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job_async
-from .transport_errors import TransportError, transport_errors
+from ..context_store import ContextStore
+from ..ledger.redis_streams import open_ledger
+from ..retain.call import RetainJob, RetryableRetainError, post_retain, scrub_job_async
+from ..transport_errors import TransportError, transport_errors
 
 
 class OperatorError(Exception):

@@ -234,7 +234,7 @@ class Ledger:
         write_private(ip, b"".join(lines))
         return points
 
-    # -- tombstones and dead letters, as the shared ledger (ledger_redis.py) offers them too --
+    # -- tombstones and dead letters, as the shared ledger (redis_streams.py) offers them too --
 
     def tombstones(self, agent_id: str) -> set[str]:
         return read_tombstones(self.root, agent_id)
@@ -243,7 +243,7 @@ class Ledger:
         append_tombstones(self.root, agent_id, entry_ids, reason)
 
     def dead_letters(self, agent_id: str) -> set[str]:
-        from .retain_files import read_dead_letters
+        from ..retain.files import read_dead_letters
 
         return read_dead_letters(self.root, agent_id)
 

@@ -19,7 +19,7 @@ import aiohttp
 from memplane_core.turn_text import assistant_text, user_text
 
 from .admin import Operator
-from .transport_errors import TransportError, transport_errors
+from ..transport_errors import TransportError, transport_errors
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 PAGE_SIZE = 50

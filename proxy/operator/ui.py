@@ -31,10 +31,10 @@ from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, Ope
 from .curate import KINDS, SCOPES, CurateError, MemoryRestClient, audit_view, conversation, find_entry, operator_name, view
 from .explain import explanation
 from .memory_ops import remote_forget
-from .retain_files import dead_letter_path
-from .transport_errors import TransportError, transport_errors
+from ..retain.files import dead_letter_path
+from ..transport_errors import TransportError, transport_errors
 
-_env = Environment(loader=PackageLoader("proxy", "templates"), autoescape=select_autoescape(["html"]))
+_env = Environment(loader=PackageLoader("proxy.operator", "templates"), autoescape=select_autoescape(["html"]))
 
 
 MAX_FORGET_ENTRY_IDS = 1_000  # what one memory can name (StoreBody.source_entry_ids)

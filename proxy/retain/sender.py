@@ -17,8 +17,8 @@ import aiohttp
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .formats import format_for_path
-from .retain import (
+from ..formats import format_for_path
+from .call import (
     BatchUnsupported,
     RetainJob,
     RetryableRetainError,
@@ -26,8 +26,8 @@ from .retain import (
     post_retain_batch,
     scrub_job_async,
 )
-from .retain_files import append_dead_letter
-from .retain_lane import Lane
+from .files import append_dead_letter
+from .lane import Lane
 
 
 class RetainSender:

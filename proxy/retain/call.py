@@ -16,7 +16,7 @@ import orjson
 from manifests.models import DEFAULT_WRITE_TIMEOUT_MS, MemoryManifest
 from memplane_core.redact import Redactor
 
-from .transport_errors import TransportError, transport_errors
+from ..transport_errors import TransportError, transport_errors
 
 
 class RetryableRetainError(Exception):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .config import DEFAULT_HISTORY_ROOT
-from .ledger_redis import open_ledger
+from proxy.config import DEFAULT_HISTORY_ROOT
+from proxy.ledger.redis_streams import open_ledger
 
 
 @click.group("ledger")

@@ -1,9 +1,9 @@
 """At-least-once retain delivery, driven by the durable ledger.
 
-Each agent has a lane (`retain_lane.py`) with a byte cursor persisted beside its ledger
-(`retain_files.py`): everything before it was acknowledged by the memory service. This module
+Each agent has a lane (`lane.py`) with a byte cursor persisted beside its ledger
+(`files.py`): everything before it was acknowledged by the memory service. This module
 runs the lanes — supervision, batching cadence, backoff, cursor saving — and answers what the
-rest of the proxy asks about delivery; `retain_sender.py` does the sending. Responses never wait
+rest of the proxy asks about delivery; `sender.py` does the sending. Responses never wait
 on any of it, and a restart resumes where delivery stopped. Services dedupe by entry id, so
 at-least-once is exactly-once in effect.
 """
@@ -19,11 +19,11 @@ import aiohttp
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .context_store import ContextStore
-from .ledger import Ledger
-from .retain_files import CursorStore
-from .retain_lane import BufferBudget, Item, Lane
-from .retain_sender import RetainSender
+from ..context_store import ContextStore
+from ..ledger.files import Ledger
+from .files import CursorStore
+from .lane import BufferBudget, Item, Lane
+from .sender import RetainSender
 
 SAVE_EVERY_S = 0.5
 

@@ -18,9 +18,9 @@ from aiohttp import web
 from memplane_core.local_trust import HOST_REFUSED_STATUS, cross_site, is_loopback_host, is_loopback_ip
 from memplane_core.telemetry import Telemetry
 
-from .config import ProxySettings
-from .errors import ProxyError
-from .rate_limit import retry_after_header
+from ..config import ProxySettings
+from ..errors import ProxyError
+from ..rate_limit import retry_after_header
 from .sessions import MAX_CLIENTS, FailureThrottle, SessionStore
 
 COOKIE = "memplane_admin"  # the login session id (random per login)

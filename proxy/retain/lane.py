@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ledger import Ledger
+from ..ledger.files import Ledger
 
 Item = tuple[int, int, dict[str, Any]]  # (start offset, end offset, ledger entry)
 

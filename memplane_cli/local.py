@@ -13,9 +13,15 @@ import click
 from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
+from proxy.config import (
+    DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_HOME,
+    DEFAULT_OPENAI_BASE_URL,
+    ProxySettings,
+    operator_openai_ids,
+)
 
 from . import runner
-from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings, operator_openai_ids
 
 
 @click.command()
@@ -33,7 +39,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry
 
-    from .app import build_app
+    from proxy.app import build_app
 
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
     for d in (home, context_root, history_root, data_dir):
@@ -45,7 +51,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
         context_root=context_root, history_root=history_root,
         openai_base_url=os.environ.get("OPENAI_BASE_URL", DEFAULT_OPENAI_BASE_URL),
         openai_api_key=os.environ.get("OPENAI_API_KEY"),
-        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", DEFAULT_ANTHROPIC_BASE_URL),
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"),
         admin_token=admin_token or None,
         **operator_openai_ids(dict(os.environ)),
@@ -85,8 +91,8 @@ async def _demo() -> None:
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry, make_logger
 
-    from .app import STATE, build_app
-    from .testing.fake_provider import FakeProvider
+    from proxy.app import STATE, build_app
+    from proxy.testing.fake_provider import FakeProvider
 
     log = io.StringIO()
     provider = FakeProvider()

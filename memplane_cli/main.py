@@ -1,0 +1,324 @@
+"""The `memplane` command line: serve, adapters, agents, up, demo, compile, memory ops, audit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from manifests.agents import memory_manifest, write_agent
+from memory_adapters.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry
+from proxy.config import (
+    DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_CONTEXT_ROOT,
+    DEFAULT_HISTORY_ROOT,
+    DEFAULT_HOME,
+    DEFAULT_MEMORY_DIR,
+    DEFAULT_OPENAI_BASE_URL,
+    ProxySettings,
+    default,
+    operator_openai_ids,
+)
+from proxy.routing import DEFAULT_PASSTHROUGH, parse_allow_list
+
+from . import runner
+from .ledger import ledger_group
+from .ops import CONTEXT_ROOT
+
+DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
+# Adapters read MEMPLANE_ADAPTER_HOST/PORT; the generic HOST/PORT still work (the first one set wins).
+ADAPTER_HOST_ENV = ["MEMPLANE_ADAPTER_HOST", "HOST"]
+ADAPTER_PORT_ENV = ["MEMPLANE_ADAPTER_PORT", "PORT"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="memplane")
+def main() -> None:
+    """memplane: durable memory for any LLM agent, by changing only its base URL."""
+
+
+def _check_contexts(settings: ProxySettings) -> None:
+    """Report every invalid manifest at start-up (the proxy still serves the rest)."""
+    from memplane_core.telemetry import Telemetry
+
+    from proxy.context_store import ContextStore
+
+    store = ContextStore(settings.context_root, Telemetry())
+    for agent_id in store.agent_ids():
+        store.get(agent_id)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
+@click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
+@click.option("--context-root", type=click.Path(path_type=Path), default=DEFAULT_CONTEXT_ROOT,
+              show_default=True, envvar="MEMPLANE_CONTEXT_ROOT", help="Compiled per-agent context dirs.")
+@click.option("--history-root", type=click.Path(path_type=Path), default=DEFAULT_HISTORY_ROOT,
+              show_default=True, envvar="MEMPLANE_HISTORY_ROOT", help="Where per-agent ledgers are written.")
+@click.option("--openai-base-url", default=DEFAULT_OPENAI_BASE_URL, show_default=True,
+              envvar=["MEMPLANE_OPENAI_BASE_URL", "OPENAI_BASE_URL"], help="Provider base, including /v1.")
+@click.option("--anthropic-base-url", default=DEFAULT_ANTHROPIC_BASE_URL, show_default=True,
+              envvar=["MEMPLANE_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"], help="Provider root, without /v1.")
+@click.option("--max-body-bytes", default=default("max_body_bytes"), show_default=True, type=int,
+              envvar="MEMPLANE_MAX_BODY_BYTES")
+@click.option("--upstream-connect-timeout", default=default("upstream_connect_timeout_s"), show_default=True, type=float,
+              envvar="MEMPLANE_UPSTREAM_CONNECT_TIMEOUT")
+@click.option("--upstream-read-timeout", default=default("upstream_read_timeout_s"), show_default=True, type=float,
+              envvar="MEMPLANE_UPSTREAM_READ_TIMEOUT")
+@click.option("--max-concurrent-upstream", default=default("max_concurrent_upstream"), show_default=True, type=int,
+              envvar="MEMPLANE_MAX_CONCURRENT_UPSTREAM")
+@click.option("--rate-limit", default=default("rate_limit_per_agent"), show_default=True, type=float, envvar="MEMPLANE_RATE_LIMIT",
+              help="Requests per second per agent (0 = off).")
+@click.option("--rate-limit-burst", default=default("rate_limit_burst"), show_default=True, type=int, envvar="MEMPLANE_RATE_LIMIT_BURST")
+@click.option("--redaction-rules", default=None, envvar="MEMPLANE_REDACTION_RULES",
+              help="YAML file of extra redaction rules and allow-list patterns.")
+@click.option("--shutdown-grace", default=default("shutdown_grace_s"), show_default=True, type=float, envvar="MEMPLANE_SHUTDOWN_GRACE")
+@click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN",
+              help="Bearer token for /metrics and /memplane/* (unset: those answer on loopback only).")
+@click.option("--passthrough", default=None, envvar="MEMPLANE_PASSTHROUGH",
+              help="Comma-separated 'METHOD /v1/path' entries forwarded besides the turn endpoints "
+                   "({id} matches one segment). Default: " + ", ".join(DEFAULT_PASSTHROUGH))
+@click.option("--ledger", type=click.Choice(["file", "redis"]), default="file", show_default=True,
+              envvar="MEMPLANE_LEDGER", help="file: per-agent files (one proxy); redis: Redis Streams shared by "
+              "several proxies (also rate limits, explanations, turn blocks).")
+@click.option("--redis-url", default=None, envvar="MEMPLANE_REDIS_URL", help="Redis for --ledger redis.")
+@click.option("--ledger-prefix", default=default("ledger_prefix"), show_default=True, envvar="MEMPLANE_LEDGER_PREFIX")
+@click.option("--retain-claim-idle", default=default("retain_claim_idle_s"), show_default=True, type=float,
+              envvar="MEMPLANE_RETAIN_CLAIM_IDLE",
+              help="Seconds a retain may stay unacknowledged before a live proxy claims it (--ledger redis).")
+def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
+          anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
+          upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
+          rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
+          admin_token: str | None, passthrough: str | None, ledger: str = "file", redis_url: str | None = None,
+          ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0) -> None:
+    """Run the memory proxy."""
+    from memplane_core.redact import RedactionConfigError, Redactor
+
+    from proxy.app import build_app
+
+    settings = ProxySettings(
+        context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,
+        openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=anthropic_base_url,
+        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=max_body_bytes,
+        upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
+        max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
+        rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
+        passthrough=passthrough, admin_token=admin_token,
+        ledger=ledger, redis_url=redis_url or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),
+        ledger_prefix=ledger_prefix, retain_claim_idle_s=retain_claim_idle,
+        **operator_openai_ids(dict(os.environ)),
+    )
+    try:
+        Redactor.from_file(redaction_rules)
+        parse_allow_list(passthrough)
+    except (RedactionConfigError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _check_contexts(settings)
+    app = build_app(settings)
+    where = f"ledger redis {settings.redis_url}" if ledger == "redis" else f"history {history_root}"
+    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, {where})", err=True)
+    runner.run(runner.serve([runner.Site(app, host, port, "proxy")], grace_s=shutdown_grace))
+
+
+def _curator_options(fn):
+    """The LLM curator's flags (off unless a base URL and a model are given; docs/DESIGN.md, "Curator")."""
+    fn = click.option("--curator-model", default=None, envvar="MEMPLANE_CURATOR_MODEL",
+                      help="Model the curator asks (turns the curator on, with --curator-base-url).")(fn)
+    return click.option("--curator-base-url", default=None, envvar="MEMPLANE_CURATOR_BASE_URL",
+                        help="OpenAI-compatible /v1 URL for the optional LLM curator (key: MEMPLANE_CURATOR_API_KEY).")(fn)
+
+
+def _curator_settings(base_url: str | None, model: str | None):
+    from memory_adapters.engine.curator import CuratorSettings
+    return CuratorSettings.from_env(base_url=base_url, model=model)
+
+
+@main.group()
+def adapter() -> None:
+    """Run a memory adapter (a service behind the memplane contract)."""
+
+
+@adapter.command("reference")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar=ADAPTER_HOST_ENV)
+@click.option("--port", default=8081, show_default=True, type=int, envvar=ADAPTER_PORT_ENV)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_HOME / "reference-memory",
+              show_default=True, envvar=["MEMPLANE_REFERENCE_DIR", "MEMORY_REF_DIR"])
+@click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token.")
+def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -> None:
+    """The file-backed reference adapter."""
+    from memory_adapters.reference.app import build_reference_app
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _warn_if_open(host, token)
+    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES"))), host, port)]))
+
+
+@adapter.command("embedded")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar=ADAPTER_HOST_ENV)
+@click.option("--port", default=8081, show_default=True, type=int, envvar=ADAPTER_PORT_ENV)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_MEMORY_DIR,
+              show_default=True, envvar="MEMPLANE_MEMORY_DIR")
+@click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token (admin).")
+@click.option("--agent-tokens", default=None, envvar="MEMPLANE_ADAPTER_AGENT_TOKENS",
+              help="JSON file of per-agent tokens: {agent: token} or {agent: {token, grants}}.")
+@click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
+@click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=DEFAULT_MAX_RETAINS_IN_FLIGHT,
+              show_default=True, envvar="MEMPLANE_MAX_RETAINS_IN_FLIGHT",
+              help="Retain calls worked on at once, shared fairly between agents (one holds at most half, "
+                   "or its share when more are busy); the next is answered 503 with Retry-After.")
+@_curator_options
+def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
+                     redaction_rules: Path | None, max_retains_in_flight: int, curator_base_url: str | None,
+                     curator_model: str | None) -> None:
+    """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
+    from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.server import load_agent_tokens
+    from memplane_core.redact import RedactionConfigError, Redactor
+    from memplane_core.telemetry import Telemetry
+
+    try:
+        redactor = Redactor.from_file(redaction_rules) if redaction_rules else Redactor()
+        tokens = load_agent_tokens(agent_tokens)
+        curator = _curator_settings(curator_base_url, curator_model)
+    except (RedactionConfigError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _warn_if_open(host, token or tokens)
+    click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens,
+                             max_retains_in_flight=max_retains_in_flight, curator=curator)
+    runner.run(runner.serve([runner.Site(app, host, port)]))
+
+
+def _warn_if_open(host: str, auth) -> None:
+    if not auth and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: listening on {host} without a token: anyone who can reach it can read and "
+                   "write every agent's memory (set MEMPLANE_ADAPTER_TOKEN)", err=True)
+
+
+@adapter.group("tiered", invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, envvar=ADAPTER_HOST_ENV)
+@click.option("--port", default=8082, show_default=True, type=int, envvar=ADAPTER_PORT_ENV)
+@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="MEMPLANE_REDIS_URL")
+@click.option("--mongo-url", default="mongodb://127.0.0.1:27017/memplane", show_default=True,
+              envvar="MEMPLANE_MONGO_URL")
+@click.option("--index-cache-mb", type=int, default=None, envvar="MEMPLANE_INDEX_CACHE_MB",
+              help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
+@_curator_options
+@click.pass_context
+def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
+                   curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None) -> None:
+    """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
+    from memory_adapters.tiered.config import TieredSettings
+
+    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb)
+    ctx.obj = settings
+    if ctx.invoked_subcommand is not None:
+        return
+    from memory_adapters.tiered.app import build_tiered_app
+
+    try:
+        curator = _curator_settings(curator_base_url, curator_model)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
+    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")), curator=curator), host, port)]))
+
+
+@adapter_tiered.command("consolidate")
+@click.option("--agent", "agents", multiple=True, help="Only these agents (default: all). Repeatable.")
+@click.option("--threshold", type=float, default=None, help="Prune below this composite importance.")
+@click.option("--redis-url", default=None, envvar="MEMPLANE_REDIS_URL")
+@click.option("--mongo-url", default=None, envvar="MEMPLANE_MONGO_URL")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def tiered_consolidate(settings, agents: tuple[str, ...], threshold: float | None, redis_url: str | None,
+                       mongo_url: str | None, as_json: bool) -> None:
+    """Merge near-duplicate memories and prune faded ones; report what changed."""
+    import asyncio
+
+    import orjson
+
+    from memory_adapters.tiered.app import build_service
+    from memory_adapters.tiered.consolidate import consolidate
+    from memory_adapters.tiered.ltm import LTMUnavailable
+
+    settings.redis_url = redis_url or settings.redis_url
+    settings.mongo_url = mongo_url or settings.mongo_url
+
+    async def go():
+        service = build_service(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")))
+        try:
+            return await consolidate(service, list(agents) or None, threshold=threshold)
+        finally:
+            await service.close()
+
+    try:
+        report = asyncio.run(go())
+    except LTMUnavailable as exc:
+        raise click.ClickException(f"MongoDB unavailable: {exc}") from None
+    if as_json:
+        click.echo(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        return
+    for m in report.merged:
+        click.echo(f"merged  {m['agent_id']}: kept {m['kept']} ({m['value'][:60]!r}) <- {', '.join(m['merged'])}")
+    for p in report.pruned:
+        click.echo(f"pruned  {p['agent_id']}: {p['id']} (importance {p['composite_importance']}) {p['value']!r}")
+    click.echo(f"consolidation: {len(report.merged)} merge(s), {len(report.pruned)} pruned")
+
+
+@main.group()
+def agent() -> None:
+    """Manage agents in a context root."""
+
+
+@agent.command("add")
+@click.argument("agent_id")
+@CONTEXT_ROOT
+@click.option("--memory-url", default=None,
+              help="Base URL of the agent's memory service (default: the embedded service `memplane up` runs).")
+@click.option("--no-memory", is_flag=True, help="Create the agent without memory (no memory.json).")
+@click.option("--memory-service", default="memory", show_default=True, help="Service name in memory.json.")
+@click.option("--memory-token", default=None, help="Bearer token for the memory service.")
+@click.option("--pod", default="", help="Pod name recorded in metadata.json.")
+def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memory: bool, memory_service: str,
+              memory_token: str | None, pod: str) -> None:
+    """Create (or update) an agent and print its token once."""
+    from manifests.validate import ManifestError, validate
+
+    try:
+        validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, "agent id")
+    except ManifestError as exc:
+        raise click.ClickException(f"invalid agent id {agent_id!r}: {exc}") from None
+    if no_memory:
+        memory = None
+    elif memory_url:
+        memory = memory_manifest(memory_service, memory_url, auth_token=memory_token)
+    else:  # the embedded engine that `memplane up` serves on its default port
+        memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
+                                 retain_batch_path=RETAIN_BATCH_PATH)
+    token, created = write_agent(context_root, agent_id, pod=pod, memory=memory)
+    if created:
+        click.echo(token)
+        click.echo(f"(token shown once; also stored in {context_root / agent_id / 'token'} with mode 0600)", err=True)
+    else:
+        click.echo(f"agent {agent_id} updated; its token is unchanged ({context_root / agent_id / 'token'})", err=True)
+
+
+from .local import demo, up  # noqa: E402  (commands that wire several parts together)
+
+main.add_command(up)
+main.add_command(demo)
+
+from .ops import audit_cmd, compile_cmd, explain_cmd, memory_group  # noqa: E402
+
+main.add_command(explain_cmd)
+main.add_command(compile_cmd)
+main.add_command(memory_group)
+main.add_command(audit_cmd)
+main.add_command(ledger_group)

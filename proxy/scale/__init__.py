@@ -1,0 +1,1 @@
+"""More than one proxy (`--ledger redis`): shared ledger, limits, explanations and turn blocks on Redis."""

@@ -1,0 +1,132 @@
+"""The pure units that carry the design, tested in-process beside the end-to-end suite (issue 26):
+recall policy, the SSE splitter, the pass-through allow-list and one retain lane."""
+
+from __future__ import annotations
+
+import pytest
+
+from memplane_core.redact import Redactor
+from proxy.ledger.files import Ledger
+from proxy.recall_policy import apply_policy
+from proxy.retain.lane import BufferBudget, Lane
+from proxy.routing import allowed, parse_allow_list
+from proxy.sse import SSESplitter, parse_event
+
+# -- recall policy: what reaches a prompt ------------------------------------------------------
+
+
+def policy(raw, *, max_blocks=8, budget_tokens=3000):
+    return apply_policy(raw, Redactor(), max_blocks=max_blocks, budget_tokens=budget_tokens)
+
+
+def test_transcripts_blanks_and_repeats_never_reach_the_prompt():
+    result = policy([
+        {"text": "User prefers tea.", "kind": "fact", "score": 0.9},
+        {"text": "user: hi\nassistant: hello", "kind": "RAW_TRANSCRIPT"},
+        {"text": "tail", "source": "session_tail"},
+        {"text": "   "},
+        {"text": None},
+        {"text": "  User prefers tea.  "},
+        {"text": "Lives in Lyon.", "score": True},
+    ])
+    assert [m.text for m in result.memories] == ["User prefers tea.", "Lives in Lyon."]
+    assert result.decisions == ["injected", "transcript_kind", "transcript_kind", "blank", "blank",
+                                "duplicate", "injected"]
+    assert result.memories[0].score == 0.9 and result.memories[1].score is None  # a bool is no score
+    assert result.removed == 5
+
+
+def test_the_service_order_is_kept_within_block_and_token_limits():
+    many = [{"text": f"memory number {i} " + "word " * 40} for i in range(5)]
+    by_blocks = policy(many, max_blocks=2)
+    assert [m.text.split()[2] for m in by_blocks.memories] == ["0", "1"]
+    assert by_blocks.reasons["over_max_blocks"] == 3
+    by_budget = policy(many, budget_tokens=120)
+    assert 1 <= len(by_budget.memories) < 5 and by_budget.reasons["over_budget"] >= 1
+    assert by_budget.memories[0].text.startswith("memory number 0")
+
+
+def test_a_recalled_secret_is_redacted_before_injection():
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8" * 3
+    result = policy([{"text": f"the deploy key is {key}"}])
+    assert key not in result.memories[0].text and sum(result.redactions.values()) == 1
+    assert result.memory_removed == 1
+
+
+# -- SSE: whole events, byte for byte ---------------------------------------------------------
+
+
+def test_events_split_across_chunks_come_back_whole_and_unchanged():
+    stream = b"event: a\ndata: {\"x\":1}\n\ndata: caf\xc3\xa9\r\n\r\ndata: last\r\rtrailing"
+    splitter, events = SSESplitter(), []
+    for i in range(len(stream)):  # the worst case: one byte at a time
+        events += splitter.feed(stream[i:i + 1])
+    assert events == [b"event: a\ndata: {\"x\":1}\n\n", b"data: caf\xc3\xa9\r\n\r\n", b"data: last\r\r"]
+    assert splitter.flush() == b"trailing" and splitter.flush() == b""
+    assert parse_event(events[0]) == ("a", '{"x":1}')
+    assert parse_event(b"data: one\ndata:two\n\n") == (None, "one\ntwo")
+
+
+def test_a_100kb_event_without_a_boundary_is_held_not_lost():
+    splitter = SSESplitter()
+    assert splitter.feed(b"data: " + b"x" * 100_000) == []
+    assert splitter.feed(b"\n\n") == [b"data: " + b"x" * 100_000 + b"\n\n"]
+
+
+# -- pass-through allow-list ------------------------------------------------------------------
+
+
+def test_allow_list_matches_one_segment_per_placeholder_and_the_method():
+    rules = parse_allow_list("GET /v1/models/{id}, * /v1/files/")
+    assert allowed(rules, "GET", "/v1/models/gpt-4o")
+    assert not allowed(rules, "GET", "/v1/models/a/b")
+    assert not allowed(rules, "POST", "/v1/models/gpt-4o")
+    assert allowed(rules, "DELETE", "/v1/files")
+    assert not allowed(rules, "GET", "/v1/chat/completions")
+
+
+def test_allow_list_defaults_and_refuses_paths_outside_v1():
+    assert allowed(parse_allow_list(None), "GET", "/v1/models")
+    assert parse_allow_list("") == ()
+    for bad in ["GET /admin", "/v1/models", "GET /v1/a extra"]:
+        with pytest.raises(ValueError, match="expected 'METHOD /v1/path'"):
+            parse_allow_list(bad)
+
+
+def test_allow_list_patterns_are_literal_not_regex():
+    rules = parse_allow_list(["GET /v1/a.b"])
+    assert allowed(rules, "GET", "/v1/a.b") and not allowed(rules, "GET", "/v1/axb")
+
+
+# -- one retain lane --------------------------------------------------------------------------
+
+
+async def test_a_lane_reads_the_ledger_when_the_shared_buffer_is_full(tmp_path):
+    ledger = Ledger(tmp_path)
+    budget = BufferBudget(limit=1)
+    lane = Lane("agent-a", budget)
+    refs = [await ledger.append("agent-a", {"n": i}) for i in range(3)]
+    lane.offer((refs[0][0], refs[0][1], {"n": 0}))
+    assert budget.used == 1 and not lane.from_file
+    lane.offer((refs[1][0], refs[1][1], {"n": 1}))  # budget spent: the ledger has it
+    assert lane.from_file and budget.used == 0 and not lane.pending
+
+    first = await lane.next_items(ledger, 2, on_torn=lambda: None)
+    assert [e["n"] for _, _, e in first] == [0, 1]
+    lane.cursor = first[-1][1]
+    rest = await lane.next_items(ledger, 10, on_torn=lambda: None)
+    assert [e["n"] for _, _, e in rest] == [2]
+    lane.cursor = rest[-1][1]
+    assert await lane.next_items(ledger, 10, on_torn=lambda: None) == []
+    assert not lane.from_file  # caught up: back to the in-memory fast path
+    ledger.close()
+
+
+async def test_a_gap_in_the_buffer_sends_the_lane_to_the_ledger(tmp_path):
+    ledger = Ledger(tmp_path)
+    lane = Lane("agent-a", BufferBudget(limit=10))
+    refs = [await ledger.append("agent-a", {"n": i}) for i in range(2)]
+    lane.offer((refs[1][0], refs[1][1], {"n": 1}))  # entry 0 was never buffered
+    items = await lane.next_items(ledger, 10, on_torn=lambda: None)
+    assert [e["n"] for _, _, e in items] == [0, 1] and lane.budget.used == 0
+    ledger.close()
