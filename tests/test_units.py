@@ -130,3 +130,15 @@ async def test_a_gap_in_the_buffer_sends_the_lane_to_the_ledger(tmp_path):
     items = await lane.next_items(ledger, 10, on_torn=lambda: None)
     assert [e["n"] for _, _, e in items] == [0, 1] and lane.budget.used == 0
     ledger.close()
+
+
+def test_backlog_counts_entries_not_yet_settled_per_agent_and_in_total():
+    from proxy.retain.backlog import Backlog
+
+    backlog = Backlog()
+    for agent in ["a", "a", "a", "b"]:
+        backlog.add(agent)
+    backlog.settle("a", 2)
+    assert backlog("a") == 1 and backlog("b") == 1 and backlog() == 2
+    backlog.settle("b", 5)  # a previous run's leftovers settling never make it negative
+    assert backlog("b") == 0 and backlog() == 1 and backlog("nobody") == 0

@@ -176,13 +176,12 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         for agent_id in state.contexts.agent_ids():
             recent = state.explanations.recent(agent_id, limit=5000)
             last = recent[0] if recent else None
-            lane = state.retain.lanes.get(agent_id) if state.retain else None
             dead = dead_letter_path(state.ledger.root, agent_id)
             rows.append({
                 "id": agent_id, "turns_today": sum(1 for t in recent if t["ts"].startswith(today)),
                 "last_status": last["recall"]["status"] if last else None,
                 "last_latency": round(last["recall"]["latency_ms"], 1) if last else None,
-                "backlog": len(lane.pending) if lane else 0,
+                "backlog": int(state.retain.backlog(agent_id)) if state.retain else 0,
                 "dead": len(dead.read_bytes().splitlines()) if dead.exists() else 0})
         hour_ago = time.time() - 3600
         points = [(t["_at"], t["recall"]["latency_ms"], float(t.get("tokens", 0)))

@@ -21,6 +21,7 @@ from memplane_core.telemetry import Telemetry
 
 from ..context_store import ContextStore
 from ..ledger.files import Ledger
+from .backlog import Backlog
 from .files import CursorStore
 from .lane import BufferBudget, Item, Lane
 from .sender import RetainSender
@@ -49,8 +50,7 @@ class RetainDelivery:
         self.max_backoff_s = max_backoff_s
         self.lanes: dict[str, Lane] = {}
         self._closing = False
-        self._submitted = 0  # entries handed over since start
-        self._settled = 0  # ... and acknowledged, refused or parked since start
+        self.backlog = Backlog()  # entries handed over since start and not yet settled
 
     # -- lifecycle --
 
@@ -103,7 +103,7 @@ class RetainDelivery:
 
     def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
         """Hand over a freshly ledgered entry; never blocks, never raises."""
-        self._submitted += 1
+        self.backlog.add(agent_id)
         self._lane(agent_id, start_at=start).offer((start, end, entry))
 
     async def close(self, grace_s: float) -> None:
@@ -145,11 +145,6 @@ class RetainDelivery:
         if lane.failures:
             return f"failed: {lane.last_error or 'retrying'} (will retry)"
         return "pending"
-
-    def backlog(self) -> float:
-        """Entries ledgered since start and not yet settled (a restart's leftovers settle first
-        and are not counted)."""
-        return float(max(0, self._submitted - self._settled))
 
     def caught_up(self) -> bool:
         """Every ledgered entry has been acknowledged by its memory service."""
@@ -237,6 +232,6 @@ class RetainDelivery:
             else:
                 lane.failures = 0
         if not todo:
-            self._settled += len(batch)
+            self.backlog.settle(lane.agent_id, len(batch))
             lane.cursor = max(lane.cursor, batch[-1][1])
             await self._save(lane)

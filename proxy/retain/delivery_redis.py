@@ -33,6 +33,7 @@ from memplane_core.telemetry import Telemetry
 
 from ..context_store import ContextStore
 from ..ledger.redis_streams import GROUP, RedisLedger, _s
+from .backlog import Backlog
 from .lane import BufferBudget, Lane
 from .sender import RetainSender
 
@@ -78,8 +79,7 @@ class StreamRetainDelivery:
         self._closing = False
         self._task: asyncio.Task | None = None
         self._busy = False
-        self._submitted = 0
-        self._settled = 0
+        self.backlog = Backlog()  # what this proxy ledgered since start and is not yet settled
         self.reclaimed = 0  # entries this consumer claimed from a dead one
         # entries whose delivery failed, retried by this consumer: (queue, id) -> (agent, ledger id, attempts, due)
         # (ids are per stream: two queues can hold the same id)
@@ -121,14 +121,11 @@ class StreamRetainDelivery:
         """Nothing to do: the ledger append queues the entry in the same script."""
 
     def submit(self, agent_id: str, start: Any, end: Any, entry: dict[str, Any]) -> None:
-        self._submitted += 1
+        self.backlog.add(agent_id)
 
     @property
     def dead_letters(self) -> int:
         return self.sender.dead_letters
-
-    def backlog(self) -> float:
-        return float(max(0, self._submitted - self._settled))
 
     def idle(self) -> bool:
         """Nothing is being delivered by this proxy right now and its queues hold nothing for it."""
@@ -252,15 +249,15 @@ class StreamRetainDelivery:
                 by_agent[_s(fields[b"a"])].append((qid, _s(fields.get(b"l", qid))))
             results = await asyncio.gather(*(self._deliver_agent(queue, agent, refs)
                                              for agent, refs in by_agent.items()))
-            for done in results:
+            for agent, done in zip(by_agent, results):
                 settled.extend(done)
+                self.backlog.settle(agent, len(done))
             await self._park()
             if settled:
                 pipe = self.ledger.aio.pipeline(transaction=True)
                 pipe.xack(queue, GROUP, *settled)
                 pipe.xdel(queue, *settled)
                 await pipe.execute()
-                self._settled += len(settled)
         finally:
             self._held[queue] -= held
             self._busy = False
