@@ -23,7 +23,7 @@ from proxy.config import (
     default,
     operator_openai_ids,
 )
-from proxy.routing import DEFAULT_PASSTHROUGH, parse_allow_list
+from proxy.forward_policy import DEFAULT_PASSTHROUGH, parse_allow_list
 
 from . import runner
 from .ledger import ledger_group

@@ -23,7 +23,7 @@ from .formats import FORMATS, dialect_for_path, provider_for_path
 from .ledger.files import Ledger
 from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
 from .rate_limit import RateLimiter
-from .routing import allowed, check_raw_path, parse_allow_list, require_model_allowed
+from .forward_policy import allowed, check_raw_path, parse_allow_list, require_model_allowed
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
 from .operator.ui import add_ui_routes

@@ -33,7 +33,7 @@ class ProxySettings:
     redaction_rules: str | None = None
     shutdown_grace_s: float = 30.0
     ledger_fsync: bool = False
-    passthrough: str | None = None  # None = routing.DEFAULT_PASSTHROUGH
+    passthrough: str | None = None  # None = forward_policy.DEFAULT_PASSTHROUGH
     admin_token: str | None = None  # opens /metrics and /memplane/*; unset = loopback only
     ledger: str = "file"  # file (one machine) | redis (shared by several proxies: ledger/redis_streams.py)
     redis_url: str | None = None  # the shared ledger's Redis (ledger = redis)

@@ -17,7 +17,7 @@ from .operator.explain import TurnExplanations
 from .ledger.files import Ledger
 from .operator.metrics import ProxyMetrics
 from .rate_limit import RateLimiter
-from .routing import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
+from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 from .threads import Threads
 from .turn_blocks import TurnBlocks
 

@@ -24,7 +24,7 @@ from .ledger.files import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import call_recall
 from .recall_policy import InjectedMemory, apply_policy
-from .routing import require_model_allowed
+from .forward_policy import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from . import memory_tool

@@ -59,7 +59,7 @@ def test_each_subsystem_lives_in_its_own_folder(folder):
     present = {p.name for p in (ROOT / folder).glob("*.py")}
     assert SUBSYSTEMS[folder] <= present
     assert not [p.name for p in (ROOT / "proxy").glob("*.py")
-                if p.name.startswith(("retain", "delivery", "cli_", "ledger"))]
+                if p.name.startswith(("retain", "delivery", "cli_", "ledger", "routing"))]
 
 
 def test_old_console_script_entry_point_still_runs_the_cli():

@@ -361,7 +361,7 @@ async def test_an_agent_id_with_a_trailing_newline_is_no_agent_id_anywhere(servi
 def test_the_pass_through_allow_list_is_matched_whole():
     """Defence in depth: no path reaches the allow-list with a newline today (aiohttp keeps `%0A`
     encoded), but a rule must not match "/v1/models" followed by anything."""
-    from proxy.routing import allowed, parse_allow_list
+    from proxy.forward_policy import allowed, parse_allow_list
     rules = parse_allow_list(None)
     assert allowed(rules, "GET", "/v1/models") and allowed(rules, "GET", "/v1/models/gpt-4o")
     assert not allowed(rules, "GET", "/v1/models\n") and not allowed(rules, "POST", "/v1/embeddings\n")

@@ -9,7 +9,7 @@ from memplane_core.redact import Redactor
 from proxy.ledger.files import Ledger
 from proxy.recall_policy import apply_policy
 from proxy.retain.lane import BufferBudget, Lane
-from proxy.routing import allowed, parse_allow_list
+from proxy.forward_policy import allowed, parse_allow_list
 from proxy.sse import SSESplitter, parse_event
 
 # -- recall policy: what reaches a prompt ------------------------------------------------------

@@ -13,7 +13,7 @@ from ..context_store import ContextStore
 from ..retain.delivery_redis import StreamRetainDelivery
 from ..ledger.redis_streams import RedisLedger
 from ..operator.metrics import ProxyMetrics
-from ..routing import parse_allow_list
+from ..forward_policy import parse_allow_list
 from .shared_state import RedisExplanations, RedisRateLimiter, RedisThreads, RedisTurnBlocks, shared_writer
 from ..state import ProxyState
 
