@@ -119,7 +119,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         body = fmt.inject(body, block, policy.memories, manifest.service, placement)
         injected = len(block.encode())
         tokens = sum(estimate_tokens(m.text) for m in policy.memories)
-    extra: dict[str, Any] = {"memory_tokens": tokens}
+    extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
@@ -129,7 +129,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                               latency_ms=outcome.latency_ms, blocks=len(policy.memories),
                               bytes_=injected, removed=policy.memory_removed, **extra)
     detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
-              "tokens": tokens,
+              "tokens": tokens, "ranking": outcome.ranking,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
                             "id": m.get("id"), "text": str(m.get("text"))[:500], "decision": decision}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -13,6 +14,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from ..engine.schedule import PER_AGENT, RecallScheduler
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
 from .service import EmbeddedMemory
@@ -37,21 +39,46 @@ async def load_embedder(mode: str, telemetry: Telemetry):
     return embedder
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, not {value}")
+    return value
+
+
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
                        agent_tokens: dict[str, AgentToken] | None = None,
                        embeddings: str | None = None,
-                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
+                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT,
+                       max_memories_per_agent: int | None = None, recalls_per_agent: int | None = None,
+                       embedder: Any = None) -> web.Application:
     """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS.
-    `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After."""
+    `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
+    `max_memories_per_agent`: past it an agent's oldest episodes are evicted (default
+    MEMPLANE_MAX_MEMORIES_PER_AGENT, 0: never). `recalls_per_agent`: one agent's recalls in hand at
+    once, the rest wait their turn (MEMPLANE_RECALLS_PER_AGENT, default 4). `embedder`: an
+    `engine.dense.Embedder` to use instead of loading the packaged model."""
     mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
-    service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
+    if max_memories_per_agent is None:
+        max_memories_per_agent = _env_int("MEMPLANE_MAX_MEMORIES_PER_AGENT", 0)
+    if recalls_per_agent is None:
+        recalls_per_agent = _env_int("MEMPLANE_RECALLS_PER_AGENT", PER_AGENT) or PER_AGENT
+    service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry,
+                             max_memories_per_agent=max_memories_per_agent,
+                             scheduler=RecallScheduler(per_agent=recalls_per_agent))
     app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
                             max_retains_in_flight=max_retains_in_flight)
     add_api_routes(app, service)
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
-        await service.start(embedder=await load_embedder(mode, telemetry))
+        await service.start(embedder=embedder if embedder is not None else await load_embedder(mode, telemetry))
 
     async def stop(app: web.Application) -> None:
         await service.close()

@@ -54,6 +54,16 @@ class RecallQuery:
     max_blocks: int = DEFAULT_MAX_BLOCKS
     session_id: str | None = None
     vector: Any = None  # the query's embedding, when vectors are on
+    candidates: int = CANDIDATES  # per signal: fewer when the deadline is near
+
+
+class RecallAnswer(list):
+    """A recall's packed blocks, and which ranking answered (`dense+lexical`, `lexical: deadline`,
+    …: engine/schedule.py), which the HTTP face adds to the answer as `ranking`."""
+
+    def __init__(self, items: Any = (), ranking: str | None = None) -> None:
+        super().__init__(items)
+        self.ranking = ranking
 
 
 @dataclass
@@ -170,7 +180,7 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, visible=visible, limit=2 * MAX_HITS)
+        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS)
         if not ranked:
             return []
         seen: set[str] = set()
@@ -199,7 +209,7 @@ def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuer
     of the budget and the block count."""
     first: list[Packed] = []
     if shared is not None and len(shared):
-        for m, score in shared.rank(q.text, q.vector, visible=visible, limit=SHARED_FIRST):
+        for m, score in shared.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=SHARED_FIRST):
             if score > 0 and len(first) < q.max_blocks:
                 first.append(Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)),
                                     id=m.id, memory_ids=[m.id]))

@@ -19,6 +19,7 @@ from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
 
 INDEX_MAX_AGE_S = 30.0
+LOAD_STEP = 500  # memories indexed between yields to the event loop
 
 
 @dataclass
@@ -83,8 +84,10 @@ class CoherentIndexes:
                 raise
             fresh = self.new_index()
             fresh.version, fresh.loaded_at = remote, time.time()
-            for m in loaded:
+            for n, m in enumerate(loaded, 1):
                 fresh.put(m)
+                if n % LOAD_STEP == 0:  # a cold agent's load never holds other agents' recalls
+                    await asyncio.sleep(0)
             self._indexes[agent_id] = fresh
             return fresh
 

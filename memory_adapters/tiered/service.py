@@ -24,7 +24,8 @@ from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
-from ..engine.index import RecallQuery, recall_with_shared, visible_in
+from ..engine.index import RecallAnswer, RecallQuery, visible_in
+from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -48,6 +49,7 @@ class TieredMemory:
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
+        self.scheduler = RecallScheduler()  # fair recall slots; background work yields to recalls
 
     # -- lifecycle --
 
@@ -58,7 +60,8 @@ class TieredMemory:
         from ..engine.dense import Embedder
         try:
             self.embedder = await asyncio.to_thread(Embedder.load)
-            self.queries, self.backlog = QueryBatcher(self.embedder), EmbeddingBacklog(self.embedder)
+            self.queries = QueryBatcher(self.embedder)
+            self.backlog = EmbeddingBacklog(self.embedder, self.scheduler)
             self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
                                 engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
         except Exception as exc:  # ImportError without the extra, or a broken install
@@ -121,6 +124,8 @@ class TieredMemory:
     async def close(self) -> None:
         if self.backlog is not None:
             await self.backlog.stop()
+        if self.queries is not None:
+            self.queries.close()
         await self.access.close()
         for t in list(self._background):
             t.cancel()
@@ -266,26 +271,32 @@ class TieredMemory:
 
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         """The engine's recall (memory_adapters/engine): fused ranking, neighbours, dated blocks
-        packed to the proxy's budget; the two best matching global memories first."""
+        packed to the proxy's budget; the two best matching global memories first. Answered
+        before `deadline_ms` with the best it has (engine/schedule.py), saying which ranking."""
+        deadline = Deadline(req.deadline_ms)
         query = req.query if req.query is not None else query_from(req.messages)
         if not query.strip():
-            return []
+            return RecallAnswer([], "none: no query")
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = req.budget_tokens or self.settings.recall_budget_tokens
         max_blocks = req.max_blocks or DEFAULT_MAX_BLOCKS
-        remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
-        idx = await self.indexes.get(req.agent_id, remote)
-        gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
-        vector = await query_vector(self.queries, query)
-        packed = recall_with_shared(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
-                                                           session_id=session_id, vector=vector),
-                                    visible=visible_in(session_id, time.time()))
+        loaded: list = []
+
+        async def indexes():
+            remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
+            loaded[:] = [await self.indexes.get(req.agent_id, remote), await self.indexes.get(GLOBAL_AGENT, gremote)]
+            return tuple(loaded)
+
+        packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
+                                     RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
+                                                 session_id=session_id),
+                                     visible=visible_in(session_id, time.time()))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
-        picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in (idx, gidx) if i in ix.memories]
+        picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]
         if picked:
             self.access.recalled(picked)
-        return blocks
+        return RecallAnswer(blocks, packed.ranking)
 
     def loaded_memories(self) -> int:
         return len(self.indexes)
@@ -294,4 +305,6 @@ class TieredMemory:
         mongo = await self.ltm.ping()
         redis_ok = await self.stm.version("_health") is not None
         return {"status": "ok" if mongo else "degraded", "adapter": "tiered", "mongo": mongo, "redis": redis_ok,
-                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog}
+                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
+                "embedded": self.backlog.embedded if self.backlog is not None else 0,
+                "recall_scheduling": self.scheduler.stats.as_dict()}
