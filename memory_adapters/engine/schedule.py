@@ -113,7 +113,8 @@ class RecallScheduler:
             self._idle.set()
 
     def reserve(self) -> float:
-        return max(MIN_RESERVE_S, 2 * self.rank_s)
+        """Time kept after waiting (for a slot, for the vector): ranking, packing and the reply."""
+        return MIN_RESERVE_S + 3 * self.rank_s
 
     def ranked(self, seconds: float) -> None:
         self.rank_s = 0.8 * self.rank_s + 0.2 * seconds
@@ -139,10 +140,11 @@ class RecallScheduler:
             return None, LEXICAL_ENCODER_FAILED
         return future.result(), DENSE_LEXICAL
 
-    def candidates(self, deadline: Deadline, full: int) -> int:
-        """Fewer candidates per signal when what is left barely covers a full ranking."""
+    def candidates(self, deadline: Deadline, full: int, size: int) -> int:
+        """Fewer candidates per signal when the index is large and what is left barely covers a
+        full ranking."""
         left = deadline.left()
-        if left is not None and left < 1.5 * self.rank_s:
+        if size > full and left is not None and left < 1.5 * self.rank_s:
             self.stats.fewer_candidates += 1
             return max(50, full // 4)
         return full
@@ -204,7 +206,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
         vector, ranking = await scheduler.vector(queries, q.text, deadline)
         if own.vectors is None:
             vector, ranking = None, LEXICAL
-        k = scheduler.candidates(deadline, q.candidates)
+        k = scheduler.candidates(deadline, q.candidates, len(own))
         if k < q.candidates:
             ranking += FEWER_CANDIDATES
         started = time.perf_counter()
