@@ -26,7 +26,7 @@ _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 def deadline_ms(timeout_ms: int) -> int:
     """What the service is told it has (`deadline_ms`, CONTRACT §5): the recall timeout less a
     margin for the answer's way back (network, JSON, this event loop on a busy host)."""
-    return max(0, timeout_ms - max(10, timeout_ms // 5))
+    return max(0, timeout_ms - max(10, timeout_ms // 4))
 
 
 @dataclass

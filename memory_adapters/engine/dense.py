@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -228,6 +229,8 @@ class QueryBatcher:
         self.embedder = embedder
         self._waiting: list[tuple[str, asyncio.Future]] = []
         self._worker: asyncio.Task | None = None
+        self._running = False  # an encoder call is under way
+        self.call_s = 0.01  # moving average of one encoder call, as this machine runs it now
         # recall's own thread: never queued behind background work on a shared default executor
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-query")
 
@@ -247,6 +250,12 @@ class QueryBatcher:
     async def vector(self, text: str) -> "np.ndarray":
         return await self.submit(text)
 
+    def expected_wait(self) -> float:
+        """How long the question submitted last will likely wait for its vector: the call under
+        way, the full batches before it, its own."""
+        ahead = (len(self._waiting) - 1) // self.MAX_BATCH + (1 if self._running else 0)
+        return (ahead + 1) * self.call_s
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -256,6 +265,8 @@ class QueryBatcher:
             batch = [(t, f) for t, f in batch if not f.cancelled()]  # a cancelled caller costs nothing
             if not batch:
                 continue
+            started = time.perf_counter()
+            self._running = True
             try:
                 vecs = await asyncio.get_running_loop().run_in_executor(
                     self._pool, self.embedder.embed_queries, [t for t, _ in batch])
@@ -264,6 +275,9 @@ class QueryBatcher:
                     if not f.done():
                         f.set_exception(exc)
                 continue
+            finally:
+                self._running = False
+                self.call_s = 0.7 * self.call_s + 0.3 * (time.perf_counter() - started)
             for (_, f), vec in zip(batch, vecs):
                 if not f.done():
                     f.set_result(vec)

@@ -126,6 +126,11 @@ class RecallScheduler:
         future = queries.submit(text)
         if not future.done():
             left = deadline.left()
+            if left is not None and queries.expected_wait() > left - self.reserve():
+                # the encoder is too far behind for this one: words now, not at the deadline
+                future.add_done_callback(_consume)
+                self.stats.lexical_deadline += 1
+                return None, LEXICAL_DEADLINE
             try:
                 if left is None:
                     await asyncio.shield(future)
