@@ -14,7 +14,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
-from ..engine.schedule import PER_AGENT, RecallScheduler
+from ..engine.schedule import RecallScheduler, per_agent_from_env
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
 from .service import EmbeddedMemory
@@ -68,7 +68,7 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     if max_memories_per_agent is None:
         max_memories_per_agent = _env_int("MEMPLANE_MAX_MEMORIES_PER_AGENT", 0)
     if recalls_per_agent is None:
-        recalls_per_agent = _env_int("MEMPLANE_RECALLS_PER_AGENT", PER_AGENT) or PER_AGENT
+        recalls_per_agent = per_agent_from_env()
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry,
                              max_memories_per_agent=max_memories_per_agent,
                              scheduler=RecallScheduler(per_agent=recalls_per_agent))

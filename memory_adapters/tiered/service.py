@@ -25,7 +25,7 @@ from memplane_core.turn_text import query_from
 
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.index import RecallAnswer, RecallQuery, visible_in
-from ..engine.schedule import Deadline, RecallScheduler, timely_recall
+from ..engine.schedule import Deadline, RecallScheduler, per_agent_from_env, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -49,7 +49,8 @@ class TieredMemory:
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
-        self.scheduler = RecallScheduler()  # fair recall slots; background work yields to recalls
+        # fair recall slots per agent; background work yields to recalls
+        self.scheduler = RecallScheduler(per_agent=per_agent_from_env())
 
     # -- lifecycle --
 
