@@ -229,3 +229,21 @@ async def test_a_per_agent_memory_cap_evicts_the_oldest_episodes_and_nothing_els
         _, old = await post(s, url_of(server) + "/recall", {"agent_id": "ann", "query": "day 3 row 3 of the orchard"})
     assert "row 3 of" not in str(old["memories"])
     assert len(server.app[EMBEDDED_SERVICE]._indexes["ann"]) == 50
+
+
+async def test_tiered_answers_by_words_before_its_deadline_too(tiered):
+    from memory_adapters.engine.dense import QueryBatcher
+    url, service = tiered
+    if service.embedder is None:
+        pytest.skip("embeddings are off in this environment")
+    embedder, encoder = slow_embedder(hold_s=30)
+    service.queries = QueryBatcher(embedder)  # the same model, stuck: as on a machine with no time for it
+    async with aiohttp.ClientSession() as s:
+        for i, t in enumerate(FACTS):
+            assert (await post(s, url + "/retain", {"agent_id": "ann", "entry": entry(f"hist1_{i}", t)}))[0] == 202
+        status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which pet did I adopt?",
+                                                      "deadline_ms": 80})
+        encoder.gate.set()
+    assert status == 200 and got["ranking"] == "lexical: deadline"
+    assert "Miso" in got["memories"][0]["text"]
+    service.queries.close()
