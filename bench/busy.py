@@ -131,10 +131,13 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         asked_s = time.perf_counter() - q_started
         load_samples.append(load_average())
         rankings: Counter = Counter()
+        ranking_latency: dict[str, list[float]] = {}
         for _, _, _, headers in asked:  # the turn's explanation says which ranking answered
             async with http.get(f"{px_url}/memplane/turns/{headers['X-Memplane-Turn-Id']}") as r:
                 doc = await r.json() if r.status == 200 else {}
-            rankings[doc.get("ranking") or doc.get("recall", {}).get("status", "?")] += 1
+            ranking = doc.get("ranking") or doc.get("recall", {}).get("status", "?")
+            rankings[ranking] += 1
+            ranking_latency.setdefault(ranking, []).append(float(doc.get("recall", {}).get("latency_ms") or 0))
         try:
             await asyncio.wait_for(watcher, 900)
         except asyncio.TimeoutError:
@@ -159,7 +162,9 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         results.append((q["category"], ok))
         per_conv.setdefault(conv["name"], []).append((q["category"], ok))
     return {"turns": turns, "questions": len(asked), "without_memories": without, "statuses": dict(statuses),
-            "rankings": dict(rankings), "recall_p50_ms": pct(latencies, 0.5), "recall_p99_ms": pct(latencies, 0.99),
+            "rankings": dict(rankings),
+            "latency_by_ranking_p50_p99": {k: [pct(v, 0.5), pct(v, 0.99)] for k, v in ranking_latency.items()},
+            "recall_p50_ms": pct(latencies, 0.5), "recall_p99_ms": pct(latencies, 0.99),
             "fed_s": round(fed_s, 1), "retained_s": round(retained_s, 1), "asked_s": round(asked_s, 1),
             "backlog_at_retained": backlog_at_retained,
             "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
@@ -181,6 +186,7 @@ async def main_async(args) -> None:
         for n_burners, in_flight in plan:
             name = f"{adapter}, {n_burners} busy, {in_flight} in flight"
             run_dir = tmp / f"{adapter}-{n_burners}-{in_flight}"
+            run_dir.mkdir(parents=True, exist_ok=True)
             if adapter == "embedded":
                 rows[name] = await run_one(convs, adapter, ["--data-dir", str(run_dir / "data")], n_burners,
                                            in_flight, args.ask_when, tmp, args.questions)
