@@ -31,7 +31,8 @@ LEXICAL_DEADLINE = "lexical: deadline"  # the query's vector was not ready in ti
 LEXICAL_ENCODER_FAILED = "lexical: encoder failed"
 FEWER_CANDIDATES = "; fewer candidates"
 NONE_BUSY = "none: agent busy"  # the agent's own earlier recalls held every slot until the deadline
-NONE_LOADING = "none: index loading"  # the agent's memories were still loading at the deadline
+NONE_LOADING = "none: index loading"
+STALE_INDEX = "; index reloading"  # served from the index a reload will replace (tiered)  # the agent's memories were still loading at the deadline
 
 
 PER_AGENT_ENV = "MEMPLANE_RECALLS_PER_AGENT"
@@ -189,15 +190,15 @@ def _consume(future: asyncio.Future) -> None:
         future.exception()
 
 
-async def within(awaitable: Any, deadline: Deadline) -> tuple[bool, Any]:
-    """(True, result) if `awaitable` finishes before the deadline, else (False, None) while it goes
-    on in the background (an index load another recall will use)."""
+async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tuple[bool, Any]:
+    """(True, result) if `awaitable` finishes `reserve` seconds before the deadline, else (False,
+    None) while it goes on in the background (an index load another recall will use)."""
     task = asyncio.ensure_future(awaitable)
     left = deadline.left()
     if left is None or task.done():
         return True, await task
     try:
-        async with asyncio.timeout(max(0.0, left)):
+        async with asyncio.timeout(max(0.0, left - reserve)):
             return True, await asyncio.shield(task)
     except TimeoutError:
         task.add_done_callback(_consume)
@@ -205,11 +206,12 @@ async def within(awaitable: Any, deadline: Deadline) -> tuple[bool, Any]:
 
 
 async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str, deadline: Deadline,
-                        indexes: Any, q: Any, visible: Any = None) -> Any:
+                        indexes: Any, q: Any, visible: Any = None, stale: Any = None) -> Any:
     """A recall that answers before its deadline with the best it has: a slot among the agent's
-    own recalls, the agent's index (`indexes()` → (own, shared); a cold load goes on for the next
-    recall), the query vector if ready in time, then the fused ranking — lexical alone, or with
-    fewer candidates, when time is short. Returns an `index.RecallAnswer` that says which."""
+    own recalls, the agent's index (`indexes()` → (own, shared); a load that cannot finish in time
+    goes on for the next recall, and `stale()` → (own, shared) | None serves the index it
+    replaces meanwhile), the query vector if ready in time, then the fused ranking — lexical alone,
+    or with fewer candidates, when time is short. Returns an `index.RecallAnswer` that says which."""
     from dataclasses import replace
 
     from .index import RecallAnswer, recall_with_shared
@@ -218,11 +220,16 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
     try:
         if not held:
             return RecallAnswer([], NONE_BUSY)
-        loaded, pair = await within(indexes(), deadline)
+        loaded, pair = await within(indexes(), deadline, scheduler.reserve())
+        suffix = ""
         if not loaded:
-            return RecallAnswer([], NONE_LOADING)
+            pair = stale() if stale is not None else None
+            if pair is None:
+                return RecallAnswer([], NONE_LOADING)
+            suffix = STALE_INDEX
         own, shared = pair
         vector, ranking = await scheduler.vector(queries, q.text, deadline)
+        ranking += suffix
         if own.vectors is None:
             vector, ranking = None, LEXICAL
         k = scheduler.candidates(deadline, q.candidates, len(own))

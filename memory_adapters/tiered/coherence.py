@@ -91,6 +91,10 @@ class CoherentIndexes:
             self._indexes[agent_id] = fresh
             return fresh
 
+    def current(self, agent_id: str) -> VersionedIndex | None:
+        """The agent's index as loaded, even if a reload is due: what a recall short of time uses."""
+        return self._indexes.get(agent_id)
+
     async def written(self, agent_id: str, put: list[StoredMemory], dropped: list[str]) -> None:
         """After a write reached both tiers: update our index and bump the agent's version."""
         idx = self._indexes.get(agent_id)

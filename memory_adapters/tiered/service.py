@@ -288,10 +288,17 @@ class TieredMemory:
             loaded[:] = [await self.indexes.get(req.agent_id, remote), await self.indexes.get(GLOBAL_AGENT, gremote)]
             return tuple(loaded)
 
+        def stale():
+            own, shared = self.indexes.current(req.agent_id), self.indexes.current(GLOBAL_AGENT)
+            if own is None:
+                return None
+            loaded[:] = [own, shared] if shared is not None else [own]
+            return own, shared
+
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
-                                     visible=visible_in(session_id, time.time()))
+                                     visible=visible_in(session_id, time.time()), stale=stale)
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]
