@@ -247,3 +247,21 @@ async def test_tiered_answers_by_words_before_its_deadline_too(tiered):
     assert status == 200 and got["ranking"] == "lexical: deadline"
     assert "Miso" in got["memories"][0]["text"]
     service.queries.close()
+
+
+async def test_a_stalled_moment_does_not_leave_later_recalls_without_memories(aiohttp_server, tmp_path):
+    """A ranking the machine stalled for a second (a burst of other work) must not make the
+    service think it never has time again: the next recalls still rank what they have."""
+    embedder, encoder = slow_embedder()
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+            {"entry": entry(f"hist1_{i}", t)} for i, t in enumerate(FACTS)]})
+        _, first = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which cat did I adopt?", "deadline_ms": 180})
+        assert first["memories"]
+        for _ in range(20):
+            server.app[EMBEDDED_SERVICE].scheduler.ranked(1.0)
+        for q in ["Where does my sister live?", "When does billing ship?"]:
+            status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": q, "deadline_ms": 180})
+            assert status == 200 and got["memories"] and not got["ranking"].startswith("none")

@@ -25,6 +25,7 @@ from typing import Any
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
 MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
+MAX_RESERVE_S = 0.04  # and at the most: one stalled ranking must not leave every later recall no time
 DENSE_LEXICAL = "dense+lexical"
 LEXICAL = "lexical"  # the service has no vectors (embeddings off)
 LEXICAL_DEADLINE = "lexical: deadline"  # the query's vector was not ready in time
@@ -129,10 +130,10 @@ class RecallScheduler:
 
     def reserve(self) -> float:
         """Time kept after waiting (for a slot, for the vector): ranking, packing and the reply."""
-        return MIN_RESERVE_S + 3 * self.rank_s
+        return min(MAX_RESERVE_S, MIN_RESERVE_S + 3 * self.rank_s)
 
     def ranked(self, seconds: float) -> None:
-        self.rank_s = 0.8 * self.rank_s + 0.2 * seconds
+        self.rank_s = 0.8 * self.rank_s + 0.2 * min(seconds, MAX_RESERVE_S)
 
     async def vector(self, queries: Any, text: str, deadline: Deadline) -> tuple[Any, str]:
         """The query's vector if it is ready in time, with the ranking that will answer."""
@@ -195,8 +196,11 @@ async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tu
     None) while it goes on in the background (an index load another recall will use)."""
     task = asyncio.ensure_future(awaitable)
     left = deadline.left()
-    if left is None or task.done():
+    if left is None:
         return True, await task
+    await asyncio.sleep(0)  # its first step: an index already loaded is ready now, whatever the time
+    if task.done():
+        return True, task.result()
     try:
         async with asyncio.timeout(max(0.0, left - reserve)):
             return True, await asyncio.shield(task)
