@@ -266,37 +266,3 @@ async def test_a_stalled_moment_does_not_leave_later_recalls_without_memories(ai
             status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": q, "deadline_ms": 180})
             assert status == 200 and got["memories"] and not got["ranking"].startswith("none")
 
-
-async def test_a_cold_agents_index_load_does_not_hold_other_agents_recalls(aiohttp_server, tmp_path, stack):
-    def app():
-        return build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
-                                  telemetry=Telemetry(make_logger(io.StringIO())))
-    server = await aiohttp_server(app())
-    async with aiohttp.ClientSession() as s:
-        for start in range(0, 12_000, 250):
-            await post(s, url_of(server) + "/retain/batch", {"agent_id": "big", "items": [
-                {"entry": entry(f"hist1_b{i}", f"log line {i}: the build on runner {i % 97} passed")}
-                for i in range(start, start + 250)]})
-        await post(s, url_of(server) + "/retain/batch", {"agent_id": "small", "items": [
-            {"entry": entry(f"hist1_s{i}", t)} for i, t in enumerate(FACTS)]})
-    await server.close()
-
-    server = await aiohttp_server(app())  # a restart: both agents' indexes are cold
-    url = url_of(server)
-    stack.add_agent("small", url)
-    async with aiohttp.ClientSession() as s:
-        # the small agent's index is loaded once (and the proxy has served it); then the big one
-        # starts loading from the file
-        await stack.openai("small").chat.completions.create(model="gpt-4o", messages=[
-            {"role": "user", "content": "good morning"}])
-        big = asyncio.create_task(post(s, url + "/recall", {"agent_id": "big", "query": "runner 12 build"}))
-        while not server.app[EMBEDDED_SERVICE]._loading.get("big"):
-            await asyncio.sleep(0.001)
-        answers = []
-        while not big.done():  # the small agent keeps asking for as long as the big one loads
-            raw = await stack.openai("small").chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=[{"role": "user", "content": f"Where does my sister live? ({len(answers)})"}])
-            answers.append((raw.headers["X-Memplane-Recall"], stack.provider.received[-1].memories_block or ""))
-        status, got = await big
-    assert answers and all(h.startswith("succeeded") and "Porto" in block for h, block in answers), answers
-    assert status == 200 and got["memories"]  # and the big agent's load finished for its own recall

@@ -35,7 +35,7 @@ from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
 
-LOAD_STEP = 500  # memories indexed between yields to the event loop while an agent loads
+LOAD_STEP = 100  # memories indexed between yields to the event loop while an agent loads (~10 ms)
 
 
 class EmbeddedMemory:

@@ -19,7 +19,7 @@ from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
 
 INDEX_MAX_AGE_S = 30.0
-LOAD_STEP = 500  # memories indexed between yields to the event loop
+LOAD_STEP = 100  # memories indexed between yields to the event loop (~10 ms)
 
 
 @dataclass
