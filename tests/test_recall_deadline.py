@@ -112,7 +112,9 @@ async def test_the_proxy_sends_its_deadline_and_the_turn_explains_which_ranking_
     embedder, encoder = slow_embedder(hold_s=30)
     server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
     url = url_of(server)
-    stack.add_agent("ann", url)
+    # a generous timeout, so a loaded test machine cannot make this late: without the deadline the
+    # stuck encoder would hold the recall past it; with it, words answer at ~600 ms
+    stack.add_agent("ann", url, recall={"path": "/recall", "timeout_ms": 1000})
     async with aiohttp.ClientSession() as s:
         await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
             {"entry": entry(f"hist1_{i}", t)} for i, t in enumerate(FACTS)]})
