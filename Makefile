@@ -7,17 +7,15 @@ STAMP := $(VENV)/.memplane-installed
 
 .PHONY: run test demo bench bench-quality clean
 
-# The embeddings extra needs torch: the CPU build is installed first so that pip never pulls a
-# multi-gigabyte GPU build for it; if it cannot be installed, memplane installs without the extra
-# (lexical recall only). MEMPLANE_EMBEDDINGS=off skips it on purpose.
-TORCH ?= torch==2.13.0
+# Dense recall needs no torch: the int8 MiniLM ships in memory_adapters/engine/model/ and runs on
+# onnxruntime (a core dependency). Rebuilding that graph is a maintainer's job: `pip install -e '.[export]'`.
+# --no-compile: Python compiles only the modules memplane imports, when it first imports them, instead
+# of pip compiling every file of every package (~115 MB of .pyc, most never used; bench/README.md).
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	if [ "$(MEMPLANE_EMBEDDINGS)" != off ] && $(BIN)/python -m pip install --quiet '$(TORCH)'; \
-	then extras=test,speed,embeddings; else extras=test,speed; fi; \
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$$extras]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,speed]"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -14,7 +14,7 @@ from typing import Any
 
 from memplane_core.private_files import private_dir, write_private
 
-from .models import DEFAULT_RECALL_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS
+from .models import DEFAULT_PLACEMENT, DEFAULT_RECALL_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS
 
 
 def token_digest(token: str) -> str:
@@ -47,7 +47,8 @@ def memory_manifest(service: str, base_url: str, *, recall: bool = True, retain:
                     forget: bool = True, recall_timeout_ms: int = DEFAULT_RECALL_TIMEOUT_MS,
                     write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS, auth_token: str | None = None,
                     paths: dict[str, str] | None = None,
-                    retain_batch_path: str | None = None) -> dict[str, Any]:
+                    retain_batch_path: str | None = None, placement: str = DEFAULT_PLACEMENT) -> dict[str, Any]:
+    """A memory.json; new agents get the cache-keeping placement written out (`trailing`)."""
     paths = paths or {}
     doc: dict[str, Any] = {"version": 1, "service": service, "base_url": base_url.rstrip("/")}
     if recall:
@@ -60,6 +61,8 @@ def memory_manifest(service: str, base_url: str, *, recall: bool = True, retain:
         doc["forget"] = {"path": paths.get("forget", "/forget"), "timeout_ms": write_timeout_ms}
     if auth_token:
         doc["auth"] = {"type": "bearer", "token": auth_token}
+    if recall:
+        doc["placement"] = placement
     return doc
 
 

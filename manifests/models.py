@@ -13,6 +13,11 @@ from memplane_core.contract import (
 )
 
 
+# After everything the client sent: the prefix a provider cached stays byte-identical (CONTRACT §5).
+DEFAULT_PLACEMENT = "trailing"
+PLACEMENTS = ("trailing", "system", "latest", "search_results")
+
+
 @dataclass(frozen=True)
 class Endpoint:
     path: str
@@ -30,7 +35,7 @@ class MemoryManifest:
     auth_token: str | None = None
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
     max_blocks: int = DEFAULT_MAX_BLOCKS
-    placement: str = "system"
+    placement: str = DEFAULT_PLACEMENT
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "MemoryManifest":
@@ -50,7 +55,7 @@ class MemoryManifest:
             auth_token=auth.get("token") if auth.get("type", "bearer") == "bearer" else None,
             budget_tokens=int(doc.get("budget_tokens", DEFAULT_BUDGET_TOKENS)),
             max_blocks=int(doc.get("max_blocks", DEFAULT_MAX_BLOCKS)),
-            placement=doc.get("placement", "system"),
+            placement=doc.get("placement", DEFAULT_PLACEMENT),
         )
 
     def url(self, endpoint: Endpoint) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from memplane_core.ids import AGENT_ID_PATTERN
+from memplane_core.ids import AGENT_ID_SCHEMA_PATTERN
 
 
 class ManifestError(ValueError):
@@ -31,7 +31,7 @@ def _validator(name: str) -> Draft202012Validator:
     schema = json.loads(text)
     agent_id = schema.get("properties", {}).get("agent_id")
     if agent_id is not None:  # the rule lives once, in memplane_core.ids
-        agent_id["pattern"] = AGENT_ID_PATTERN
+        agent_id["pattern"] = AGENT_ID_SCHEMA_PATTERN
     return Draft202012Validator(schema)
 
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memplane_core.ids import AGENT_ID_PATTERN
+from memplane_core.instants import Instant, OutOfRange, parse_instant
 
 from .engine.record import GLOBAL_AGENT, StoredMemory
 from .server import CALLER_AGENT, CALLER_GRANTS, json_error, parse
@@ -47,13 +48,14 @@ class StoreBody(BaseModel):
     session_id: str | None = None
     key: str = Field(min_length=1, max_length=256)
     value: str = Field(min_length=1, max_length=65536)
-    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint"] = "fact"
+    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     ttl: int | str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # restoring an export (`memplane memory import`): when it was said and made, and from which turns
-    said_at: datetime | None = None
-    created_at: datetime | None = None
+    # times out of range (say 0001-01-01T00:00:00+14:00) are refused here, naming the field
+    said_at: Instant | None = None
+    created_at: Instant | None = None
     source_entry_ids: list[str] = Field(default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
@@ -69,11 +71,10 @@ class StoreBody(BaseModel):
             raise ValueError(f"ttl seconds must be from 1 to {MAX_TTL_S}")
         if isinstance(v, str):
             try:
-                when = datetime.fromisoformat(v.replace("Z", "+00:00"))
-                if when.tzinfo is None:
-                    when = when.replace(tzinfo=timezone.utc)
-                when.timestamp()
-            except (ValueError, OverflowError, OSError):
+                parse_instant(v)
+            except OutOfRange as exc:
+                raise ValueError(f"ttl: {exc}") from None
+            except ValueError:
                 raise ValueError("ttl must be seconds or an RFC 3339 time") from None
         return v
 
@@ -82,7 +83,7 @@ class StoreBody(BaseModel):
             return None
         if isinstance(self.ttl, int):
             return time.time() + self.ttl
-        return datetime.fromisoformat(self.ttl.replace("Z", "+00:00")).timestamp()
+        return parse_instant(self.ttl).timestamp()
 
 
 class SearchBody(BaseModel):

@@ -29,6 +29,13 @@ from memplane_core.contract import (
     RetainBatchRequest,
     RetainRequest,
 )
+from memplane_core.local_trust import (
+    HOST_REFUSED_STATUS,
+    cross_site,
+    is_json_content_type,
+    is_loopback_host,
+    is_loopback_ip,
+)
 
 from .admission import DEFAULT_MAX_RETAINS_IN_FLIGHT, RETRY_AFTER_S, RetainAdmission
 
@@ -81,6 +88,39 @@ def json_error(status: int, message: str, field: str | None = None, *,
         body["error"]["field"] = field
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def local_guard(tokenless: bool):
+    """Loopback is not an identity (DESIGN.md, "Local defaults"): web pages in the operator's
+    browser are loopback callers too. Refused before auth or parsing: a request a browser made
+    for another site (403), a tokenless service reached under a name that is not loopback's
+    (421: DNS rebinding), and a body that is not `application/json` (415: a cross-site form or
+    `text/plain` fetch needs no CORS preflight)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        host = request.headers.get("Host")
+        if tokenless and is_loopback_ip(request.remote) and not is_loopback_host(host):
+            return json_error(HOST_REFUSED_STATUS, "this service answers loopback callers only under a loopback "
+                                                   "name (localhost, 127.0.0.1, [::1]); set a token to serve others",
+                              "Host")
+        why = cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"), host)
+        if why is not None:
+            return json_error(403, f"cross-site browser requests are refused ({why})", "Origin")
+        if request.method in BODY_METHODS and not is_json_content_type(request.headers.get("Content-Type")):
+            return json_error(415, "the body must be sent as Content-Type: application/json", "Content-Type")
+        return await handler(request)
+
+    return middleware
+
+
+def public_health(doc: dict[str, Any]) -> dict[str, Any]:
+    """`/health` answers without auth: no file paths or URLs (a path tells where the memories live)."""
+    return {k: v for k, v in doc.items()
+            if k != "data_dir" and not (isinstance(v, str) and ("/" in v or "\\" in v))}
 
 
 def bearer_auth(token: str | None, agent_tokens: dict[str, AgentToken | str] | None = None):
@@ -147,6 +187,8 @@ class AdapterMetrics:
         memories.set_function(lambda: float(getattr(backend, "loaded_memories", lambda: 0)()))
         queue = Gauge("memplane_adapter_ingest_queue_depth", "Memories waiting for their embedding.", registry=r)
         queue.set_function(lambda: float(getattr(backend, "embedding_backlog", 0) or 0))
+        for collector in getattr(backend, "metric_collectors", ()):  # e.g. the curator's (engine/curator/metrics.py)
+            r.register(collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -155,14 +197,15 @@ class AdapterMetrics:
 def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, token: str | None = None,
                       agent_tokens: dict[str, AgentToken | str] | None = None,
                       max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
-    app = web.Application(middlewares=[bearer_auth(token, agent_tokens)], client_max_size=32 * 1024 * 1024)
+    app = web.Application(middlewares=[local_guard(not token and not agent_tokens), bearer_auth(token, agent_tokens)],
+                          client_max_size=32 * 1024 * 1024)
     metrics = AdapterMetrics(backend)
     admission = RetainAdmission(max_retains_in_flight)
 
     def busy() -> web.Response:
         metrics.retains.labels("busy").inc()
-        return json_error(503, f"memory service is busy ({admission.limit} retains in hand); "
-                               f"retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S)
+        return json_error(503, f"memory service is busy ({admission.limit} retains in hand, shared fairly "
+                               f"between agents); retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S)
 
     async def recall(request: web.Request) -> web.Response:
         req = await parse(request, RecallRequest)
@@ -175,7 +218,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
-        with admission.slot() as admitted:
+        with admission.slot(req.agent_id) as admitted:
             if not admitted:
                 return busy()
             outcome = await backend.retain(req)
@@ -188,7 +231,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         while the rest go on. A backend failure fails the whole call, which callers retry
         (retain is idempotent by entry id)."""
         batch = await parse(request, RetainBatchRequest)
-        with admission.slot() as admitted:
+        with admission.slot(batch.agent_id) as admitted:
             return await retain_items(batch) if admitted else busy()
 
     async def retain_items(batch: RetainBatchRequest) -> web.Response:
@@ -225,7 +268,7 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         return web.Response(status=204)
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response(await backend.health())
+        return web.json_response(public_health(await backend.health()))
 
     async def describe(request: web.Request) -> web.Response:
         return web.json_response(descriptor)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, with_config
+from typing_extensions import TypedDict
 
 from .ids import AGENT_ID_PATTERN
+from .instants import OutOfRange, parse_instant
 
 # The contract's defaults (CONTRACT §2, §5): what a manifest or a recall body that says nothing means.
 DEFAULT_RECALL_TIMEOUT_MS = 300
 DEFAULT_WRITE_TIMEOUT_MS = 2000  # retain and forget
 DEFAULT_BUDGET_TOKENS = 3000
 DEFAULT_MAX_BLOCKS = 8
+# memplane's services refuse a forget naming more entries (400): one call's cost stays bounded,
+# and the CLI splits larger requests into calls of at most this many.
+MAX_FORGET_IDS = 1000
 
 
 class _Body(BaseModel):
@@ -46,11 +51,32 @@ class RecalledMemory(BaseModel):
     id: str | None = None
 
 
+def _entry_time(ts: Any) -> Any:
+    """A ledger stamp out of range is refused; one that does not read as a time is left to the
+    service, which uses the time of receipt (as before)."""
+    if isinstance(ts, str):
+        try:
+            parse_instant(ts)
+        except OutOfRange:
+            raise
+        except ValueError:
+            pass
+    return ts
+
+
+@with_config(ConfigDict(extra="allow"))
+class RetainEntry(TypedDict, total=False):
+    """A ledger entry (CONTRACT §6): the rest is kept as sent (the model gives a plain dict), and
+    a time out of range is a 400 naming `entry.ts`."""
+
+    ts: Annotated[Any, AfterValidator(_entry_time)]
+
+
 class RetainRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    entry: dict[str, Any]
+    entry: RetainEntry
 
     @field_validator("entry")
     @classmethod
@@ -73,7 +99,7 @@ class RetainBatchRequest(_Body):
 class ForgetRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
-    entry_ids: list[str] = Field(min_length=1)
+    entry_ids: list[str] = Field(min_length=1, max_length=MAX_FORGET_IDS)
     reason: str = ""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 
 def text_of(content: Any, part_types: tuple[str, ...] = ("text", "input_text")) -> str:
     """The plain text of a message's content: a string or a list of typed parts.
@@ -50,18 +52,116 @@ def query_from(messages: list[Any]) -> str:
 
 
 
-def user_text(entry: dict[str, Any]) -> str:
-    """The newest user turn's text (what the user said in this turn)."""
+def _request_messages(entry: dict[str, Any]) -> list[Any]:
     req = entry.get("request_original") or {}
     if not isinstance(req, dict):
-        return ""
+        return []
     if isinstance(req.get("input"), str):
-        return req["input"]
+        return [{"role": "user", "content": req["input"]}]
     messages = req.get("messages") if isinstance(req.get("messages"), list) else req.get("input")
-    if not isinstance(messages, list):
-        return ""
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def user_text(entry: dict[str, Any]) -> str:
+    """The newest user turn's text (what the user said in this turn). A call that continues a turn
+    with tool outputs only (a Responses chain step) has the question the proxy noted for it."""
+    messages = _request_messages(entry)
     i = latest_user_index(messages, skip_tool_results=True)
-    return text_of(messages[i].get("content")).strip() if i is not None else ""
+    if i is not None:
+        return text_of(messages[i].get("content")).strip()
+    noted = entry.get("turn_question")
+    return noted.strip() if isinstance(noted, str) else ""
+
+
+def calls_tools(entry: dict[str, Any]) -> bool:
+    """The answer asks for tool calls: an intermediate step of a tool loop, not the turn's answer."""
+    resp = entry.get("response") or {}
+    if not isinstance(resp, dict):
+        return False
+    if resp.get("tool_calls"):
+        return True
+    doc = resp.get("json")
+    if not isinstance(doc, dict):
+        return False
+    if isinstance(doc.get("choices"), list) and doc["choices"]:
+        choice = doc["choices"][0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        return bool(isinstance(message, dict) and message.get("tool_calls"))
+    for key, kinds in (("content", ("tool_use", "server_tool_use")),
+                       ("output", ("function_call", "custom_tool_call", "local_shell_call", "computer_call"))):
+        if isinstance(doc.get(key), list) and any(isinstance(b, dict) and b.get("type") in kinds for b in doc[key]):
+            return True
+    return False
+
+
+TOOL_STEP_CHARS = 160
+TOOL_STEPS = 6
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return text_of(content, ("text", "input_text", "output_text"))
+    return ""
+
+
+def tool_steps(entry: dict[str, Any]) -> list[str]:
+    """What the turn's tool loop did, compactly: `name(arguments) → result`, after the question.
+
+    The final step of a loop sends the whole loop (Chat Completions, Messages, Responses with full
+    input), so its entry alone can carry the turn; a Responses chain step has only the outputs.
+    """
+    messages = _request_messages(entry)
+    i = latest_user_index(messages, skip_tool_results=True)
+    calls: dict[str, str] = {}
+    results: dict[str, str] = {}
+    order: list[str] = []
+    for m in messages[(i + 1) if i is not None else 0:]:
+        kind, role = m.get("type"), m.get("role")
+        if role == "assistant":
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    fn = call.get("function") or {}
+                    calls[str(call.get("id"))] = f"{fn.get('name')}({fn.get('arguments') or ''})"
+                    order.append(str(call.get("id")))
+            for block in m.get("content") if isinstance(m.get("content"), list) else ():
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    calls[str(block.get("id"))] = f"{block.get('name')}({_compact_json(block.get('input'))})"
+                    order.append(str(block.get("id")))
+        elif role == "tool":
+            results[str(m.get("tool_call_id"))] = _result_text(m.get("content"))
+        elif role == "user" and isinstance(m.get("content"), list):
+            for block in m["content"]:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    results[str(block.get("tool_use_id"))] = _result_text(block.get("content"))
+        elif kind == "function_call":
+            calls[str(m.get("call_id"))] = f"{m.get('name')}({m.get('arguments') or ''})"
+            order.append(str(m.get("call_id")))
+        elif kind == "function_call_output":
+            results[str(m.get("call_id"))] = _result_text(m.get("output"))
+            if str(m.get("call_id")) not in calls:
+                order.append(str(m.get("call_id")))
+    steps = []
+    for cid in order[-TOOL_STEPS:]:
+        call = calls.get(cid, "tool")
+        result = results.get(cid, "")
+        steps.append(_clip(f"{call} → {result}" if result else call, TOOL_STEP_CHARS))
+    return steps
+
+
+def _compact_json(value: Any) -> str:
+    if value is None:
+        return ""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except orjson.JSONEncodeError:
+        return str(value)
 
 
 def assistant_text(entry: dict[str, Any]) -> str:
@@ -74,8 +174,9 @@ def assistant_text(entry: dict[str, Any]) -> str:
     if not isinstance(doc, dict):
         return ""
     if isinstance(doc.get("choices"), list) and doc["choices"]:
-        message = (doc["choices"][0] or {}).get("message") or {}
-        return text_of(message.get("content"))
+        choice = doc["choices"][0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        return text_of(message.get("content")) if isinstance(message, dict) else ""
     if isinstance(doc.get("content"), list):
         return text_of(doc["content"])
     if isinstance(doc.get("output"), list):

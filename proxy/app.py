@@ -37,7 +37,7 @@ async def errors_middleware(request: web.Request, handler):
     """Every failure leaves as a JSON error in the caller's provider dialect, never a traceback.
 
     A path that could be read two ways is refused here, before routing or authentication."""
-    dialect = dialect_for_path(request.path)
+    dialect = dialect_for_path(request.path, request.headers)
     try:
         check_raw_path(request.raw_path)
         return await handler(request)
@@ -78,7 +78,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         state.telemetry.request(agent_id=ctx.agent_id, path=path, method=request.method, status_code=404,
                                 passthrough=True, refused="not on the pass-through allow-list")
         raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
-    provider = provider_for_path(path)
+    provider = provider_for_path(path, request.headers)
     rel = path if provider == "anthropic" else path[len("/v1"):]
     body = await request.read()
     if body and request.content_type == "application/json":

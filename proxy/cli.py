@@ -23,6 +23,7 @@ from .config import (
     DEFAULT_OPENAI_BASE_URL,
     ProxySettings,
     default,
+    operator_openai_ids,
 )
 from .routing import DEFAULT_PASSTHROUGH, parse_allow_list
 
@@ -94,6 +95,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
         passthrough=passthrough, admin_token=admin_token,
+        **operator_openai_ids(dict(os.environ)),
     )
     try:
         Redactor.from_file(redaction_rules)
@@ -104,6 +106,19 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
     app = build_app(settings)
     click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, history {history_root})", err=True)
     runner.run(runner.serve([runner.Site(app, host, port, "proxy")], grace_s=shutdown_grace))
+
+
+def _curator_options(fn):
+    """The LLM curator's flags (off unless a base URL and a model are given; docs/DESIGN.md, "Curator")."""
+    fn = click.option("--curator-model", default=None, envvar="MEMPLANE_CURATOR_MODEL",
+                      help="Model the curator asks (turns the curator on, with --curator-base-url).")(fn)
+    return click.option("--curator-base-url", default=None, envvar="MEMPLANE_CURATOR_BASE_URL",
+                        help="OpenAI-compatible /v1 URL for the optional LLM curator (key: MEMPLANE_CURATOR_API_KEY).")(fn)
+
+
+def _curator_settings(base_url: str | None, model: str | None):
+    from memory_adapters.engine.curator import CuratorSettings
+    return CuratorSettings.from_env(base_url=base_url, model=model)
 
 
 @main.group()
@@ -138,9 +153,12 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
 @click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
 @click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=DEFAULT_MAX_RETAINS_IN_FLIGHT,
               show_default=True, envvar="MEMPLANE_MAX_RETAINS_IN_FLIGHT",
-              help="Retain calls worked on at once; the next is answered 503 with Retry-After.")
+              help="Retain calls worked on at once, shared fairly between agents (one holds at most half, "
+                   "or its share when more are busy); the next is answered 503 with Retry-After.")
+@_curator_options
 def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
-                     redaction_rules: Path | None, max_retains_in_flight: int) -> None:
+                     redaction_rules: Path | None, max_retains_in_flight: int, curator_base_url: str | None,
+                     curator_model: str | None) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.server import load_agent_tokens
@@ -150,12 +168,13 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
     try:
         redactor = Redactor.from_file(redaction_rules) if redaction_rules else Redactor()
         tokens = load_agent_tokens(agent_tokens)
+        curator = _curator_settings(curator_base_url, curator_model)
     except (RedactionConfigError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _warn_if_open(host, token or tokens)
     click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
     app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens,
-                             max_retains_in_flight=max_retains_in_flight)
+                             max_retains_in_flight=max_retains_in_flight, curator=curator)
     runner.run(runner.serve([runner.Site(app, host, port)]))
 
 
@@ -171,8 +190,10 @@ def _warn_if_open(host: str, auth) -> None:
 @click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="MEMPLANE_REDIS_URL")
 @click.option("--mongo-url", default="mongodb://127.0.0.1:27017/memplane", show_default=True,
               envvar="MEMPLANE_MONGO_URL")
+@_curator_options
 @click.pass_context
-def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str) -> None:
+def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
+                   curator_base_url: str | None, curator_model: str | None) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
     from memory_adapters.tiered.config import TieredSettings
 
@@ -182,8 +203,12 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
         return
     from memory_adapters.tiered.app import build_tiered_app
 
+    try:
+        curator = _curator_settings(curator_base_url, curator_model)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
-    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES"))), host, port)]))
+    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")), curator=curator), host, port)]))
 
 
 @adapter_tiered.command("consolidate")

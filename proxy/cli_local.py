@@ -15,7 +15,7 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
 
 from . import runner
-from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings
+from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings, operator_openai_ids
 
 
 @click.command()
@@ -25,7 +25,9 @@ from .config import DEFAULT_HOME, DEFAULT_OPENAI_BASE_URL, ProxySettings
 @click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
 @click.option("--adapter-port", default=8081, show_default=True, type=int, envvar="MEMPLANE_ADAPTER_PORT")
 @click.option("--agent", "agent_id", default="default", show_default=True, help="The agent created on first run.")
-def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> None:
+@click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN",
+              help="Opens /metrics and the inspector (/memplane/ui/) with this token; unset = loopback only.")
+def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin_token: str | None) -> None:
     """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
     from memory_adapters.embedded.app import build_embedded_app
     from memplane_core.redact import Redactor
@@ -45,6 +47,8 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
         openai_api_key=os.environ.get("OPENAI_API_KEY"),
         anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"),
+        admin_token=admin_token or None,
+        **operator_openai_ids(dict(os.environ)),
     )
 
     def ready(ports: list[int]) -> None:
@@ -58,6 +62,9 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str) -> No
             click.echo(f"agent '{agent_id}': token in {context_root / agent_id / 'token'}", err=True)
         click.echo(f"point your agent here:  OPENAI_BASE_URL=http://{host}:{ports[0]}/v1  "
                    f"OPENAI_API_KEY=<the token>", err=True)
+        click.echo(f"inspector: http://{host}:{ports[0]}/memplane/ui/ "
+                   f"({'log in with MEMPLANE_ADMIN_TOKEN' if admin_token else 'loopback only, no token set'})",
+                   err=True)
 
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
              runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry()),

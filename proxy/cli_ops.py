@@ -193,7 +193,7 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
     import urllib.error
     import urllib.request
 
-    from .explain import render_text
+    from .explain import json_terminal_safe, render_text, terminal_safe
 
     req = urllib.request.Request(f"{url.rstrip('/')}/memplane/turns/{turn_id}",
                                  headers={"Authorization": f"Bearer {admin_token}"} if admin_token else {})
@@ -205,10 +205,11 @@ def explain_cmd(turn_id: str, url: str, admin_token: str | None, as_json: bool) 
             message = orjson.loads(exc.read())["error"]["message"]
         except Exception:
             message = exc.reason
-        raise click.ClickException(f"{exc.code}: {message}") from None
+        raise click.ClickException(terminal_safe(f"{exc.code}: {message}")) from None
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() if as_json else render_text(doc))
+    click.echo(json_terminal_safe(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()) if as_json
+               else render_text(doc))
 
 
 def _rest_target(service: str, url: str | None, token: str | None, context_root: Path, agent: str):
@@ -281,42 +282,82 @@ def export_cmd(service: str, agent: str, out: Path | None, url: str | None, auth
 @click.option("--agent", "agent", required=True, help="The agent the memories belong to.")
 @click.option("--url", default=None, help="The service's base URL (default: from the agent's memory.json).")
 @click.option("--auth-token", default=None, help="Bearer token for the service's REST API.")
+@click.option("--allow-global", is_flag=True, default=False,
+              help="Also restore `scope: global` lines as shared memories (every agent reads them); "
+                   "without it they are refused and reported.")
 @CONTEXT_ROOT
 def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token: str | None,
-               context_root: Path) -> None:
+               allow_global: bool, context_root: Path) -> None:
     """Restore exported memories into any store with the REST API; importing twice changes nothing
-    (memories are upserted by key)."""
+    (memories are upserted by key). An import stays inside its agent: a global line needs
+    --allow-global. A line that cannot be restored is reported as `line n: …` and the import goes
+    on with the next; the exit status is 1 when any line was not imported."""
     import urllib.error
     import urllib.request
 
     base, headers = _rest_target(service, url, auth_token, context_root, agent)
-    done = failed = 0
+    done = skipped = 0
     for n, raw in enumerate(file.read_bytes().splitlines(), 1):
         if not raw.strip():
             continue
-        try:
-            m = orjson.loads(raw)
-            body = {k: m[k] for k in ("key", "scope", "type", "value", "importance", "metadata", "source_entry_ids",
-                                      "said_at", "created_at") if m.get(k) is not None}
-        except (orjson.JSONDecodeError, TypeError, KeyError):
-            click.echo(f"line {n}: not an exported memory; skipped", err=True)
-            failed += 1
+        body, problem = _import_body(raw, agent, allow_global)
+        if problem:
+            click.echo(f"line {n}: {problem}; skipped", err=True)
+            skipped += 1
             continue
-        body["agent_id"] = agent
-        if m.get("scope") == "session":
-            body["session_id"] = m.get("session_id")
-        if m.get("expires_at"):
-            body["ttl"] = m["expires_at"]
         req = urllib.request.Request(f"{base}/api/memories", data=orjson.dumps(body), method="POST",
                                      headers={**headers, "Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=30):
                 done += 1
         except urllib.error.HTTPError as exc:
-            click.echo(f"line {n}: refused ({exc.code}): {exc.read()[:200].decode('utf-8', 'replace')}", err=True)
-            failed += 1
+            click.echo(f"line {n}: refused ({exc.code}): {_error_text(exc.read())}; skipped", err=True)
+            skipped += 1
         except (urllib.error.URLError, OSError) as exc:
+            click.echo(f"imported {done} memories into {service} for {agent}; {skipped} skipped", err=True)
             raise click.ClickException(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
-    click.echo(f"imported {done} memories into {service} for {agent}; {failed} skipped", err=True)
-    if failed:
+    click.echo(f"imported {done} memories into {service} for {agent}; {skipped} skipped", err=True)
+    if skipped:
         sys.exit(1)
+
+
+IMPORT_FIELDS = ("key", "scope", "type", "value", "importance", "metadata", "source_entry_ids", "said_at",
+                 "created_at")
+
+
+def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str | None]:
+    """The REST body for one exported line, checked with the REST API's own model (so a bad date or
+    a missing value is named before anything is sent); or what is wrong with the line."""
+    from pydantic import ValidationError
+
+    from memory_adapters.rest_api import StoreBody
+
+    try:
+        m = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}, "not JSON"
+    if not isinstance(m, dict):
+        return {}, f"not an exported memory (a JSON {type(m).__name__}, not an object)"
+    if m.get("scope") == "global" and not allow_global:
+        return {}, "scope 'global' is shared by every agent; pass --allow-global to restore it"
+    body = {k: m[k] for k in IMPORT_FIELDS if m.get(k) is not None}
+    body["agent_id"] = agent  # always the agent named on the command line, whatever the line says
+    if m.get("scope") == "session":
+        body["session_id"] = m.get("session_id")
+    if m.get("expires_at"):
+        body["ttl"] = m["expires_at"]
+    try:
+        StoreBody.model_validate(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        return {}, f"{field}: {err['msg']}"
+    return body, None
+
+
+def _error_text(raw: bytes) -> str:
+    """A service's error message (`{"error": {"message": …}}`), else the start of its answer."""
+    try:
+        return str(orjson.loads(raw)["error"]["message"])[:300]
+    except Exception:
+        return raw[:200].decode("utf-8", "replace")

@@ -19,6 +19,8 @@ class ProxySettings:
     history_root: Path
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
     openai_api_key: str | None = None
+    openai_organization: str | None = None  # the operator's, sent with the operator's key (never the agent's)
+    openai_project: str | None = None
     anthropic_base_url: str = DEFAULT_ANTHROPIC_BASE_URL
     anthropic_api_key: str | None = None
     max_body_bytes: int = 10 * 1024 * 1024
@@ -39,6 +41,13 @@ class ProxySettings:
         self.history_root = Path(self.history_root)
         self.openai_base_url = self.openai_base_url.rstrip("/")
         self.anthropic_base_url = self.anthropic_base_url.rstrip("/")
+
+
+def operator_openai_ids(env: dict[str, str]) -> dict[str, str | None]:
+    """The operator's OpenAI organisation and project, from `MEMPLANE_OPENAI_ORGANIZATION` /
+    `MEMPLANE_OPENAI_PROJECT` or the openai SDK's own `OPENAI_ORG_ID` / `OPENAI_PROJECT_ID`."""
+    return {"openai_organization": env.get("MEMPLANE_OPENAI_ORGANIZATION") or env.get("OPENAI_ORG_ID") or None,
+            "openai_project": env.get("MEMPLANE_OPENAI_PROJECT") or env.get("OPENAI_PROJECT_ID") or None}
 
 
 def default(name: str):

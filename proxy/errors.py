@@ -41,20 +41,25 @@ class ProxyError(Exception):
     """Raised anywhere in request handling; rendered in the caller's dialect."""
 
     def __init__(self, status: int, message: str, *, code: str | None = None,
-                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 param: str | None = None, headers: dict[str, str] | None = None,
+                 details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.param = param
         self.headers = headers or {}
+        self.details = details  # Anthropic's machine-readable `error.details` (e.g. thread_not_found)
 
 
 def error_body(dialect: Dialect, status: int, message: str, *, code: str | None = None,
-               param: str | None = None) -> bytes:
+               param: str | None = None, details: dict[str, object] | None = None) -> bytes:
     if dialect is Dialect.ANTHROPIC:
         kind = _ANTHROPIC_TYPES.get(status, "api_error")
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+        error: dict[str, object] = {"type": kind, "message": message}
+        if details:
+            error["details"] = details
+        return orjson.dumps({"type": "error", "error": error})
     kind = _OPENAI_TYPES.get(status, "api_error")
     return orjson.dumps(
         {"error": {"message": message, "type": kind, "param": param, "code": code}}
@@ -64,7 +69,7 @@ def error_body(dialect: Dialect, status: int, message: str, *, code: str | None 
 def error_response(dialect: Dialect, err: ProxyError) -> web.Response:
     return web.Response(
         status=err.status,
-        body=error_body(dialect, err.status, err.message, code=err.code, param=err.param),
+        body=error_body(dialect, err.status, err.message, code=err.code, param=err.param, details=err.details),
         content_type="application/json",
         headers=err.headers,
     )

@@ -58,8 +58,25 @@ def explanation(state: Any, turn_id: str) -> dict[str, Any] | None:
     return doc
 
 
+# C0 and C1 controls, DEL included; kept: tab and newline. An agent's words reach the terminal
+# through explanations: ESC/CSI/OSC would let them retitle it or write the clipboard (OSC 52).
+_CONTROLS = {c: None for c in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+_CONTROL_ESCAPES = {c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)}
+
+
+def terminal_safe(text: str) -> str:
+    """Text for a terminal: control characters dropped (tab and newline kept)."""
+    return text.translate(_CONTROLS)
+
+
+def json_terminal_safe(json_text: str) -> str:
+    """JSON for a terminal: C0 controls are already escaped by the encoder; DEL and C1 get `\\u00XX`
+    too (only string contents can hold them, so the JSON stays valid and equal)."""
+    return json_text.translate(_CONTROL_ESCAPES)
+
+
 def render_text(doc: dict[str, Any]) -> str:
-    """The explanation for people (what `memplane explain` prints)."""
+    """The explanation for people (what `memplane explain` prints), safe to print to a terminal."""
     lines = [f"turn {doc['turn_id']}  agent {doc['agent_id']}  {doc['ts']}  {doc['format']}",
              f"recall: {doc['recall']['status']}  latency {doc['recall'].get('latency_ms', 0):.1f} ms"
              f"  service {doc.get('service') or '-'}" + (f"  ranking {doc['ranking']}" if doc.get("ranking") else "")]
@@ -74,4 +91,4 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"injected ({doc.get('placement')}):")
         lines += ["  " + ln for ln in doc["block"].splitlines()]
     lines.append(f"ledger entry: {doc.get('entry_id') or '-'}  retain: {doc.get('retain_state', '-')}")
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))

@@ -5,6 +5,7 @@ Text and attributes are escaped so a memory can never close the block or forge a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from xml.sax.saxutils import escape
 
 from .recall_policy import InjectedMemory
@@ -31,3 +32,40 @@ def render_block(service: str, memories: list[InjectedMemory]) -> str:
     lines.extend(render_memory(m) for m in memories)
     lines.append("</memories>")
     return "\n".join(lines)
+
+
+def _is_header(line: str) -> bool:
+    """A date line such as `[2026-11-20]` files what follows; it is not a statement of its own."""
+    return line.startswith("[") and line.endswith("]") and len(line) <= 64
+
+
+def drop_repeated_lines(memories: list[InjectedMemory]) -> tuple[list[InjectedMemory], int]:
+    """The memories with every line already said earlier in the block left out; a memory left with
+    nothing to say is dropped. Returns them and how many lines were dropped.
+
+    A service may send the same turn in two blocks (as a hit and as another hit's neighbour); the
+    model gains nothing from reading it twice and the budget pays for it.
+    """
+    seen: set[str] = set()
+    out: list[InjectedMemory] = []
+    dropped = 0
+    for m in memories:
+        kept: list[str] = []
+        for line in m.text.split("\n"):
+            norm = " ".join(line.split()).casefold()
+            if norm and not _is_header(norm) and norm in seen:
+                dropped += 1
+                continue
+            if norm and not _is_header(norm):
+                seen.add(norm)
+            kept.append(line)
+        while kept and (not kept[-1].strip() or _is_header(kept[-1].strip())):
+            kept.pop()  # a date line, or a blank, with nothing left under it
+        lines = [ln for n, ln in enumerate(kept)
+                 if not (_is_header(ln.strip()) and (n + 1 == len(kept) or _is_header(kept[n + 1].strip())
+                                                     or not kept[n + 1].strip()))]
+        text = "\n".join(lines).strip()
+        if not any(ln.strip() and not _is_header(ln.strip()) for ln in lines):
+            continue
+        out.append(m if text == m.text else replace(m, text=text))
+    return out, dropped

@@ -13,13 +13,14 @@ import aiohttp
 import orjson
 
 from manifests.models import MemoryManifest
+from memplane_core.contract import MAX_FORGET_IDS
 from memplane_core.ids import is_agent_id
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from .context_store import ContextStore
 from .ledger import Ledger, append_tombstones, read_tombstones
-from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job
+from .retain import RetainJob, RetryableRetainError, post_retain, scrub_job_async
 from .retain_files import read_dead_letters
 from .transport_errors import TransportError, transport_errors
 
@@ -91,19 +92,25 @@ async def remote_forget(session: aiohttp.ClientSession, telemetry: Telemetry, ma
         return "no memory.json for this agent; tombstone recorded locally only"
     if manifest.forget is None:
         return "service declares no forget endpoint; tombstone recorded locally only"
-    body = {"agent_id": agent_id, "pod": pod, "entry_ids": entry_ids, "reason": reason}
     started = time.perf_counter()
     status_code = None
-    try:
-        with transport_errors():
-            async with session.post(manifest.url(manifest.forget), data=orjson.dumps(body),
-                                    headers={**manifest.headers(), "Content-Type": "application/json"},
-                                    timeout=aiohttp.ClientTimeout(total=manifest.forget.timeout_ms / 1000)) as resp:
-                status_code = resp.status
-                await resp.read()
-        result = "ok" if 200 <= status_code < 300 else f"failed: status {status_code}"
-    except TransportError as exc:
-        result = f"failed: {exc.name}"
+    result = "ok"
+    # services refuse more than MAX_FORGET_IDS ids per call (400): a larger request goes in parts
+    for i in range(0, len(entry_ids), MAX_FORGET_IDS):
+        body = {"agent_id": agent_id, "pod": pod, "entry_ids": entry_ids[i:i + MAX_FORGET_IDS], "reason": reason}
+        try:
+            with transport_errors():
+                async with session.post(manifest.url(manifest.forget), data=orjson.dumps(body),
+                                        headers={**manifest.headers(), "Content-Type": "application/json"},
+                                        timeout=aiohttp.ClientTimeout(total=manifest.forget.timeout_ms / 1000)) as resp:
+                    status_code = resp.status
+                    await resp.read()
+            if not 200 <= status_code < 300:
+                result = f"failed: status {status_code}"
+        except TransportError as exc:
+            result = f"failed: {exc.name}"
+        if result != "ok":
+            break
     telemetry.memory_op(agent_id=agent_id, service=manifest.service, op="forget",
                         status="succeeded" if result == "ok" else "failed", status_code=status_code,
                         latency_ms=(time.perf_counter() - started) * 1000,
@@ -172,7 +179,7 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts):
                 async with sem:
                     try:
-                        job = scrub_job(redactor, RetainJob(agent_id, pod, manifest, entry,
+                        job = await scrub_job_async(redactor, RetainJob(agent_id, pod, manifest, entry,
                                                             {"service": service, "backfill": True}, op="backfill"))
                         status = await post_retain(session, job, url=url, token=auth_token)
                         ok = 200 <= status < 300

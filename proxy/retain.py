@@ -5,6 +5,7 @@ Delivery order, retries and restarts live in `delivery.py`; backfill reuses thes
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,14 @@ def scrub_job(redactor: Redactor, job: RetainJob) -> RetainJob:
     if counts:
         meta["redactions"] = dict(counts)
     return RetainJob(job.agent_id, job.pod, job.manifest, entry, meta, job.op, True)
+
+
+async def scrub_job_async(redactor: Redactor, job: RetainJob) -> RetainJob:
+    """`scrub_job` in a worker thread when the entry is large: one agent's huge turn never stalls
+    the event loop every other agent's requests run on."""
+    if job.scrubbed or not redactor.is_large(job.entry):
+        return scrub_job(redactor, job)
+    return await asyncio.to_thread(scrub_job, redactor, job)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any], headers: dict[str, str],

@@ -24,7 +24,7 @@ from .retain import (
     RetryableRetainError,
     post_retain,
     post_retain_batch,
-    scrub_job,
+    scrub_job_async,
 )
 from .retain_files import append_dead_letter
 from .retain_lane import Lane
@@ -58,11 +58,11 @@ class RetainSender:
                                        detail="the service has no batch endpoint; retaining one entry per call")
         return list(await asyncio.gather(*(self._send_one(lane, ctx, manifest, e) for e in entries)))
 
-    def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
+    async def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
         fmt = format_for_path(entry.get("path", ""))
         meta = ctx.memory_metadata(fmt.name if fmt is not None else "openai", entry.get("requested_model"),
                                    entry.get("session_id"))
-        return scrub_job(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
+        return await scrub_job_async(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
 
     async def _send_together(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
         """One call for many entries. An entry that cannot be prepared is dead-lettered alone; a
@@ -71,7 +71,7 @@ class RetainSender:
         jobs: list[tuple[int, RetainJob]] = []
         for i, entry in enumerate(entries):
             try:
-                jobs.append((i, self._job(lane, ctx, manifest, entry)))
+                jobs.append((i, await self._job(lane, ctx, manifest, entry)))
             except Exception as exc:
                 done[i] = self._dead_letter(lane, manifest, entry, f"could not prepare: {type(exc).__name__}: {exc}")
         if jobs:
@@ -99,7 +99,7 @@ class RetainSender:
 
     async def _send_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
         try:
-            job = self._job(lane, ctx, manifest, entry)
+            job = await self._job(lane, ctx, manifest, entry)
         except Exception as exc:
             return self._dead_letter(lane, manifest, entry, f"could not prepare: {type(exc).__name__}: {exc}")
         status: int | None = None

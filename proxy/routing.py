@@ -61,7 +61,7 @@ def parse_allow_list(spec: str | list[str] | tuple[str, ...] | None) -> tuple[Ru
 
 
 def allowed(rules: tuple[Rule, ...], method: str, path: str) -> bool:
-    return any((r.method in ("*", method)) and r.pattern.match(path) for r in rules)
+    return any((r.method in ("*", method)) and r.pattern.fullmatch(path) for r in rules)
 
 
 def require_model_allowed(allowed_models: tuple[str, ...], model: object) -> None:

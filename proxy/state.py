@@ -18,6 +18,8 @@ from .ledger import Ledger
 from .metrics import ProxyMetrics
 from .rate_limit import RateLimiter
 from .routing import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
+from .threads import Threads
+from .turn_blocks import TurnBlocks
 
 
 @dataclass
@@ -32,6 +34,8 @@ class ProxyState:
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     explanations: TurnExplanations = field(default_factory=TurnExplanations)
+    turn_blocks: TurnBlocks = field(default_factory=TurnBlocks)  # one block per user turn
+    threads: Threads = field(default_factory=Threads)  # Anthropic message threads of agents with memory
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,15 +18,17 @@ from memplane_core.tokens import estimate_tokens
 from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
-from .inject import render_block
+from .formats.base import event_json
+from .inject import drop_repeated_lines, render_block
 from .ledger import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import call_recall
-from .recall_policy import apply_policy
+from .recall_policy import InjectedMemory, apply_policy
 from .routing import require_model_allowed
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors
+from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -80,27 +83,58 @@ class RecallSummary:
         return f"{self.status}; blocks={self.blocks}; removed={self.removed}; latency_ms={self.latency_ms:.1f}"
 
 
+def _inject(fmt: WireFormat, manifest: Any, body: dict[str, Any], block: str,
+            memories: tuple[InjectedMemory, ...] | list[InjectedMemory]) -> tuple[dict[str, Any], str, str | None]:
+    placement, note = placement_for(fmt, manifest.placement, body)
+    return fmt.inject(body, block, list(memories), manifest.service, placement), placement, note
+
+
+def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
+            turn: TurnBlock) -> tuple[dict[str, Any], RecallSummary, TurnBlock]:
+    """A call that continues a user turn gets the byte-identical block the turn's first call got."""
+    manifest = ctx.memory
+    assert manifest is not None
+    placement = note = None
+    if turn.block:
+        body, placement, note = _inject(fmt, manifest, body, turn.block, turn.memories)
+    # CONTRACT §11 names four statuses: no service call was made, so `skipped`, with why
+    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                              blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
+                              error="continues a user turn: its first call's block again")
+    detail = {**turn.detail, "placement": placement, "placement_note": note,
+              "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
+    return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
+
+
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
-                            session_id: str | None) -> tuple[dict[str, Any], RecallSummary]:
+                            session_id: str | None) -> tuple[dict[str, Any], RecallSummary, TurnBlock | None]:
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
+    messages = fmt.recall_messages(body)
+    tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
+    key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
+    if key.continues:
+        remembered = state.turn_blocks.get(key.key)
+        if remembered is not None:
+            return _replay(state, ctx, fmt, body, remembered)
     query = fmt.query(body)
     if not query.strip():  # nothing the user said to search with (tool results, images)
+        why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
-                                  error="no user text to recall with")
-        return body, RecallSummary("skipped", detail={"service": manifest.service})
+                                  error=why)
+        return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
     # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
     redact = state.redactor
     payload: dict[str, Any] = {
         "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": redact.json(fmt.recall_messages(body))[0], "query": redact.text(query)[0],
+        "messages": (await redact.json_async(messages))[0], "query": (await redact.text_async(query))[0],
         "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
         # memplane's extension: how much the proxy will inject, so a service can pack to fit
         "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
     }
     system = fmt.recall_system(body)
     if system is not None:
-        payload["system"] = redact.json(system)[0]
+        payload["system"] = (await redact.json_async(system))[0]
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
@@ -108,33 +142,48 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                                   latency_ms=outcome.latency_ms, error=outcome.error)
         return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
                                    detail={"service": manifest.service, "query": payload["query"],
-                                           "error": outcome.error})
+                                           "error": outcome.error}), None
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
+    memories, repeated = drop_repeated_lines(policy.memories)
     injected = tokens = 0
-    block = placement = None
-    if policy.memories:
-        placement = placement_for(fmt, manifest.placement)
-        block = render_block(manifest.service, policy.memories)
-        body = fmt.inject(body, block, policy.memories, manifest.service, placement)
+    block = placement = note = None
+    if memories:
+        block = render_block(manifest.service, memories)
+        body, placement, note = _inject(fmt, manifest, body, block, memories)
         injected = len(block.encode())
-        tokens = sum(estimate_tokens(m.text) for m in policy.memories)
+        tokens = sum(estimate_tokens(m.text) for m in memories)
     extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
         extra["policy_reasons"] = dict(policy.reasons)
+    if repeated:
+        extra["repeated_lines"] = repeated
+    removed = policy.memory_removed + len(policy.memories) - len(memories)
     state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
                               status="succeeded", status_code=outcome.status_code,
-                              latency_ms=outcome.latency_ms, blocks=len(policy.memories),
-                              bytes_=injected, removed=policy.memory_removed, **extra)
+                              latency_ms=outcome.latency_ms, blocks=len(memories),
+                              bytes_=injected, removed=removed, **extra)
+    # the explanation shows what the block showed: policy-redacted text, never the recalled raw text
+    kept = iter(policy.memories)
     detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
               "tokens": tokens, "ranking": outcome.ranking,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
-                            "id": m.get("id"), "text": str(m.get("text"))[:500], "decision": decision}
+                            "id": m.get("id"), "decision": decision,
+                            "text": (next(kept).text if decision == "injected"
+                                     else redact.text(str(m.get("text"))[:2000])[0])[:500]}
                            for m, decision in zip(outcome.memories, policy.decisions)]}
-    return body, RecallSummary("succeeded", len(policy.memories), policy.memory_removed, outcome.latency_ms, detail)
+    if note:
+        detail["placement_note"] = note
+    if repeated:
+        detail["repeated_lines_dropped"] = repeated
+    turn = TurnBlock(block or "", tuple(memories), placement or "", note,
+                     redact.text(question_of(messages, key))[0], detail)
+    if tools:
+        state.turn_blocks.put(key.key, turn)
+    return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
 
 def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:
@@ -169,14 +218,17 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
     started = time.perf_counter()
     ctx = authenticate(request, state)
-    body = await read_json_body(request)
+    original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
+    body, thread = original, None
+    if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
+        body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
     turn_id = "turn_" + uuid.uuid4().hex[:24]
-    effective, recall = body, RecallSummary()
+    effective, recall, turn = body, RecallSummary(), None
     if ctx.memory is not None and ctx.memory.recall is not None:
-        effective, recall = await recall_and_inject(state, ctx, fmt, body, session_id)
+        effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
     state.explanations.record(turn_id, {
         "turn_id": turn_id, "agent_id": ctx.agent_id, "ts": now_rfc3339(), "_at": time.time(), "format": fmt.name,
@@ -189,19 +241,34 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
     headers = upstream_headers(state.settings, fmt.provider, request.headers)
 
+    question = turn.question if turn is not None and recall.status == "reused" else None
+
+    link = None
+    if fmt.chains and turn is not None and offers_tools(body):
+        def link(response_id: str | None) -> None:
+            """The answer's id continues this user turn (a `previous_response_id` chain step)."""
+            state.turn_blocks.link(ctx.agent_id, response_id, turn)
+
     async def finish(record: dict[str, Any]) -> None:
+        rid = record.pop("response_id", None)
+        reply = record.pop("reply", None)
+        if link is not None:
+            link(rid)
+        if thread is not None and reply is not None:
+            state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
-        await asyncio.shield(record_turn(state, ctx, fmt, request.path, body, effective, upstream.status, stream,
-                                         record, session_id, turn_id))
+        await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
+                                         record, session_id, turn_id, question))
 
     async with state.upstream_slots:
         sent = time.perf_counter()
-        upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers)
+        upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers,
+                                       params=request.query or None)  # e.g. the anthropic SDK's ?beta=true
         state.metrics.upstream_latency.observe(time.perf_counter() - sent)
         async with upstream:
             is_sse = upstream.content_type == "text/event-stream"
             if 200 <= upstream.status < 300 and is_sse:
-                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said)
+                resp = await _relay_stream(request, upstream, fmt, hidden_usage, finish, said, link)
             else:
                 resp = await _relay_whole(request, upstream, fmt, finish, said)
 
@@ -241,7 +308,10 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     except Exception:
         usage = None
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model}
+    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
+                              "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
         try:
             cites = fmt.citations(doc)
@@ -253,21 +323,29 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
 
 
 async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, fmt: WireFormat,
-                        hidden_usage: bool, finish, said: dict[str, str]) -> web.StreamResponse:
+                        hidden_usage: bool, finish, said: dict[str, str],
+                        link: Callable[[str | None], None] | None = None) -> web.StreamResponse:
     """Forward SSE events as they arrive; ledger the assembled answer before closing the stream.
 
     A client that disconnects mid-stream ends the upstream call (leaving the loop closes it),
-    and what was received is still ledgered, marked incomplete.
+    and what was received is still ledgered, marked incomplete. `link` gets the response id as
+    soon as an event names it, before the client can continue from it.
     """
     resp = web.StreamResponse(status=upstream.status, headers={**returned_headers(upstream.headers), **said})
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(request)
     splitter = SSESplitter()
+    watch = SSESplitter() if link is not None else None
     received: list[bytes] = []
     incomplete = None
     try:
         async for chunk in upstream.content.iter_any():
             received.append(chunk)
+            if watch is not None and link is not None:
+                rid = _first_response_id(fmt, watch.feed(chunk))
+                if rid:
+                    link(rid)
+                    watch = None
             if not hidden_usage:
                 await resp.write(chunk)  # bytes go out as they arrive; parsing waits until the end
                 continue
@@ -299,6 +377,17 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
     return resp
 
 
+def _first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:
+    """The response id an event of the stream carries (Responses: `response.created` comes first)."""
+    for raw in events:
+        ev = event_json(parse_event(raw)[1])
+        if ev is not None and isinstance(ev.get("response"), dict):
+            rid = fmt.response_id(ev["response"])
+            if rid:
+                return rid
+    return None
+
+
 def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
                    incomplete: str | None) -> dict[str, Any]:
     st = StreamState()
@@ -312,7 +401,10 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["tool_calls"] = list(st.extra["tool_calls"].values())
     if incomplete:
         response["incomplete"] = incomplete
-    record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model}
+    record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
+                              "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
     return record
@@ -320,9 +412,16 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
 
 async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, path: str,
                       original: dict[str, Any], effective: dict[str, Any], status: int, stream: bool,
-                      record: dict[str, Any], session_id: str | None, turn_id: str | None = None) -> None:
-    """Ledger first (the durable record), then hand the entry to the retain queue."""
+                      record: dict[str, Any], session_id: str | None, turn_id: str | None = None,
+                      question: str | None = None) -> None:
+    """Ledger first (the durable record), then hand the entry to the retain queue.
+
+    A call that continues a user turn carries the turn's question (`turn_question`, redacted): a
+    Responses chain step sends only tool outputs, and memory keeps the turn whole at its last step.
+    """
     extra: dict[str, Any] = {"turn_id": turn_id} if turn_id else {}
+    if question:
+        extra["turn_question"] = question
     if session_id:
         extra["session_id"] = session_id
     if record.get("citations"):

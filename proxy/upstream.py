@@ -6,9 +6,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from .config import ProxySettings
 
-# Request headers an agent may pass through to its provider.
-_FORWARD = ("accept", "anthropic-version", "anthropic-beta", "openai-beta", "openai-organization",
-            "openai-project", "idempotency-key")
+# Request headers an agent may pass through to its provider. Not `OpenAI-Organization` /
+# `OpenAI-Project`: they name the key's owner, and next to the operator's key an agent's own would be
+# refused (401 mismatched_organization); the operator may set theirs (ProxySettings).
+_FORWARD = ("accept", "anthropic-version", "anthropic-beta", "openai-beta", "idempotency-key")
 # Response headers worth handing back to the agent.
 _RETURN = ("content-type", "openai-processing-ms", "openai-version", "x-request-id", "request-id",
            "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining",
@@ -29,8 +30,13 @@ def upstream_headers(settings: ProxySettings, provider: str,
         headers.setdefault("anthropic-version", "2023-06-01")
         if settings.anthropic_api_key:
             headers["x-api-key"] = settings.anthropic_api_key
-    elif settings.openai_api_key:
-        headers["Authorization"] = f"Bearer {settings.openai_api_key}"
+    else:
+        if settings.openai_api_key:
+            headers["Authorization"] = f"Bearer {settings.openai_api_key}"
+        if settings.openai_organization:
+            headers["OpenAI-Organization"] = settings.openai_organization
+        if settings.openai_project:
+            headers["OpenAI-Project"] = settings.openai_project
     return headers
 
 

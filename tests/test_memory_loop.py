@@ -21,9 +21,10 @@ async def test_fact_from_one_conversation_reaches_the_next(stack, reference):
     received = stack.provider.received[-1]
     block = received.memories_block
     assert block is not None and "Porto" in block
-    system = received.body["messages"][0]
-    assert system["role"] == "system"
-    assert system["content"].startswith("You are terse.\n\n<memories service=\"mem-svc\">")
+    # the default placement (trailing): the client's messages go out untouched, the block after them
+    sent = received.body["messages"]
+    assert sent[:2] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Where does Ana live?"}]
+    assert sent[2]["role"] == "system" and sent[2]["content"].startswith("<memories service=\"mem-svc\">")
     assert received.headers["Authorization"] == "Bearer sk-operator-openai-key"
 
 

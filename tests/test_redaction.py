@@ -135,3 +135,54 @@ def test_secret_classes_the_review_found_missing_are_redacted(text, secret):
 ])
 def test_code_and_prose_that_only_name_secrets_stay_intact(text):
     assert Redactor().text(text)[0] == text
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("curl -u deploy:Sx8vQ2pLm9zR https://artifacts.internal/upload", "Sx8vQ2pLm9zR"),
+    ("curl --user=ci-bot:Hq4nV7cX2mPz -X POST https://ci.internal/hook", "Hq4nV7cX2mPz"),
+    ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbmEiLCJpYXQiOjE3MDAwMDAwMDB9.Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5",
+     "eyJzdWIiOiJhbmEiLCJpYXQiOjE3MDAwMDAwMDB9"),
+    ('<packageSourceCredentials><feed><add key="Username" value="bob" />'
+     '<add key="ClearTextPassword" value="n8Kq2WzP4xLr" /></feed></packageSourceCredentials>', "n8Kq2WzP4xLr"),
+    ("<settings><server><password>Tr0ub4dor-x9Q</password></server></settings>", "Tr0ub4dor-x9Q"),
+    ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ntype: Opaque\ndata:\n  password: UzNjcjN0UGFzc3cwcmQ=\n",
+     "UzNjcjN0UGFzc3cwcmQ="),
+    ("my token is analyst:" + "Yf3kQ9mZp2Lr8vX1cT6wN4bH7jD0sG5aE2uR9oI3lK8", "Yf3kQ9mZp2Lr8vX1cT6wN4bH7jD0sG5aE2uR9oI3lK8"),
+    ("2026-11-20 INFO client ready with dop_v1_" + "a1b2c3d4" * 8, "a1b2c3d4" * 8),
+])
+def test_secret_shapes_the_second_review_found_missing_are_redacted(text, secret):
+    out, counts = Redactor().text(text)
+    assert secret not in out and sum(counts.values()) >= 1, out
+
+
+@pytest.mark.parametrize("text", [
+    "see https://api.example.com/v1/tokens/a8f3k2l9m4n7p1q5r8s2t6u0v3w7x1y4/revoke for details",
+    "- (void)setApiKey:(NSString *)apiKey forService:(NSString *)serviceName;",
+    "[client authenticateWithToken:accessToken secret:clientSecret completion:nil];",
+    "env:\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef:\n        name: postgres-credentials\n        key: password",
+    "export DB_PASSWORD=$(cat /run/secrets/db_password)",
+    "commit 3f2a9c8d7e6b5a4f3e2d1c0b9a8f7e6d5c4b3a29 fixed the auth token refresh",
+    "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "request id 550e8400-e29b-41d4-a716-446655440000 for api key rotation",
+    "use OPENAI_API_KEY=sk-... in your env",
+])
+def test_urls_selectors_secret_names_and_substitutions_are_not_damaged(text):
+    assert Redactor().text(text)[0] == text
+
+
+def test_an_operator_rule_that_could_backtrack_is_refused_with_the_field_named(tmp_path):
+    rules = tmp_path / "rules.yml"
+    rules.write_text("rules:\n  - kind: ticket\n    pattern: '(?<=TKT-)[0-9]+'\n")
+    with pytest.raises(RedactionConfigError, match=r"rules\.0\.pattern.*RE2"):
+        Redactor.from_file(rules)
+
+
+def test_the_community_rule_set_is_pinned_and_attributed():
+    from importlib import resources
+
+    from memplane_core.redact import GITLEAKS_VERSION, builtin_rules
+    data = resources.files("memplane_core.redaction").joinpath("data")
+    assert f"gitleaks v{GITLEAKS_VERSION}" in data.joinpath("gitleaks.toml").read_text()[:400]
+    assert "Copyright (c) 2019 Zachary Rice" in data.joinpath("LICENSE-gitleaks.txt").read_text()
+    kinds = {r.kind for r in builtin_rules()}
+    assert len(kinds) > 150 and {"openai", "github", "gitlab_pat", "vault_service_token"} <= kinds

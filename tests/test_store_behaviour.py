@@ -100,13 +100,12 @@ async def test_both_stores_keep_the_same_promises(store_app, aiohttp_server):
 
 @pytest.fixture(params=["embedded", "tiered"])
 def meaning_app(request, tmp_path):
-    """Like store_app, with dense embeddings on (skipped where the extra is not installed)."""
-    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
+    """Like store_app, with dense embeddings on (the model ships with memplane: it must load)."""
     return app_factory(request, tmp_path, "auto")
 
 
 async def caught_up(s, url) -> dict:
-    for _ in range(200):
+    for _ in range(1200):
         async with s.get(url + "/health") as r:
             health = await r.json()
         if not health.get("embedding_backlog"):
@@ -131,8 +130,7 @@ async def test_a_retained_turn_is_found_by_its_words_at_once_and_by_its_meaning_
              {"entry": entry("hist1_r", "The quarterly report is due Friday", "2026-01-10T10:00:01.000Z")}]
     async with aiohttp.ClientSession() as s:
         health = await caught_up(s, url)
-        if not health.get("embeddings"):
-            pytest.skip("the embeddings model could not be loaded here")
+        assert health.get("embeddings"), health
         status, done = await post(s, url, "/retain/batch", {"agent_id": "m", "items": items})
         assert status == 200 and [r["status"] for r in done["results"]] == ["stored", "stored"]
         assert await only_line(s, url, "kitten") == ["I adopted a kitten last spring"]  # words: at once
@@ -149,7 +147,6 @@ async def test_a_retained_turn_is_found_by_its_words_at_once_and_by_its_meaning_
 
 
 async def test_tiered_embeds_at_start_what_a_stopped_process_left_without_a_vector(aiohttp_server, tiered_settings):
-    pytest.importorskip("onnxruntime", reason="the embeddings extra is not installed")
     from pymongo import MongoClient
 
     from memory_adapters.tiered.app import build_tiered_app
@@ -157,8 +154,7 @@ async def test_tiered_embeds_at_start_what_a_stopped_process_left_without_a_vect
     quiet = Telemetry(make_logger(io.StringIO()))
     server = await aiohttp_server(build_tiered_app(tiered_settings, quiet, Redactor()))
     async with aiohttp.ClientSession() as s:
-        if not (await caught_up(s, url_of(server))).get("embeddings"):
-            pytest.skip("the embeddings model could not be loaded here")
+        assert (await caught_up(s, url_of(server))).get("embeddings")
         await post(s, url_of(server), "/retain", {"agent_id": "m", "entry": entry(
             "hist1_k", "I adopted a kitten last spring", "2026-01-10T10:00:00.000Z")})
     await server.close()
@@ -179,8 +175,7 @@ async def test_a_batch_whose_embedding_fails_does_not_stop_the_next(meaning_app,
     url = url_of(server)
     service = app[EMBEDDED_SERVICE] if EMBEDDED_SERVICE in app else app[TIERED_SERVICE]
     async with aiohttp.ClientSession() as s:
-        if not (await caught_up(s, url)).get("embeddings"):
-            pytest.skip("the embeddings model could not be loaded here")
+        assert (await caught_up(s, url)).get("embeddings")
         embed, calls = service.embedder.embed, []
 
         def broken_once(texts):  # the model fails on the first batch only

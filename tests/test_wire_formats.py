@@ -17,7 +17,7 @@ async def _teach(stack, agent, fact):
 
 async def test_anthropic_sdk_gets_memory_in_system_string(stack, reference):
     ref_url, _ = reference
-    stack.add_agent("claude", ref_url)
+    stack.add_agent("claude", ref_url, placement="system")  # an explicit choice now: the default is trailing
     await _teach(stack, "claude", "My sister Ana lives in Porto.")
     client = stack.anthropic("claude")
     msg = await client.messages.create(model="claude-x", max_tokens=100, system="Be brief.",
@@ -35,7 +35,7 @@ async def test_anthropic_sdk_gets_memory_in_system_string(stack, reference):
 
 async def test_list_system_with_cache_control_keeps_earlier_blocks_byte_identical(stack, reference):
     ref_url, _ = reference
-    stack.add_agent("cached", ref_url)
+    stack.add_agent("cached", ref_url, placement="system")
     await _teach(stack, "cached", "Our fiscal year starts in April.")
     system = [{"type": "text", "text": "You are the finance bot." * 50, "cache_control": {"type": "ephemeral"}}]
     await stack.anthropic("cached").messages.create(
@@ -120,6 +120,7 @@ async def test_responses_api_gets_memory_in_instructions(stack, reference):
     stack.add_agent("resp", ref_url)
     await _teach(stack, "resp", "I am allergic to peanuts.")
     client = stack.openai("resp")
+    stack.provider.stored["resp_prev123"] = []  # an earlier response the (strict) provider still has
     r = await client.responses.create(model="gpt-5", instructions="Be careful.", input="What am I allergic to?",
                                       previous_response_id="resp_prev123")
     assert "peanuts" in r.output_text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,9 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from ..curator_api import add_curator_routes
+from ..engine.curator import CuratorSettings, build_curator
+from ..engine.dense import load_embedder
 from ..engine.schedule import RecallScheduler, per_agent_from_env
 from ..rest_api import add_api_routes
 from ..server import AgentToken, build_adapter_app
@@ -21,22 +23,6 @@ from .service import EmbeddedMemory
 from .sqlite_store import SQLiteStore
 
 EMBEDDED_SERVICE = web.AppKey("embedded_service", EmbeddedMemory)
-
-
-async def load_embedder(mode: str, telemetry: Telemetry):
-    """MiniLM when the embeddings extra is installed and `mode` is not 'off'; else None (words only)."""
-    if mode == "off":
-        telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
-        return None
-    try:
-        from ..engine.dense import Embedder
-        embedder = await asyncio.to_thread(Embedder.load)
-    except Exception as exc:  # ImportError without the extra, or a broken install
-        telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
-                          detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
-        return None
-    telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=embedder.dim, engine=embedder.engine)
-    return embedder
 
 
 def _env_int(name: str, default: int) -> int:
@@ -54,17 +40,21 @@ def _env_int(name: str, default: int) -> int:
 
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
                        agent_tokens: dict[str, AgentToken] | None = None,
-                       embeddings: str | None = None,
+                       embeddings: str | None = None, encoder_threads: int | None = None,
                        max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT,
+                       curator: CuratorSettings | None = None,
                        max_memories_per_agent: int | None = None, recalls_per_agent: int | None = None,
                        embedder: Any = None) -> web.Application:
-    """`embeddings`: 'auto' (on when installed) or 'off'; default from MEMPLANE_EMBEDDINGS.
+    """`embeddings`: 'auto' (the shipped MiniLM) or 'off'; default from MEMPLANE_EMBEDDINGS.
+    `encoder_threads`: ONNX Runtime threads for MiniLM; default from MEMPLANE_ENCODER_THREADS, else 1.
     `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
+    `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set).
     `max_memories_per_agent`: past it an agent's oldest episodes are evicted (default
     MEMPLANE_MAX_MEMORIES_PER_AGENT, 0: never). `recalls_per_agent`: one agent's recalls in hand at
     once, the rest wait their turn (MEMPLANE_RECALLS_PER_AGENT, default 4). `embedder`: an
     `engine.dense.Embedder` to use instead of loading the packaged model."""
     mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
+    threads = encoder_threads or int(os.environ.get("MEMPLANE_ENCODER_THREADS") or 1)
     if max_memories_per_agent is None:
         max_memories_per_agent = _env_int("MEMPLANE_MAX_MEMORIES_PER_AGENT", 0)
     if recalls_per_agent is None:
@@ -72,15 +62,22 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry,
                              max_memories_per_agent=max_memories_per_agent,
                              scheduler=RecallScheduler(per_agent=recalls_per_agent))
+    service.curator = build_curator(service, telemetry, curator)
+    service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
     app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
                             max_retains_in_flight=max_retains_in_flight)
     add_api_routes(app, service)
+    add_curator_routes(app, service.curator)
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
-        await service.start(embedder=embedder if embedder is not None else await load_embedder(mode, telemetry))
+        await service.start(embedder=embedder if embedder is not None else await load_embedder(mode, telemetry, threads))
+        if service.curator is not None:
+            service.curator.start()
 
     async def stop(app: web.Application) -> None:
+        if service.curator is not None:
+            await service.curator.stop()
         await service.close()
 
     app.on_startup.append(start)

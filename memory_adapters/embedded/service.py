@@ -23,10 +23,12 @@ from memplane_core.contract import (
     RecallRequest,
     RetainRequest,
 )
+from memplane_core.instants import epoch_ok
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
+from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
 from ..engine.index import AgentIndex, RecallAnswer, RecallQuery, visible_in
@@ -42,6 +44,7 @@ class EmbeddedMemory:
     def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry, *,
                  max_memories_per_agent: int = 0, scheduler: RecallScheduler | None = None) -> None:
         self.store = store
+        store.on_bad_row = self.bad_row
         self.redactor = redactor
         self.telemetry = telemetry
         # past this many memories an agent's oldest episodes are evicted (0: never)
@@ -55,6 +58,7 @@ class EmbeddedMemory:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, set[str]] = {}
         self.backlog: EmbeddingBacklog | None = None  # (agent, memory id) waiting for a vector
+        self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
 
@@ -96,16 +100,22 @@ class EmbeddedMemory:
         async with self._loading.setdefault(agent_id, asyncio.Lock()):
             if agent_id not in self._indexes:
                 idx = self._new_index()
-                for n, (m, vector) in enumerate(await self.store.load(agent_id), 1):
-                    vec = np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None
-                    idx.put(m, vec)
-                    if vec is None and self.backlog is not None:
-                        self.backlog.add((agent_id, m.id))
-                    if n % LOAD_STEP == 0:  # a cold agent's load never holds other agents' recalls
-                        await asyncio.sleep(0)
+                rows = [(m, np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None)
+                        for m, vector in await self.store.load(agent_id)]
+                # a cold agent's load yields to the loop every LOAD_STEP rows: others' recalls go on
+                await idx.load_stepwise(rows, self.bad_row, LOAD_STEP)
+                if self.backlog is not None:
+                    for m, vec in rows:
+                        if vec is None and m.id in idx.memories:
+                            self.backlog.add((agent_id, m.id))
                 self._tombstones[agent_id] = await self.store.tombstones(agent_id)
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
+
+    def bad_row(self, memory_id: str, error: str) -> None:
+        """A stored row that cannot be read or indexed is skipped, and said so (the store's
+        `on_bad_row` too): the operator can find it by id and delete it."""
+        self.telemetry.warning("memory_row_skipped", store="embedded", memory_id=memory_id, error=error)
 
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
@@ -155,7 +165,7 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = episodes_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+                    made = await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id, req.entry, req.metadata, self.redactor)
                     put += made
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
@@ -166,6 +176,8 @@ class EmbeddedMemory:
                     if self.backlog is not None:
                         self.backlog.add((agent_id, m.id))
                 await self._enforce_cap(agent_id, idx)
+                if self.curator is not None:  # counts only; the curator works in the background
+                    self.curator.observe(agent_id, put)
             return outcomes
 
     async def _enforce_cap(self, agent_id: str, idx: AgentIndex) -> None:
@@ -215,7 +227,8 @@ class EmbeddedMemory:
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
-                                     visible=visible_in(session_id, time.time()))
+                                     visible=visible_in(session_id, time.time()),
+                                     recall=recall_curated_first if self.curator else None)
         return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
                                             id=p.id) for p in packed], packed.ranking)
 
@@ -233,8 +246,10 @@ class EmbeddedMemory:
         async with self._lock(m.agent_id):
             old = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if old is not None:
-                m.id, m.created_at = old.id, old.created_at
-            m.value, _ = self.redactor.text(m.value)
+                m.id = old.id
+                if epoch_ok(old.created_at):  # a row an older version wrote with a bad time is healed
+                    m.created_at = old.created_at
+            m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
             await self.store.write([m])
             idx.put(m)
             if self.backlog is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,17 @@ CREATE TABLE IF NOT EXISTS retained (agent_id TEXT NOT NULL, entry_id TEXT NOT N
   PRIMARY KEY (agent_id, entry_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tombstones (agent_id TEXT NOT NULL, entry_id TEXT NOT NULL, reason TEXT,
   ts REAL, PRIMARY KEY (agent_id, entry_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sources (agent_id TEXT NOT NULL, entry_id TEXT NOT NULL, memory_id TEXT NOT NULL,
+  PRIMARY KEY (agent_id, entry_id, memory_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sources_memory ON sources(memory_id);
+"""
+# Version 1 added `sources` (entry id -> memories made from it), so that forget costs what it
+# forgets, not a scan of the agent's memories; a database from before is indexed once on open.
+SCHEMA_VERSION = 1
+_BACKFILL_SOURCES = """
+INSERT OR IGNORE INTO sources (agent_id, entry_id, memory_id)
+SELECT m.agent_id, j.value, m.id FROM memories m, json_each(m.doc, '$.source_entry_ids') j
+WHERE json_valid(m.doc) AND json_type(m.doc, '$.source_entry_ids') = 'array' AND j.type = 'text'
 """
 _DOC_FIELDS = ("agent_id", "scope", "key", "value", "type", "importance", "session_id", "id", "access_count",
                "last_accessed_at", "created_at", "updated_at", "expires_at", "said_at", "metadata",
@@ -41,18 +53,40 @@ def _doc(m: StoredMemory) -> bytes:
     return orjson.dumps({f: getattr(m, f) for f in _DOC_FIELDS})
 
 
-def _memory(doc: bytes, vector: bytes | None) -> tuple[StoredMemory, Any]:
-    m = StoredMemory(**orjson.loads(doc))
-    return m, vector
+def _checked(doc: bytes) -> StoredMemory:
+    """A row the engine can index; ValueError for one it cannot (see StoredMemory.checked)."""
+    return StoredMemory.checked(orjson.loads(doc))
+
+
+def _shown(doc: bytes) -> StoredMemory:
+    """A row as a listing shows it; ValueError when it cannot be shown at all."""
+    return StoredMemory.shown(orjson.loads(doc))
+
+
+def _ignore(row_id: str, error: str) -> None:
+    pass
 
 
 class SQLiteStore:
-    """Memories, retained entry ids and tombstones of every agent, in one file."""
+    """Memories, retained entry ids and tombstones of every agent, in one file.
 
-    def __init__(self, data_dir: Path) -> None:
+    `on_bad_row(memory_id, error)` hears of each stored row that is skipped because it cannot be
+    read (written by an older version or by hand): one bad row never fails a load or a listing."""
+
+    def __init__(self, data_dir: Path, on_bad_row: Callable[[str, str], None] = _ignore) -> None:
         self.data_dir = Path(data_dir)
+        self.on_bad_row = on_bad_row
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-sqlite")
         self._db: sqlite3.Connection | None = None
+
+    def _rows(self, rows, decode: Callable[[bytes], StoredMemory]) -> list[tuple[StoredMemory, bytes | None]]:
+        out = []
+        for row_id, doc, vector in rows:
+            try:
+                out.append((decode(doc), vector))
+            except ValueError as exc:
+                self.on_bad_row(str(row_id), str(exc).replace("\n", " ")[:300])
+        return out
 
     # -- on the worker thread --
 
@@ -72,6 +106,11 @@ class SQLiteStore:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.executescript(_SCHEMA)
+                if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                    with db:
+                        db.execute("BEGIN")
+                        db.execute(_BACKFILL_SOURCES)
+                        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             finally:
                 os.umask(old)
             self._db = db
@@ -96,8 +135,8 @@ class SQLiteStore:
 
     async def load(self, agent_id: str) -> list[tuple[StoredMemory, bytes | None]]:
         def read() -> list[tuple[StoredMemory, bytes | None]]:
-            rows = self._conn().execute("SELECT doc, vector FROM memories WHERE agent_id = ?", (agent_id,))
-            return [_memory(doc, vec) for doc, vec in rows]
+            rows = self._conn().execute("SELECT id, doc, vector FROM memories WHERE agent_id = ?", (agent_id,))
+            return self._rows(rows, _checked)
         return await self._run(read)
 
     async def tombstones(self, agent_id: str) -> set[str]:
@@ -132,8 +171,12 @@ class SQLiteStore:
                     " updated_at=excluded.updated_at, live_until=excluded.live_until, doc=excluded.doc",
                     [(m.id, m.agent_id, m.scope, m.key, m.session_id or "", m.type, m.updated_at,
                       m.expires_at if m.expires_at is not None else NEVER, _doc(m)) for m in put])
+                db.executemany("DELETE FROM sources WHERE memory_id = ?", [(m.id,) for m in put])
+                db.executemany("INSERT OR IGNORE INTO sources (agent_id, entry_id, memory_id) VALUES (?,?,?)",
+                               [(m.agent_id, e, m.id) for m in put for e in m.source_entry_ids])
                 db.executemany("INSERT OR IGNORE INTO retained (agent_id, entry_id) VALUES (?, ?)", list(retained))
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in dropped])
+                db.executemany("DELETE FROM sources WHERE memory_id = ?", [(i,) for i in dropped])
         await self._run(tx)
 
     async def set_vectors(self, rows: list[tuple[str, bytes]]) -> None:
@@ -146,23 +189,25 @@ class SQLiteStore:
 
     async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> StoredMemory | None:
         def read() -> StoredMemory | None:
-            row = self._conn().execute(
-                "SELECT doc, vector FROM memories WHERE agent_id=? AND scope=? AND session_id=? AND key=?",
-                (agent_id, scope, session_id or "", key)).fetchone()
-            return _memory(*row)[0] if row else None
+            rows = self._conn().execute(
+                "SELECT id, doc, vector FROM memories WHERE agent_id=? AND scope=? AND session_id=? AND key=?",
+                (agent_id, scope, session_id or "", key)).fetchall()
+            got = self._rows(rows, _shown)
+            return got[0][0] if got else None
         return await self._run(read)
 
     async def get(self, memory_id: str) -> StoredMemory | None:
         def read() -> StoredMemory | None:
-            row = self._conn().execute("SELECT doc, vector FROM memories WHERE id = ?", (memory_id,)).fetchone()
-            return _memory(*row)[0] if row else None
+            rows = self._conn().execute("SELECT id, doc, vector FROM memories WHERE id = ?", (memory_id,)).fetchall()
+            got = self._rows(rows, _shown)
+            return got[0][0] if got else None
         return await self._run(read)
 
     async def page(self, *, agent_id: str, scope: str | None, type_: str | None, session_id: str | None,
                    now: float, limit: int, after: tuple[float, str] | None) -> list[StoredMemory]:
         """Newest first by (updated_at, id), after the cursor's position."""
         def read() -> list[StoredMemory]:
-            sql = "SELECT doc, vector FROM memories WHERE agent_id = ? AND live_until > ?"
+            sql = "SELECT id, doc, vector FROM memories WHERE agent_id = ? AND live_until > ?"
             args: list[Any] = [agent_id, now]
             for column, value in (("scope", scope), ("type", type_), ("session_id", session_id)):
                 if value is not None:
@@ -173,11 +218,12 @@ class SQLiteStore:
                 args += [after[0], after[0], after[1]]
             sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
             args.append(limit)
-            return [_memory(doc, vec)[0] for doc, vec in self._conn().execute(sql, args)]
+            return [m for m, _ in self._rows(self._conn().execute(sql, args), _shown)]
         return await self._run(read)
 
     async def forget(self, agent_id: str, entry_ids: list[str], reason: str, now: float) -> list[str]:
-        """Tombstone the entries and delete their memories; the ids of the memories removed."""
+        """Tombstone the entries and delete the episodes made from them; the ids of the memories
+        removed. Found through `sources`, so the cost follows the ids, not the agent's memories."""
         def tx() -> list[str]:
             db = self._conn()
             removed: list[str] = []
@@ -185,12 +231,17 @@ class SQLiteStore:
                 db.execute("BEGIN")
                 db.executemany("INSERT OR IGNORE INTO tombstones (agent_id, entry_id, reason, ts) VALUES (?,?,?,?)",
                                [(agent_id, e, reason, now) for e in entry_ids])
-                for doc, _ in db.execute("SELECT doc, vector FROM memories WHERE agent_id = ? AND type = 'episode'",
-                                         (agent_id,)).fetchall():
-                    m = StoredMemory(**orjson.loads(doc))
-                    if set(m.source_entry_ids) & set(entry_ids):
-                        removed.append(m.id)
+                for i in range(0, len(entry_ids), 500):
+                    part = entry_ids[i:i + 500]
+                    marks = ",".join("?" * len(part))
+                    removed += [r[0] for r in db.execute(  # episodes, and what the curator drew from them
+                        "SELECT DISTINCT s.memory_id FROM sources s JOIN memories m ON m.id = s.memory_id"
+                        f" WHERE s.agent_id = ? AND s.entry_id IN ({marks}) AND (m.type = 'episode'"
+                        " OR json_type(m.doc, '$.metadata.curator') IS NOT NULL)",
+                        (agent_id, *part))]
+                removed = list(dict.fromkeys(removed))
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in removed])
+                db.executemany("DELETE FROM sources WHERE memory_id = ?", [(i,) for i in removed])
             return removed
         return await self._run(tx)
 

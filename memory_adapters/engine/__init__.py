@@ -6,6 +6,8 @@
 * `packing.py` packs the best hits, with their conversational neighbours, into dated blocks
   within the proxy's token budget and block count.
 * `index.py` holds one agent's memories in memory and answers a recall with all of the above.
+* `curator/` (optional, off by default) extracts directives and facts with an LLM in the
+  background and leads recall with them (docs/DESIGN.md, "Curator").
 
 Stores (`memory_adapters/embedded`, `memory_adapters/tiered`) persist memories and feed them
 to an `AgentIndex`; they never rank.

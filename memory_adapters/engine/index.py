@@ -88,6 +88,37 @@ class AgentIndex:
         if vector is not None:
             self.add_vector(m.id, vector)
 
+    def load(self, rows: Any, on_bad_row: Any = None) -> int:
+        """Index rows read from a store, `(memory, vector or None)`; a row that cannot be indexed
+        is left out and reported to `on_bad_row(memory_id, error)`, never failing the agent's
+        index (one bad row, say a global memory, would otherwise break every agent's recall).
+        Returns how many were indexed."""
+        count = 0
+        for m, vector in rows:
+            try:
+                self.put(m, vector)
+                count += 1
+            except Exception as exc:  # noqa: BLE001 - whatever the row holds, the others load
+                try:
+                    self.drop(m.id)
+                except Exception:  # noqa: BLE001 - half indexed and unremovable: rebuilt on the next load
+                    pass
+                if on_bad_row is not None:
+                    on_bad_row(str(getattr(m, "id", "?")), f"{type(exc).__name__}: {exc}"[:300])
+        return count
+
+    async def load_stepwise(self, rows: Any, on_bad_row: Any = None, step: int = 100) -> int:
+        """`load`, `step` rows at a time with a yield to the event loop between: a cold agent's load
+        never holds other agents' recalls for long."""
+        import asyncio
+        from itertools import islice
+
+        rows, count = iter(rows), 0
+        while chunk := list(islice(rows, step)):
+            count += self.load(chunk, on_bad_row)
+            await asyncio.sleep(0)
+        return count
+
     def add_vector(self, memory_id: str, vector: Any) -> None:
         if self.vectors is not None and memory_id in self.memories:
             self.vectors.add(memory_id, vector)

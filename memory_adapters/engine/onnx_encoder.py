@@ -1,92 +1,66 @@
-"""all-MiniLM-L6-v2 as an int8 ONNX Runtime graph: the same sentence embedding, a few times
-faster on a small CPU.
+"""all-MiniLM-L6-v2 as an int8 ONNX Runtime graph that ships with memplane (`engine/model/`).
 
-Why: embedding a recall query is on the agent's hot path. On this project's 2-core machines
-torch spends most of a short query's 10-16 ms in per-operator overhead; the same model
-exported to ONNX, with its linear layers quantized to int8 by ONNX Runtime, answers in ~4 ms
-and points the same way: per-channel int8 keeps cosine ≥ 0.99 to the fp32 model (checked in
-the tests), where torch's own dynamic int8 reached 0.93–0.96.
+Why shipped: the graph is exported once by a maintainer (`export_minilm.py`, needs torch) and
+committed, so a user's install needs only onnxruntime, tokenizers and numpy — no torch, no
+first-start export, no network. Loading checks each file's SHA-256 against `model.json` and
+refuses a file that does not match (a truncated download, an edited file) with a clear error.
 
-The graph is exported from the packaged weights on first use (a few seconds; needs torch,
-which the embeddings extra installs) and cached under `$MEMPLANE_MODEL_CACHE` (default
-`~/.cache/memplane`), keyed by the weights and the library versions, so later starts only load it.
+Why int8 ONNX: embedding a recall query is on the agent's hot path; the int8 graph (weights in
+blocks of 64) takes ~1 ms of CPU per short query where fp32 takes ~3.5, and keeps cosine ≥ 0.99
+to the fp32 model on every text (tests/test_shipped_encoder.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-CACHE_ENV = "MEMPLANE_MODEL_CACHE"
+MODEL_DIR = Path(__file__).with_name("model")
+GRAPH = "all-MiniLM-L6-v2-int8.onnx"
+TOKENIZER = "tokenizer.json"
+MANIFEST = "model.json"
 BATCH = 32
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "memplane")
+class ModelIntegrityError(RuntimeError):
+    """A shipped model file is missing or is not the file the manifest names."""
 
 
-def _cache_key(model_dir: Path) -> str:
-    """Weights and library versions, read without importing torch (a cached graph never needs it)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def ver(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "-"
-
-    weights = model_dir / "model.safetensors"
-    stat = weights.stat()
-    raw = (f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{ver('onnxruntime')}|{ver('torch')}"
-           "|int8-per-channel")
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def export_int8(model_dir: Path, target: Path) -> None:
-    """Export mean-pooled, normalized MiniLM to ONNX and quantize it; atomic on `target`."""
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModel, AutoTokenizer
-
-    model = AutoModel.from_pretrained(str(model_dir)).eval()
-    sample = AutoTokenizer.from_pretrained(str(model_dir))(["a short sample sentence"], return_tensors="pt")
-
-    class Pooled(torch.nn.Module):
-        def __init__(self, bert: Any) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask):
-            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, dim=-1)
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        fp32 = Path(tmp) / "fp32.onnx"
-        import warnings
-        with warnings.catch_warnings(), torch.inference_mode():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(Pooled(model), (sample["input_ids"], sample["attention_mask"]), str(fp32),
-                              input_names=["input_ids", "attention_mask"], output_names=["embedding"],
-                              dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
-                                            "attention_mask": {0: "batch", 1: "tokens"},
-                                            "embedding": {0: "batch"}},
-                              opset_version=17, dynamo=False)
-        int8 = Path(tmp) / "int8.onnx"
-        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
-        os.replace(int8, target)  # another process exporting at the same time just wins or loses the rename
+def verified_manifest(model_dir: Path) -> dict[str, Any]:
+    """The manifest, once every file it lists has the checksum it records."""
+    try:
+        manifest = json.loads((model_dir / MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelIntegrityError(f"cannot read the model manifest {model_dir / MANIFEST}: {exc}") from exc
+    for name in (GRAPH, TOKENIZER):
+        path = model_dir / name
+        if name not in files:
+            raise ModelIntegrityError(f"the model manifest lists no checksum for {name}")
+        if not path.is_file():
+            raise ModelIntegrityError(f"model file missing: {path}")
+        if (actual := sha256(path)) != files[name]:
+            raise ModelIntegrityError(
+                f"model file {path} fails its checksum (sha256 {actual}, expected {files[name]}); "
+                "reinstall memplane, or rebuild it with `python -m memory_adapters.engine.export_minilm`")
+    return manifest
 
 
 class OnnxEncoder:
-    """Tokenize with the model's own fast tokenizer, run the int8 graph, return unit vectors."""
+    """Tokenize with the model's own fast tokenizer, run the int8 graph, return unit vectors
+    (mean pooling and L2 normalisation are inside the graph, as sentence-transformers does them)."""
 
     engine = "onnxruntime-int8"
 
@@ -96,38 +70,51 @@ class OnnxEncoder:
         self.dim = dim
 
     @classmethod
-    def load(cls, model_dir: Path, threads: int = 1) -> "OnnxEncoder":
+    def load(cls, model_dir: Path | None = None, threads: int = 1) -> "OnnxEncoder":
+        """`model_dir`: the shipped model unless given. `threads`: ONNX Runtime intra-op threads; one
+        by default, so that query embedding, background embedding and the event loop never
+        oversubscribe a 2-core machine."""
+        model_dir = model_dir or MODEL_DIR
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        path = cache_dir() / f"all-minilm-l6-v2-int8-{_cache_key(model_dir)}.onnx"
-        if not path.exists():
-            export_int8(model_dir, path)
+        manifest = verified_manifest(model_dir)
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads  # one: the event loop keeps the other core
+        opts.intra_op_num_threads = max(1, int(threads))
         opts.inter_op_num_threads = 1
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        max_len = json.loads((model_dir / "sentence_bert_config.json").read_text()).get("max_seq_length", 256)
-        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        tokenizer.enable_truncation(max_length=max_len)
-        dim = json.loads((model_dir / "config.json").read_text())["hidden_size"]
-        return cls(session, tokenizer, int(dim))
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # a thread that has no work sleeps instead of spinning on a core that recall needs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(str(model_dir / GRAPH), opts, providers=["CPUExecutionProvider"])
+        tokenizer = Tokenizer.from_file(str(model_dir / TOKENIZER))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=int(manifest["max_seq_length"]))
+        return cls(session, tokenizer, int(manifest["dim"]))
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Texts of similar length are run together (as sentence-transformers does), so a short
-        text is not padded to the longest one in a big batch."""
+        """Texts of similar length are run together (as sentence-transformers does), and a batch
+        ends before a text half again longer than its shortest: padding is wasted work."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        self.tokenizer.no_padding()
-        encoded = self.tokenizer.encode_batch(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids))
-        for start in range(0, len(order), BATCH):
-            rows = order[start:start + BATCH]
-            width = max(len(encoded[i].ids) for i in rows)
+        # one text at a time: faster than encode_batch for a recall's or a backlog batch's few dozen,
+        # and it starts no tokenizer thread pool beside the encoder's threads
+        encoded = [self.tokenizer.encode(t).ids for t in texts]
+        for rows in _batches(sorted(range(len(texts)), key=lambda i: len(encoded[i])), encoded):
+            width = len(encoded[rows[-1]])
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
-                n = len(encoded[i].ids)
-                ids[r, :n] = encoded[i].ids
+                n = len(encoded[i])
+                ids[r, :n] = encoded[i]
                 mask[r, :n] = 1
             out[rows] = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         return out
+
+
+def _batches(order: list[int], encoded: list[list[int]]) -> list[list[int]]:
+    """`order` (shortest first) cut into batches of at most BATCH, none padded past 1.5x + 4 tokens."""
+    out: list[list[int]] = []
+    for i in order:
+        if not out or len(out[-1]) == BATCH or len(encoded[i]) > 1.5 * len(encoded[out[-1][0]]) + 4:
+            out.append([])
+        out[-1].append(i)
+    return out

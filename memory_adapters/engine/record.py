@@ -7,17 +7,30 @@ import time
 import uuid
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter
+
+from memplane_core.instants import MAX_EPOCH, MIN_EPOCH
 
 GLOBAL_AGENT = "*"  # global memories are shared: stored under this agent id
 NEVER = 1e18  # live_until of a memory without TTL: one range query serves both kinds
 DAY_S = 86_400.0
 
 
+# A time a store may hold: finite and inside the range every conversion handles (memplane_core.instants).
+Epoch = Annotated[float, Field(ge=MIN_EPOCH, le=MAX_EPOCH, allow_inf_nan=False)]
+
+
 def iso(ts: float | None) -> str | None:
+    """RFC 3339 in UTC; None for no time, or for one no date can show (never raises: a listing
+    must still show such a row so that it can be deleted)."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return None
 
 
 def new_id() -> str:
@@ -37,11 +50,11 @@ class StoredMemory:
     session_id: str | None = None
     id: str = field(default_factory=new_id)
     access_count: int = 0
-    last_accessed_at: float | None = None
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    expires_at: float | None = None
-    said_at: float | None = None  # when it was said (session date), for temporal questions
+    last_accessed_at: Epoch | None = None
+    created_at: Epoch = field(default_factory=time.time)
+    updated_at: Epoch = field(default_factory=time.time)
+    expires_at: Epoch | None = None
+    said_at: Epoch | None = None  # when it was said (session date), for temporal questions
     metadata: dict[str, Any] = field(default_factory=dict)
     source_entry_ids: list[str] = field(default_factory=list)
     embedding: list[float] | None = None
@@ -65,11 +78,40 @@ class StoredMemory:
         return doc
 
     @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> "StoredMemory":
-        known = {f for f in cls.__dataclass_fields__}
-        data = {k: v for k, v in doc.items() if k in known}
-        data["id"] = doc["_id"]
-        return cls(**data)
+    def from_doc(cls, doc: dict[str, Any], *, lenient: bool = False) -> "StoredMemory":
+        """A MongoDB or Redis document; ValueError when the row cannot be indexed (`lenient`:
+        only when it cannot even be shown, see `shown`)."""
+        data = {k: v for k, v in doc.items() if k in _FIELD_SET}
+        data["id"] = doc.get("_id")
+        return cls.shown(data) if lenient else cls.checked(data)
+
+    @classmethod
+    def checked(cls, data: dict[str, Any]) -> "StoredMemory":
+        """A stored row, its types and times checked: a row written by an older version (or by
+        hand) that the engine could not index or show raises ValueError here, on load, so the
+        store skips that one row instead of failing the agent's index."""
+        if isinstance(data, dict) and data.get("embedding") is not None:
+            # a vector is checked by the index that takes it (numpy), not float by float here
+            vector = data["embedding"]
+            m = _CHECK.validate_python({**data, "embedding": None})
+            m.embedding = vector if isinstance(vector, list) else None
+            return m
+        return _CHECK.validate_python(data)
+
+    @classmethod
+    def shown(cls, data: Any) -> "StoredMemory":
+        """For a listing or a lookup by id: the checked row, else the row as stored (`public()`
+        shows a time it cannot convert as null), so that a person can still find and delete it.
+        ValueError when not even that can be made of it."""
+        try:
+            return cls.checked(data)
+        except ValueError:
+            if not isinstance(data, dict):
+                raise
+            try:
+                return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
+            except TypeError as exc:
+                raise ValueError(str(exc)) from None
 
     def public(self) -> dict[str, Any]:
         """The JSON shape the REST API returns."""
@@ -84,3 +126,5 @@ class StoredMemory:
 
 
 _FIELDS = tuple(f.name for f in fields(StoredMemory))
+_FIELD_SET = frozenset(_FIELDS)
+_CHECK = TypeAdapter(StoredMemory)

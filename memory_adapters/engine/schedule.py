@@ -210,12 +210,13 @@ async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tu
 
 
 async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str, deadline: Deadline,
-                        indexes: Any, q: Any, visible: Any = None, stale: Any = None) -> Any:
+                        indexes: Any, q: Any, visible: Any = None, stale: Any = None, recall: Any = None) -> Any:
     """A recall that answers before its deadline with the best it has: a slot among the agent's
     own recalls, the agent's index (`indexes()` → (own, shared); a load that cannot finish in time
     goes on for the next recall, and `stale()` → (own, shared) | None serves the index it
     replaces meanwhile), the query vector if ready in time, then the fused ranking — lexical alone,
-    or with fewer candidates, when time is short. Returns an `index.RecallAnswer` that says which."""
+    or with fewer candidates, when time is short; `recall` packs (default `index.recall_with_shared`).
+    Returns an `index.RecallAnswer` that says which."""
     from dataclasses import replace
 
     from .index import RecallAnswer, recall_with_shared
@@ -240,7 +241,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
         if k < q.candidates:
             ranking += FEWER_CANDIDATES
         started = time.perf_counter()
-        packed = recall_with_shared(own, shared, replace(q, vector=vector, candidates=k), visible=visible)
+        packed = (recall or recall_with_shared)(own, shared, replace(q, vector=vector, candidates=k), visible=visible)
         scheduler.ranked(time.perf_counter() - started)
         return RecallAnswer(packed, ranking)
     finally:

@@ -30,7 +30,7 @@ from memplane_core.contract import (
 )
 from memplane_core.private_files import open_append
 from memplane_core.redact import Redactor
-from memplane_core.turn_text import assistant_text, query_from, session_of, user_text
+from memplane_core.turn_text import assistant_text, calls_tools, query_from, session_of, tool_steps, user_text
 
 SUMMARY_CHARS = 280
 RECALL_LIMIT = 4
@@ -142,7 +142,13 @@ class ReferenceStore:
                 return "tombstoned"
             if eid in agent.records:
                 return "duplicate"
-            summary, _ = self.redactor.text(summarize(user_text(entry), assistant_text(entry)))
+            if calls_tools(entry):  # a step of a tool loop: its last call carries the whole turn
+                return "empty"
+            steps = tool_steps(entry)
+            answer = assistant_text(entry)
+            if steps:
+                answer = f"{answer} [tools: {'; '.join(steps)}]".strip()  # the answer first: summaries are short
+            summary, _ = self.redactor.text(summarize(user_text(entry), answer))
             if not summary:
                 return "empty"
             record = {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,

@@ -10,6 +10,8 @@ from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from ..curator_api import add_curator_routes
+from ..engine.curator import CuratorSettings, build_curator
 from ..rest_api import add_api_routes
 from ..server import build_adapter_app, json_error
 from .config import TieredSettings
@@ -47,18 +49,24 @@ def build_service(settings: TieredSettings, telemetry: Telemetry, redactor: Reda
 
 
 def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: Redactor,
-                     service: TieredMemory | None = None) -> web.Application:
-    """`service`: an already built one (tests build it to reach its parts); else one from `settings`."""
+                     service: TieredMemory | None = None, curator: CuratorSettings | None = None) -> web.Application:
+    """`service`: an already built one (tests build it to reach its parts); else one from `settings`.
+    `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set)."""
     if service is None:
         service = build_service(settings, telemetry, redactor)
+    service.curator = build_curator(service, telemetry, curator)
+    service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
     app = build_adapter_app(service, describe(retain_batch=True), token=settings.adapter_token,
                             agent_tokens=settings.agent_tokens, max_retains_in_flight=settings.max_retains_in_flight)
     app.middlewares.append(ltm_unavailable_middleware)
     add_api_routes(app, service)
+    add_curator_routes(app, service.curator)
     app[TIERED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
         await service.start()
+        if service.curator is not None:
+            service.curator.start()
         if settings.consolidate_every_s > 0:
             async def periodic() -> None:
                 while True:
@@ -71,6 +79,8 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
             service.spawn(periodic())
 
     async def stop(app: web.Application) -> None:
+        if service.curator is not None:
+            await service.curator.stop()
         await service.close()
 
     app.on_startup.append(start)

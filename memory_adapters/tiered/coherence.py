@@ -84,10 +84,7 @@ class CoherentIndexes:
                 raise
             fresh = self.new_index()
             fresh.version, fresh.loaded_at = remote, time.time()
-            for n, m in enumerate(loaded, 1):
-                fresh.put(m)
-                if n % LOAD_STEP == 0:  # a cold agent's load never holds other agents' recalls
-                    await asyncio.sleep(0)
+            await fresh.load_stepwise(((m, None) for m in loaded), self.ltm.on_bad_row, LOAD_STEP)
             self._indexes[agent_id] = fresh
             return fresh
 

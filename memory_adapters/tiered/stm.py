@@ -96,7 +96,13 @@ class RedisSTM:
         except (RedisError, OSError) as exc:
             self._mark(False, type(exc).__name__)
             return None
-        return [StoredMemory.from_doc(orjson.loads(r)) for r in raw if r]
+        out = []
+        for r in raw:
+            try:
+                out.append(StoredMemory.from_doc(orjson.loads(r)))
+            except ValueError:  # written by an older version: MongoDB, the source of truth, has it
+                continue
+        return out
 
     async def bump_version(self, agent_id: str) -> int | None:
         try:

@@ -8,10 +8,11 @@ used) is answered here.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 
 from ..errors import Dialect
 from .anthropic_messages import AnthropicMessages
-from .base import StreamState, WireFormat, placement_for
+from .base import DEFAULT_PLACEMENT, StreamState, WireFormat, placement_for
 from .openai_chat import OpenAIChat
 from .openai_responses import OpenAIResponses
 
@@ -26,18 +27,29 @@ def format_for_path(path: str) -> WireFormat | None:
     return None
 
 
-def provider_for_path(path: str) -> str:
-    """Which provider a `/v1/...` call belongs to: Anthropic's routes, else OpenAI."""
+def speaks_anthropic(headers: Mapping[str, str]) -> bool:
+    """The caller uses Anthropic's SDK: it sends `anthropic-version`, or its key in `x-api-key`
+    without an OpenAI-style `Authorization` header."""
+    return "anthropic-version" in headers or ("x-api-key" in headers and "authorization" not in headers)
+
+
+def provider_for_path(path: str, headers: Mapping[str, str] | None = None) -> str:
+    """Which provider a `/v1/...` call belongs to: Anthropic's routes, or a shared path such as
+    `/v1/models` asked in Anthropic's dialect; else OpenAI."""
     fmt = format_for_path(path)
-    return fmt.provider if fmt is not None else "openai"
+    if fmt is not None:
+        return fmt.provider
+    return "anthropic" if headers is not None and speaks_anthropic(headers) else "openai"
 
 
-def dialect_for_path(path: str) -> Dialect:
+def dialect_for_path(path: str, headers: Mapping[str, str] | None = None) -> Dialect:
     """The error shape for a path; a path written with dot segments is judged by where it points
-    (and then refused in that shape)."""
+    (and then refused in that shape). A shared path answers in the caller's dialect."""
     fmt = format_for_path(posixpath.normpath(path or "/"))
-    return fmt.dialect if fmt is not None else Dialect.OPENAI
+    if fmt is not None:
+        return fmt.dialect
+    return Dialect.ANTHROPIC if headers is not None and speaks_anthropic(headers) else Dialect.OPENAI
 
 
-__all__ = ["FORMATS", "AnthropicMessages", "OpenAIChat", "OpenAIResponses", "StreamState", "WireFormat",
-           "dialect_for_path", "format_for_path", "placement_for", "provider_for_path"]
+__all__ = ["DEFAULT_PLACEMENT", "FORMATS", "AnthropicMessages", "OpenAIChat", "OpenAIResponses", "StreamState", "WireFormat",
+           "dialect_for_path", "format_for_path", "placement_for", "provider_for_path", "speaks_anthropic"]

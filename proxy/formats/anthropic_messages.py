@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
-from .base import StreamState, append_text, event_json, require, usage_counts
+from . import rules
+from .base import NoResponseId, StreamState, append_text, event_json, require, usage_counts
 
 
-class AnthropicMessages:
+class AnthropicMessages(NoResponseId):
     name = "anthropic"
     provider = "anthropic"
     dialect = Dialect.ANTHROPIC
     route = "/v1/messages"
     upstream_path = "/v1/messages"
-    placements = frozenset({"system", "latest", "search_results"})
+    placements = frozenset({"trailing", "system", "latest", "search_results"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("messages" in body, "messages: Field required", "messages")
@@ -38,21 +41,41 @@ class AnthropicMessages:
     def query(self, body: dict[str, Any]) -> str:
         return query_from(body["messages"])
 
+    def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+        if requested == "search_results":
+            citations, why = rules.search_results_fallback(body)
+            if not citations:
+                return "latest", why
+        return requested, None
+
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
-        if placement in ("latest", "search_results"):
-            messages = list(body["messages"])
-            i = latest_user_index(messages)
-            if i is not None:
-                content = messages[i].get("content")
-                parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-                if placement == "search_results":
-                    lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
-                else:
-                    lead = [{"type": "text", "text": block}]
-                messages[i] = {**messages[i], "content": lead + parts}
-                return {**body, "messages": messages}
-        return {**body, "system": append_text(body.get("system"), block)}
+        """`trailing`: a text block after everything in the newest user message (its tool results
+        and the client's `cache_control` breakpoints included; none is added, and automatic caching
+        keeps its breakpoint on the client's last block). `latest` and
+        `search_results`: in front of the newest user text, after any `tool_result` blocks."""
+        messages = list(body["messages"])
+        i = latest_user_index(messages)
+        if placement == "system" or i is None:
+            return {**body, "system": append_text(body.get("system"), block)}
+        content = messages[i].get("content")
+        if isinstance(content, str):  # the same prompt as a text block; an empty one would be refused
+            parts = [{"type": "text", "text": content}] if content else []
+        else:
+            parts = list(content or [])
+        if placement == "trailing":
+            if i == len(messages) - 1:
+                body, parts = rules.pin_automatic_breakpoint(body, parts)
+            parts.append({"type": "text", "text": block})
+        else:
+            if placement == "search_results":
+                lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
+            else:
+                lead = [{"type": "text", "text": block}]
+            at = rules.after_tool_results(parts)
+            parts[at:at] = lead
+        messages[i] = {**messages[i], "content": parts}
+        return {**body, "messages": messages}
 
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         return body, False  # Anthropic streams carry usage already
@@ -62,16 +85,26 @@ class AnthropicMessages:
         if ev is None:
             return True
         kind = ev.get("type")
+        _assemble(state, kind, ev)
         if kind == "message_start":
             msg = ev.get("message") or {}
             state.model = msg.get("model")
             usage = msg.get("usage") or {}
             state.usage = {"prompt_tokens": usage.get("input_tokens"),
                            "completion_tokens": usage.get("output_tokens")}
+        elif kind == "content_block_start":
+            block = ev.get("content_block") or {}
+            if block.get("type") in ("tool_use", "server_tool_use"):
+                calls = state.extra.setdefault("tool_calls", {})
+                calls[str(ev.get("index", len(calls)))] = {"name": block.get("name") or "", "arguments": ""}
         elif kind == "content_block_delta":
             delta = ev.get("delta") or {}
             if delta.get("type") == "text_delta":
                 state.text_parts.append(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta":
+                slot = state.extra.get("tool_calls", {}).get(str(ev.get("index")))
+                if slot is not None:
+                    slot["arguments"] += delta.get("partial_json") or ""
             elif delta.get("type") == "citations_delta":
                 state.extra.setdefault("citations", []).append(delta.get("citation"))
         elif kind == "message_delta":
@@ -85,6 +118,17 @@ class AnthropicMessages:
 
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
         return usage_counts(response.get("usage"), "input_tokens", "output_tokens")
+
+    def reply(self, response: dict[str, Any]) -> tuple[Any, Any]:
+        """The answer as the next message of a thread: (message id, content blocks)."""
+        return response.get("id"), response.get("content")
+
+    def streamed_reply(self, state: StreamState) -> tuple[Any, Any]:
+        """The same for a stream, when it ran to `message_stop`."""
+        if not state.extra.get("message_stop"):
+            return None, None
+        blocks = state.extra.get("blocks") or {}
+        return state.extra.get("message_id"), [_finished(blocks[i]) for i in sorted(blocks)]
 
     def citations(self, response: dict[str, Any]) -> list[Any]:
         found = []
@@ -103,3 +147,42 @@ def _search_result(m: InjectedMemory, service: str, n: int) -> dict[str, Any]:
         "content": [{"type": "text", "text": m.text}],
         "citations": {"enabled": True},
     }
+
+
+def _assemble(state: StreamState, kind: Any, ev: dict[str, Any]) -> None:
+    """Rebuild the answer's content blocks from a stream (a thread memplane holds needs them whole:
+    text with citations, tool_use with its input, thinking with its signature)."""
+    if kind == "message_start":
+        state.extra["message_id"] = (ev.get("message") or {}).get("id")
+    elif kind == "message_stop":
+        state.extra["message_stop"] = True
+    elif kind == "content_block_start" and isinstance(ev.get("content_block"), dict):
+        state.extra.setdefault("blocks", {})[ev.get("index", 0)] = dict(ev["content_block"])
+    elif kind == "content_block_delta":
+        block = (state.extra.get("blocks") or {}).get(ev.get("index", 0))
+        delta = ev.get("delta") or {}
+        if block is None:
+            return
+        dt = delta.get("type")
+        if dt == "text_delta":
+            block["text"] = block.get("text", "") + (delta.get("text") or "")
+        elif dt == "input_json_delta":
+            block["_json"] = block.get("_json", "") + (delta.get("partial_json") or "")
+        elif dt == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + (delta.get("thinking") or "")
+        elif dt == "signature_delta":
+            block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
+        elif dt == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+
+
+def _finished(block: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in block.items() if k != "_json"}
+    if "_json" in block:
+        try:
+            out["input"] = orjson.loads(block["_json"]) if block["_json"] else {}
+        except orjson.JSONDecodeError:
+            out["input"] = {}
+    if out.get("type") == "text" and not out.get("citations"):
+        out.pop("citations", None)
+    return out

@@ -71,14 +71,19 @@ class WireFormat(Protocol):
     dialect: Dialect
     route: str  # the path the proxy serves this format at, e.g. /v1/chat/completions
     upstream_path: str
-    placements: frozenset[str]  # where this format can put the block; others fall back to "system"
+    placements: frozenset[str]  # where this format can put the block; others fall back to "trailing"
+    chains: bool  # a later call can continue from an answer's id (Responses' previous_response_id)
 
     def validate(self, body: dict[str, Any]) -> None: ...
     def recall_messages(self, body: dict[str, Any]) -> list[Any]: ...
     def recall_system(self, body: dict[str, Any]) -> Any: ...
     def query(self, body: dict[str, Any]) -> str: ...
+    def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+        """Where this request can take the block (formats/rules.py), and why when that is not `requested`."""
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]: ...
+    def response_id(self, response: dict[str, Any]) -> str | None:
+        """The id a later call can continue from (`previous_response_id`), where the format has one."""
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
     def feed_event(self, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool: ...
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:
@@ -86,6 +91,22 @@ class WireFormat(Protocol):
     def citations(self, response: dict[str, Any]) -> list[Any]: ...
 
 
-def placement_for(fmt: WireFormat, requested: str) -> str:
-    """The manifest's placement where the format has it, else the system prompt (every format has one)."""
-    return requested if requested in fmt.placements else "system"
+DEFAULT_PLACEMENT = "trailing"
+
+
+def placement_for(fmt: WireFormat, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+    """The manifest's placement where the format has it (else after everything the client sent),
+    moved where this request needs it to stay valid; the reason when it moved."""
+    if requested not in fmt.placements:
+        placed, note = fmt.place(DEFAULT_PLACEMENT, body)
+        return placed, f"{requested} is not available for {fmt.name}: {DEFAULT_PLACEMENT}" + (f"; {note}" if note else "")
+    return fmt.place(requested, body)
+
+
+class NoResponseId:
+    """For formats without server-side conversation state."""
+
+    chains = False
+
+    def response_id(self, response: dict[str, Any]) -> str | None:
+        return None

@@ -8,8 +8,10 @@ from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
+from . import rules
 from .base import (
     NoCitations,
+    NoResponseId,
     StreamState,
     append_text,
     event_json,
@@ -18,13 +20,13 @@ from .base import (
 )
 
 
-class OpenAIChat(NoCitations):
+class OpenAIChat(NoCitations, NoResponseId):
     name = "openai"
     provider = "openai"
     dialect = Dialect.OPENAI
     route = "/v1/chat/completions"
     upstream_path = "/chat/completions"
-    placements = frozenset({"system", "latest"})
+    placements = frozenset({"trailing", "system", "latest"})
 
     def validate(self, body: dict[str, Any]) -> None:
         require("messages" in body, "Missing required parameter: 'messages'.", "messages")
@@ -44,12 +46,20 @@ class OpenAIChat(NoCitations):
     def query(self, body: dict[str, Any]) -> str:
         return query_from(body["messages"])
 
+    def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+        return requested, None
+
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
+        """`trailing`: a system message after the last message (after tool results too, which the
+        API accepts); `latest`: before the newest user message, never between tool calls and their
+        answers; `system`: appended to the first system/developer message."""
         messages = list(body["messages"])
-        if placement == "latest":
+        if placement == "trailing":
+            messages.append({"role": "system", "content": block})
+        elif placement == "latest":
             i = latest_user_index(messages)
-            at = i if i is not None else len(messages)
+            at = rules.safe_chat_index(messages, i if i is not None else len(messages))
             messages.insert(at, {"role": "system", "content": block})
         else:
             for i, m in enumerate(messages):

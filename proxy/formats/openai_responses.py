@@ -8,6 +8,7 @@ from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
+from . import rules
 from .base import (
     NoCitations,
     StreamState,
@@ -30,7 +31,8 @@ class OpenAIResponses(NoCitations):
     dialect = Dialect.OPENAI
     route = "/v1/responses"
     upstream_path = "/responses"
-    placements = frozenset({"system", "latest"})
+    placements = frozenset({"trailing", "system", "latest"})
+    chains = True
 
     def validate(self, body: dict[str, Any]) -> None:
         require("input" in body, "Missing required parameter: 'input'.", "input")
@@ -48,14 +50,29 @@ class OpenAIResponses(NoCitations):
     def query(self, body: dict[str, Any]) -> str:
         return query_from(_as_messages(body["input"]))
 
+    def place(self, requested: str, body: dict[str, Any]) -> tuple[str, str | None]:
+        """An input item would be stored with the response and carried by every later call of the
+        chain, so unless `store` is false the block goes in `instructions`, which is not carried over."""
+        if requested in ("trailing", "latest") and rules.responses_input_is_stored(body):
+            return "instructions", f"{requested} → instructions: input items are stored by the provider"
+        return requested, None
+
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
-        if placement == "latest":
+        if placement in ("trailing", "latest"):
             items = _as_messages(body["input"]) if isinstance(body["input"], str) else list(body["input"])
-            i = latest_user_index(items)
-            items.insert(i if i is not None else len(items), {"role": "developer", "content": block})
+            if placement == "trailing":
+                at = len(items)
+            else:
+                i = latest_user_index(items)
+                at = rules.safe_item_index(items, i if i is not None else len(items))
+            items.insert(at, {"role": "developer", "content": block})
             return {**body, "input": items}
         return {**body, "instructions": append_text(body.get("instructions"), block)}
+
+    def response_id(self, response: dict[str, Any]) -> str | None:
+        rid = response.get("id")
+        return rid if isinstance(rid, str) else None
 
     def prepare_upstream(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         return body, False  # response.completed carries usage
@@ -72,6 +89,11 @@ class OpenAIResponses(NoCitations):
             state.model = response.get("model", state.model)
             state.usage = _usage_of(response.get("usage"))
             state.extra["response_id"] = response.get("id")
+            calls = {str(n): {"name": it.get("name") or "", "arguments": it.get("arguments") or ""}
+                     for n, it in enumerate(response.get("output") or ())
+                     if isinstance(it, dict) and it.get("type") == "function_call"}
+            if calls:
+                state.extra["tool_calls"] = calls
         return True
 
     def usage(self, response: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,0 +1,323 @@
+"""What the real provider APIs refuse with 400, one checker per wire format.
+
+Each rule cites the documentation that states it. A checker returns a `Problem` (message and
+param, rendered in the provider's own error shape by the server) or None when the real API would
+accept the request. Only request shapes memplane can produce or change are checked; the point is
+that a request memplane forwards is one the real API accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Problem:
+    message: str
+    param: str | None = None
+    status: int = 400
+    code: str | None = None
+    details: dict[str, Any] | None = None  # Anthropic's machine-readable `error.details`
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _tools_problem(body: dict[str, Any], message: str) -> Problem | None:
+    """`tools`, when given, is a list of objects (every API's reference says so)."""
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        return Problem(message, "tools")
+    return None
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or () if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+# -- Anthropic Messages --
+
+ANTHROPIC_ROLES = ("user", "assistant")
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def anthropic_problem(body: dict[str, Any]) -> Problem | None:
+    """The first rule of the Messages API `body` breaks, or None."""
+    # https://platform.claude.com/docs/en/api/messages — `model`, `max_tokens` and `messages` are required.
+    for required in ("model", "max_tokens", "messages"):
+        if required not in body:
+            return Problem(f"{required}: Field required", required)
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        return Problem("messages: at least one message is required", "messages")
+    if problem := _tools_problem(body, "tools: Input should be a valid list of tool definitions"):
+        return problem
+    system = body.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        return Problem("system: Input should be a valid string or a list of text blocks", "system")
+    for k, block in enumerate(_blocks(system) if isinstance(system, list) else ()):
+        if block.get("type") != "text":
+            return Problem(f"system.{k}.type: Input should be 'text'", "system")
+        if not block.get("text"):
+            return Problem("system: text content blocks must be non-empty", "system")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ANTHROPIC_ROLES:
+            # The Messages API has no "system" role: the system prompt is the top-level `system`
+            # parameter (https://platform.claude.com/docs/en/api/messages, `messages[].role`).
+            role = m.get("role") if isinstance(m, dict) else None
+            return Problem(f'messages.{i}.role: Unexpected role "{role}". The Messages API accepts a top-level '
+                           '`system` parameter, not "system" as an input message role.', "messages")
+        content = m.get("content")
+        if not isinstance(content, (str, list)):
+            return Problem(f"messages.{i}.content: Input should be a valid string or list", "messages")
+        last_assistant = i == len(messages) - 1 and m["role"] == "assistant"
+        if content in ("", []) and not last_assistant:
+            return Problem(f"messages.{i}: all messages must have non-empty content except for the optional "
+                           "final assistant message", "messages")
+        for k, block in enumerate(_blocks(content)):
+            if block.get("type") == "text" and not isinstance(block.get("text"), str):
+                return Problem(f"messages.{i}.content.{k}.text: Input should be a valid string", "messages")
+            if block.get("type") == "text" and not block.get("text"):
+                return Problem(f"messages.{i}.content.{k}.text: text content blocks must be non-empty", "messages")
+            for key in ("id", "tool_use_id"):
+                if block.get("type") in ("tool_use", "tool_result") and key in block \
+                        and not isinstance(block[key], str):
+                    return Problem(f"messages.{i}.content.{k}.{key}: Input should be a valid string", "messages")
+    return (_tool_pairing_problem(_merged(messages)) or _citations_problem(body)
+            or _cache_control_problem(body))
+
+
+def _merged(messages: list[dict[str, Any]]) -> list[tuple[int, str, list[dict[str, Any]]]]:
+    """Consecutive turns of one role are combined into one turn, as the API does
+    (https://platform.claude.com/docs/en/api/messages: "consecutive user or assistant turns in
+    your request will be combined into a single turn"). Keeps the first message's index."""
+    out: list[tuple[int, str, list[dict[str, Any]]]] = []
+    for i, m in enumerate(messages):
+        if out and out[-1][1] == m["role"]:
+            out[-1][2].extend(_blocks(m["content"]))
+        else:
+            out.append((i, m["role"], list(_blocks(m["content"]))))
+    return out
+
+
+def _tool_pairing_problem(turns: list[tuple[int, str, list[dict[str, Any]]]]) -> Problem | None:
+    # https://platform.claude.com/docs/en/agents-and-tools/tool-use/handle-tool-calls — "Tool result
+    # blocks must immediately follow their corresponding tool use blocks in the message history. You
+    # cannot include any messages between the assistant's tool use message and the user's tool result
+    # message. In the user message containing tool results, the tool_result blocks must come FIRST in
+    # the content array. Any text must come AFTER all tool results." Breaking it is a 400.
+    for n, (i, role, blocks) in enumerate(turns):
+        if role != "assistant":
+            continue
+        uses = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        if not uses:
+            continue
+        following = turns[n + 1] if n + 1 < len(turns) else None
+        if following is None:
+            continue  # the conversation ends on the assistant's tool call: a prefill, not a loop step
+        j, _, reply = following
+        answered = {b.get("tool_use_id") for b in reply if b.get("type") == "tool_result"}
+        missing = [u for u in uses if u not in answered]
+        if missing:
+            return Problem(f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                           f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a "
+                           "corresponding `tool_result` block in the next message.", "messages")
+        seen_other = None
+        for k, b in enumerate(reply):
+            if b.get("type") == "tool_result":
+                if seen_other is not None:
+                    return Problem(f"messages.{j}.content.{k}: `tool_result` blocks must come first in the "
+                                   f"content array of the user message that answers `tool_use` blocks; a "
+                                   f"`{seen_other}` block comes before it. Any text must come after all tool "
+                                   "results.", "messages")
+            else:
+                seen_other = b.get("type")
+    previous: set[Any] = set()
+    for i, role, blocks in turns:
+        if role == "user":
+            stray = [b.get("tool_use_id") for b in blocks
+                     if b.get("type") == "tool_result" and b.get("tool_use_id") not in previous]
+            if stray:
+                return Problem(f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                               f"{', '.join(map(str, stray))}. Each `tool_result` block must have a "
+                               "corresponding `tool_use` block in the previous message.", "messages")
+        previous = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if role == "assistant" else set()
+    return None
+
+
+def _cited_sources(body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(block type, citations enabled) of every search_result / document block, tool results included."""
+    found: list[tuple[str, bool]] = []
+
+    def walk(blocks: list[dict[str, Any]]) -> None:
+        for b in blocks:
+            if b.get("type") in ("search_result", "document"):
+                found.append((b["type"], bool(_obj(b.get("citations")).get("enabled"))))
+            elif b.get("type") == "tool_result" and isinstance(b.get("content"), list):
+                walk(_blocks(b["content"]))
+
+    for m in body.get("messages") or ():
+        walk(_blocks(m.get("content")))
+    return found
+
+
+def _citations_problem(body: dict[str, Any]) -> Problem | None:
+    sources = _cited_sources(body)
+    results = {enabled for kind, enabled in sources if kind == "search_result"}
+    if len(results) > 1:
+        # https://platform.claude.com/docs/en/build-with-claude/search-results ("Citations
+        # all-or-nothing"): either all search results in a request have citations enabled or all
+        # have them disabled; mixing them is an error.
+        return Problem("Mixing search results with citations enabled and disabled is not supported: "
+                       "citations must be enabled for all search results in a request or for none.", "messages")
+    structured = _obj(body.get("output_config")).get("format")
+    if (structured or body.get("output_format")) and any(enabled for _, enabled in sources):
+        # https://platform.claude.com/docs/en/build-with-claude/structured-outputs — structured
+        # outputs are incompatible with citations; a request that enables both gets a 400.
+        return Problem("Citations are not supported together with structured outputs (`output_config.format`). "
+                       "Disable citations or remove the output format.", "output_config")
+    return None
+
+
+def _cache_control_problem(body: dict[str, Any]) -> Problem | None:
+    # https://platform.claude.com/docs/en/build-with-claude/prompt-caching — "You can define up to 4
+    # cache breakpoints"; a fifth `cache_control` is a 400.
+    found = sum(1 for b in cache_blocks(body) if b.get("cache_control")) + bool(body.get("cache_control"))
+    if found > MAX_CACHE_BREAKPOINTS:
+        return Problem(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+                       f"Found {found}.", "messages")
+    return None
+
+
+def cache_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prompt's blocks in cache order: tools, then system, then messages
+    (https://platform.claude.com/docs/en/build-with-claude/prompt-caching, "Cache prefixes are
+    created in the following order: tools, system, then messages")."""
+    out = [t for t in body.get("tools") or () if isinstance(t, dict)]
+    system = body.get("system")
+    if system:
+        out.extend(_blocks(system))
+    for m in body.get("messages") or ():
+        if isinstance(m, dict):
+            out.extend(_blocks(m.get("content")))
+    return out
+
+
+# -- OpenAI Chat Completions --
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def chat_problem(body: dict[str, Any]) -> Problem | None:
+    # https://platform.openai.com/docs/api-reference/chat/create — `model` and `messages` are required.
+    for required in ("model", "messages"):
+        if required not in body:
+            return Problem(f"Missing required parameter: '{required}'.", required)
+    if problem := _tools_problem(body, "Invalid type for 'tools': expected an array of objects."):
+        return problem
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        return Problem("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an "
+                       "empty array instead.", "messages")
+    pending: list[str] = []
+    pending_at = 0
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(role, str) or role not in CHAT_ROLES:
+            return Problem(f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+                           "'function', 'tool', and 'developer'.", f"messages[{i}].role")
+        # https://platform.openai.com/docs/guides/function-calling — the results of an assistant's
+        # tool calls are `tool` messages that follow it, one per `tool_call_id`; the API answers
+        # 400 when any other message comes between the call and its results.
+        if pending:
+            if role == "tool" and m.get("tool_call_id") in pending:
+                pending.remove(m["tool_call_id"])
+                continue
+            if role == "tool":
+                return Problem(f"Invalid parameter: 'tool_call_id' of '{m.get('tool_call_id')}' not found in "
+                               "'tool_calls' of previous message.", f"messages.[{i}].tool_call_id")
+            return Problem("An assistant message with 'tool_calls' must be followed by tool messages responding "
+                           "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                           + ", ".join(pending), f"messages.[{pending_at}].role")
+        if role == "tool":
+            return Problem("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                           "message with 'tool_calls'.", f"messages.[{i}].role")
+        if role == "assistant" and m.get("tool_calls"):
+            calls = m["tool_calls"] if isinstance(m["tool_calls"], list) else [None]
+            if not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls):
+                return Problem("Invalid 'tool_calls': each must be an object with a string 'id'.",
+                               f"messages.[{i}].tool_calls")
+            pending = [c["id"] for c in calls]
+            pending_at = i
+    if pending:
+        return Problem("An assistant message with 'tool_calls' must be followed by tool messages responding to "
+                       "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                       + ", ".join(pending), f"messages.[{pending_at}].role")
+    return None
+
+
+# -- OpenAI Responses --
+
+RESPONSES_ROLES = ("user", "assistant", "system", "developer")
+
+
+def input_items(inp: Any) -> list[dict[str, Any]]:
+    """`input` as a list of items (a string is one user message)."""
+    if isinstance(inp, str):
+        return [{"type": "message", "role": "user", "content": inp}]
+    return [x for x in inp if isinstance(x, dict)] if isinstance(inp, list) else []
+
+
+def responses_problem(body: dict[str, Any],
+                      stored: Callable[[str], list[dict[str, Any]] | None]) -> Problem | None:
+    """`stored(previous_response_id)` gives the stored conversation (input and output items) or None."""
+    # https://platform.openai.com/docs/api-reference/responses/create
+    if "model" not in body:
+        return Problem("Missing required parameter: 'model'.", "model")
+    inp = body.get("input")
+    if inp is not None and not isinstance(inp, (str, list)):
+        return Problem("Invalid type for 'input': expected a string or an array of input items.", "input")
+    if problem := _tools_problem(body, "Invalid type for 'tools': expected an array of objects."):
+        return problem
+    if body.get("instructions") is not None and not isinstance(body["instructions"], str):
+        return Problem("Invalid type for 'instructions': expected a string.", "instructions")
+    context: list[dict[str, Any]] = []
+    prev = body.get("previous_response_id")
+    if prev is not None and not isinstance(prev, str):
+        return Problem("Invalid type for 'previous_response_id': expected a string.", "previous_response_id")
+    if prev is not None:
+        found = stored(prev)
+        if found is None:
+            return Problem(f"Previous response with id '{prev}' not found.", "previous_response_id")
+        context = list(found)
+    new = input_items(inp)
+    for k, item in enumerate(new):
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") not in RESPONSES_ROLES:
+            return Problem(f"Invalid value: '{item.get('role')}'. Supported values are: 'assistant', 'system', "
+                           "'developer', and 'user'.", f"input[{k}].role")
+    # https://platform.openai.com/docs/guides/function-calling and .../guides/conversation-state: a
+    # `function_call_output` answers a `function_call` (by `call_id`) that comes before it, in this
+    # input or in the conversation `previous_response_id` continues; and every function call the
+    # model made must get its output before the conversation goes on.
+    calls: dict[str, bool] = {}
+    for k, item in enumerate(context + new):
+        kind = item.get("type")
+        if kind in ("function_call", "function_call_output") and not isinstance(item.get("call_id"), str):
+            return Problem("Invalid type for 'call_id': expected a string.", f"input[{k}].call_id")
+        if kind == "function_call":
+            calls[item.get("call_id")] = False
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                return Problem(f"No tool call found for function call output with call_id {item.get('call_id')}.",
+                               "input")
+            calls[item["call_id"]] = True
+    unanswered = [c for c, done in calls.items() if not done]
+    if unanswered:
+        return Problem(f"No tool output found for function call {unanswered[0]}.", "input")
+    return None

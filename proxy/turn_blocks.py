@@ -1,0 +1,120 @@
+"""One `<memories>` block per user turn: every call that continues a turn gets the first call's bytes.
+
+A tool loop is several calls for one question. Recalling again at each step would change the block
+(the loop's own steps are retained meanwhile), which breaks the provider's prompt cache inside the
+loop and shows the model its own question as a memory. So the block a turn's first call got is
+remembered briefly, per agent and conversation, and replayed on its continuations:
+
+* Chat Completions / Messages / Responses with full history: keyed by a hash of the conversation up
+  to the newest user message that has text (the question), `cache_control` markers left out, since
+  clients move their breakpoint from call to call. A call with nothing after that message starts a
+  turn (it always recalls afresh); a call with tool calls and results after it continues one.
+* Responses chains: keyed by the `previous_response_id` the continuation names; each answered call
+  links its own response id to the turn, so the chain can go on for as many steps as it takes.
+
+Only calls that offer tools are remembered (no tools, no loop to continue), bounded by bytes
+(`max_bytes`, least recently used first out) and short-lived (`ttl_s`): a miss only means one more
+recall.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from cachetools import TTLCache
+
+from memplane_core.turn_text import latest_user_index, text_of
+
+from .recall_policy import InjectedMemory
+
+MAX_BYTES = 32 * 1024 * 1024
+TTL_S = 900.0
+
+
+@dataclass(frozen=True)
+class TurnBlock:
+    """What the turn's first call injected, to inject again byte for byte."""
+
+    block: str
+    memories: tuple[InjectedMemory, ...]
+    placement: str
+    note: str | None
+    question: str  # the turn's question, redacted: what a Responses continuation's ledger line lacks
+    detail: dict[str, Any] = field(default_factory=dict)  # the first call's explanation
+
+
+@dataclass(frozen=True)
+class TurnKey:
+    key: str | None  # None: nothing to key by (no user text, no chain)
+    continues: bool  # the call continues a turn (tool results after the question, or a chain step)
+    question_index: int | None = None
+
+
+def _strip_cache_marks(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_cache_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_cache_marks(v) for v in value]
+    return value
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def turn_key(agent_id: str, fmt_name: str, body: dict[str, Any], messages: list[Any]) -> TurnKey:
+    """Which user turn a call belongs to (see the module docstring)."""
+    i = latest_user_index(messages, skip_tool_results=True)
+    chained = body.get("previous_response_id")
+    if isinstance(chained, str) and chained and i is None:
+        return TurnKey(_digest(agent_id, "chain", chained), True)
+    if i is None:
+        return TurnKey(None, False)
+    prefix = _strip_cache_marks(messages[: i + 1])
+    key = _digest(agent_id, fmt_name, chained if isinstance(chained, str) else None, prefix)
+    return TurnKey(key, i < len(messages) - 1, i)
+
+
+def offers_tools(body: dict[str, Any]) -> bool:
+    """A call can only be continued by tool results when the model was offered tools."""
+    return bool(body.get("tools") or body.get("functions"))
+
+
+def _size(turn: TurnBlock) -> int:
+    """Roughly what a remembered turn holds: the block and its memories, twice over for the rest."""
+    return 2 * (len(turn.block) + sum(len(m.text) for m in turn.memories) + len(turn.question)) + 1024
+
+
+def chain_key(agent_id: str, response_id: str) -> str:
+    return _digest(agent_id, "chain", response_id)
+
+
+def question_of(messages: list[Any], key: TurnKey) -> str:
+    if key.question_index is None:
+        return ""
+    return text_of(messages[key.question_index].get("content")).strip()
+
+
+class TurnBlocks:
+    """The bounded, expiring map from a user turn to its block."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, ttl_s: float = TTL_S) -> None:
+        self._turns: TTLCache[str, TurnBlock] = TTLCache(maxsize=max_bytes, ttl=ttl_s, getsizeof=_size)
+
+    def get(self, key: str | None) -> TurnBlock | None:
+        return self._turns.get(key) if key else None
+
+    def put(self, key: str | None, turn: TurnBlock) -> None:
+        if key and _size(turn) <= self._turns.maxsize:
+            self._turns[key] = turn
+
+    def link(self, agent_id: str, response_id: str | None, turn: TurnBlock | None) -> None:
+        """A response of the turn: a call that continues from it (`previous_response_id`) is the same turn."""
+        if response_id and turn is not None:
+            self.put(chain_key(agent_id, response_id), turn)
+
+    def __len__(self) -> int:
+        return len(self._turns)

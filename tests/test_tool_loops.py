@@ -1,0 +1,467 @@
+"""Real agents are tool loops with long, cached prompts: through memplane, in every placement, each
+call of a loop is one the strict provider accepts, carries the same block, and the provider's cache
+keeps hitting as it does without memory."""
+
+from __future__ import annotations
+
+import anthropic
+import orjson
+import pytest
+
+from memory_adapters.engine.episodes import episodes_from_entry
+from memplane_core.redact import Redactor
+from memplane_core.turn_text import calls_tools
+from proxy.testing.fake_provider import ToolCall, ToolLoop
+
+WEATHER = [{"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}},
+           {"name": "get_time", "description": "time", "input_schema": {"type": "object"}}]
+OA_TOOLS = [{"type": "function", "function": {"name": t["name"], "parameters": {"type": "object"}}} for t in WEATHER]
+RESP_TOOLS = [{"type": "function", "name": t["name"], "parameters": {"type": "object"}} for t in WEATHER]
+LOOP = [ToolCall("get_weather", {"city": "Porto"}), ToolCall("get_time", {"city": "Porto"})]
+FACT = "My sister Ana lives in Porto."
+QUESTION = "What is the weather where my sister lives?"
+
+
+async def _teach(stack, agent):
+    await stack.openai(agent).chat.completions.create(model="m", messages=[{"role": "user", "content": FACT}])
+    await stack.settle()
+
+
+def _loop_requests(stack, path):
+    return [r for r in stack.provider.received if r.path == path]
+
+
+async def _anthropic_loop(client, *, stream: bool, extra: dict | None = None) -> tuple[list, object]:
+    messages = [{"role": "user", "content": QUESTION}]
+    for _ in range(5):
+        if stream:
+            async with client.messages.stream(model="c", max_tokens=200, tools=WEATHER, messages=messages,
+                                              **(extra or {})) as s:
+                msg = await s.get_final_message()
+        else:
+            msg = await client.messages.create(model="c", max_tokens=200, tools=WEATHER, messages=messages,
+                                               **(extra or {}))
+        if msg.stop_reason != "tool_use":
+            return messages, msg
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": f"{b.name}: 21C at noon"}
+            for b in msg.content if b.type == "tool_use"]})
+    raise AssertionError("the loop never ended")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("placement", ["trailing", "system", "latest", "search_results"])
+async def test_anthropic_tool_loop_passes_in_every_placement_with_one_block(stack, reference, placement, stream):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url, placement=placement)
+    await _teach(stack, "claude")
+    stack.provider.model = ToolLoop(LOOP, say="Let me check.")
+    messages, final = await _anthropic_loop(stack.anthropic("claude"), stream=stream)
+    assert "Porto" in final.content[-1].text and "Tool said: get_time" in final.content[-1].text
+    calls = _loop_requests(stack, "/v1/messages")
+    assert [r.status for r in calls] == [200, 200, 200]  # the strict provider refused nothing
+    if placement == "search_results":
+        firsts = [orjson.dumps([b for b in r.body["messages"][-1]["content"] if b.get("type") == "search_result"])
+                  for r in calls]
+        assert b"Porto" in firsts[0] and len(set(firsts)) == 1
+    else:
+        blocks = [r.memories_blocks for r in calls]
+        assert len(blocks[0]) == 1 and "Porto" in blocks[0][0]
+        assert all(b == blocks[0] for b in blocks)  # byte-identical across the loop
+    await stack.settle()
+    ledger = stack.ledger("claude")
+    assert len(ledger) == 4  # every call is a ledger line
+    assert [calls_tools(e) for e in ledger[1:]] == [True, True, False]
+
+
+async def test_trailing_puts_the_block_after_tool_results_and_the_clients_breakpoint(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url)  # the default placement
+    await _teach(stack, "claude")
+    stack.provider.model = ToolLoop(LOOP[:1])
+    eph = {"type": "ephemeral"}
+    client = stack.anthropic("claude")
+    first = await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=[
+        {"role": "user", "content": [{"type": "text", "text": QUESTION, "cache_control": eph}]}])
+    use = next(b for b in first.content if b.type == "tool_use")
+    history = [{"role": "user", "content": [{"type": "text", "text": QUESTION}]},
+               {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21C",
+                                             "cache_control": eph}]}]
+    await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=history)
+    sent = stack.provider.received[-1].body["messages"]
+    assert orjson.dumps(sent[:2]) == orjson.dumps(history[:2])
+    assert sent[2]["content"][0] == history[2]["content"][0]  # tool_result first, untouched
+    assert sent[2]["content"][1]["type"] == "text" and "Porto" in sent[2]["content"][1]["text"]
+    assert "cache_control" not in sent[2]["content"][1]  # memplane never adds a breakpoint
+    assert stack.provider.received[-1].status == 200
+
+
+async def test_search_results_fall_back_to_text_with_structured_output_and_say_so(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("citer", ref_url, placement="search_results")
+    await _teach(stack, "citer")
+    schema = {"type": "json_schema", "schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    raw = await stack.anthropic("citer").messages.with_raw_response.create(
+        model="c", max_tokens=50, messages=[{"role": "user", "content": "Where does my sister live?"}],
+        extra_body={"output_config": {"format": schema}})
+    got = stack.provider.received[-1]
+    assert got.status == 200
+    assert not any(b.get("type") == "search_result" for b in got.body["messages"][-1]["content"])
+    assert "Porto" in got.memories_block
+    doc = (await _explain(stack, raw.headers["X-Memplane-Turn-Id"]))
+    assert doc["placement"] == "latest" and "structured output" in doc["placement_note"]
+
+
+async def test_search_results_follow_the_agents_own_citation_setting(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("citer", ref_url, placement="search_results")
+    await _teach(stack, "citer")
+    own = {"type": "search_result", "source": "kb://doc", "title": "kb", "content": [{"type": "text", "text": "x"}]}
+    await stack.anthropic("citer").messages.create(model="c", max_tokens=50, messages=[
+        {"role": "user", "content": [own, {"type": "text", "text": "Where does my sister live?"}]}])
+    got = stack.provider.received[-1]
+    assert got.status == 200 and "Porto" in got.memories_block
+    assert [b["type"] for b in got.body["messages"][-1]["content"]] == ["text", "search_result", "text"]
+
+
+async def _explain(stack, turn_id):
+    import aiohttp
+    async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/memplane/turns/{turn_id}") as r:
+        return await r.json()
+
+
+# -- OpenAI Chat Completions --
+
+async def _chat_loop(client, *, stream: bool, messages=None):
+    messages = messages or [{"role": "user", "content": QUESTION}]
+    for _ in range(5):
+        if stream:
+            s = await client.chat.completions.create(model="gpt-4o", tools=OA_TOOLS, messages=messages, stream=True)
+            text, calls = "", {}
+            async for chunk in s:
+                for c in chunk.choices:
+                    text += c.delta.content or ""
+                    for tc in c.delta.tool_calls or ():
+                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] += tc.id or ""
+                        slot["name"] += (tc.function.name or "") if tc.function else ""
+                        slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
+            tool_calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                          for c in calls.values()]
+        else:
+            r = await client.chat.completions.create(model="gpt-4o", tools=OA_TOOLS, messages=messages)
+            text = r.choices[0].message.content or ""
+            tool_calls = [c.model_dump() for c in r.choices[0].message.tool_calls or ()]
+        if not tool_calls:
+            return messages, text
+        messages = [*messages, {"role": "assistant", "content": text or None, "tool_calls": tool_calls}]
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": f"{c['function']['name']}: 21C"}
+                     for c in tool_calls]
+    raise AssertionError("the loop never ended")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("placement", ["trailing", "system", "latest"])
+async def test_openai_chat_tool_loop_passes_in_every_placement_with_one_block(stack, reference, placement, stream):
+    ref_url, _ = reference
+    stack.add_agent("gpt", ref_url, placement=placement)
+    await _teach(stack, "gpt")
+    stack.provider.model = ToolLoop(LOOP)
+    _, text = await _chat_loop(stack.openai("gpt"), stream=stream)
+    assert "Porto" in text and "Tool said: get_time" in text
+    calls = [r for r in _loop_requests(stack, "/v1/chat/completions")][1:]
+    assert [r.status for r in calls] == [200, 200, 200]
+    blocks = [r.memories_blocks for r in calls]
+    assert len(blocks[0]) == 1 and all(b == blocks[0] for b in blocks)
+    if placement == "trailing":
+        assert all(r.body["messages"][-1]["role"] == "system" for r in calls)
+    await stack.settle()
+    entries = stack.ledger("gpt")
+    assert len(entries) == 4
+    assert [calls_tools(e) for e in entries[1:]] == [True, True, False]  # streamed or not, the steps are known
+
+
+# -- OpenAI Responses --
+
+async def test_responses_chain_gets_the_turns_block_in_instructions_and_never_stores_it(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("resp", ref_url)
+    await _teach(stack, "resp")
+    stack.provider.model = ToolLoop(LOOP)
+    client = stack.openai("resp")
+    previous = None
+    for turn in (QUESTION, "And tomorrow?"):
+        r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, input=turn, previous_response_id=previous)
+        while any(o.type == "function_call" for o in r.output):
+            outputs = [{"type": "function_call_output", "call_id": o.call_id, "output": f"{o.name}: 21C"}
+                       for o in r.output if o.type == "function_call"]
+            r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, input=outputs, previous_response_id=r.id)
+        previous = r.id
+        assert "Porto" in r.output_text
+    calls = _loop_requests(stack, "/v1/responses")
+    assert [c.status for c in calls] == [200] * 6
+    first_turn = [c.body["instructions"] for c in calls[:3]]
+    assert "Porto" in first_turn[0] and len(set(first_turn)) == 1  # the continuations got the same block
+    for c in calls:  # nothing memplane added is an input item the provider keeps
+        assert not any("<memories" in orjson.dumps(item).decode() for item in c.context or ())
+    await stack.settle()
+    entries = stack.ledger("resp")
+    final = entries[3]  # the first turn's last step sends tool outputs only
+    assert final["turn_question"] == QUESTION
+
+
+async def test_responses_without_store_get_the_block_last_in_input(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("resp", ref_url)
+    await _teach(stack, "resp")
+    await stack.openai("resp").responses.create(model="gpt-5", store=False, instructions="Be brief.",
+                                                input=[{"role": "user", "content": QUESTION}])
+    body = stack.provider.received[-1].body
+    assert body["instructions"] == "Be brief."
+    assert body["input"][0] == {"role": "user", "content": QUESTION}
+    assert body["input"][-1]["role"] == "developer" and "Porto" in body["input"][-1]["content"]
+
+
+# -- prompt caching: the default placement keeps what the provider cached --
+
+LONG_SYSTEM = "You are a careful assistant for the travel desk. " * 120
+
+
+async def _anthropic_cached_turns(client, automatic: bool = False) -> list[int]:
+    """Three turns with the client's sliding breakpoint on its newest message, or with automatic
+    caching (one top-level `cache_control`: the API puts the breakpoint on the last block)."""
+    eph = {"type": "ephemeral"}
+    system = LONG_SYSTEM if automatic else [{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}]
+    mark = {} if automatic else {"cache_control": eph}
+    extra = {"extra_body": {"cache_control": eph}} if automatic else {}
+    history: list = []
+    reads = []
+    for q in ("Where does my sister live? " * 20, "What is the weather there? " * 20, "And tomorrow? " * 30):
+        turn = [*history, {"role": "user", "content": [{"type": "text", "text": q, **mark}]}]
+        msg = await client.messages.create(model="c", max_tokens=100, system=system, messages=turn, **extra)
+        reads.append(msg.usage.cache_read_input_tokens or 0)
+        history = [*history, {"role": "user", "content": [{"type": "text", "text": q}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": msg.content[0].text}]}]
+    return reads
+
+
+@pytest.mark.parametrize("automatic", [False, True])
+async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(stack, reference, automatic):
+    ref_url, _ = reference
+    stack.add_agent("plain")  # no memory: the baseline
+    stack.add_agent("mem", ref_url)
+    await _teach(stack, "mem")
+    baseline = await _anthropic_cached_turns(stack.anthropic("plain"), automatic)
+    stack.provider.anthropic_cache.entries.clear()
+    with_memory = await _anthropic_cached_turns(stack.anthropic("mem"), automatic)
+    assert all(r.status == 200 for r in stack.provider.received)
+    assert any("<memories" in orjson.dumps(r.body).decode() for r in stack.provider.received[-3:])
+    assert baseline[1] > 1500 and baseline[2] > baseline[1]
+    for turn in (1, 2):
+        assert with_memory[turn] >= 0.9 * baseline[turn]
+
+
+async def _chat_cached_turns(client) -> list[int]:
+    history = [{"role": "system", "content": LONG_SYSTEM}]
+    reads = []
+    for q in ("Where does my sister live? " * 20, "What is the weather there? " * 20, "And tomorrow? " * 30):
+        history.append({"role": "user", "content": q})
+        r = await client.chat.completions.create(model="gpt-4o", messages=history)
+        reads.append(r.usage.prompt_tokens_details.cached_tokens)
+        history.append({"role": "assistant", "content": r.choices[0].message.content})
+    return reads
+
+
+async def test_trailing_keeps_at_least_90_percent_of_openai_cached_tokens(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("plain")
+    stack.add_agent("mem", ref_url)
+    await _teach(stack, "mem")
+    baseline = await _chat_cached_turns(stack.openai("plain"))
+    stack.provider.openai_cache.seen.clear()
+    with_memory = await _chat_cached_turns(stack.openai("mem"))
+    assert "Porto" in (stack.provider.received[-1].memories_block or "")
+    assert baseline[1] >= 1024
+    for turn in (1, 2):
+        assert with_memory[turn] >= 0.9 * baseline[turn]
+
+
+# -- what a tool loop leaves in memory --
+
+async def test_a_tool_loop_is_remembered_once_with_its_tools_and_answer(stack, reference):
+    ref_url, store = reference
+    stack.add_agent("claude", ref_url)
+    stack.provider.model = ToolLoop(LOOP, say="Let me check.")
+    await _anthropic_loop(stack.anthropic("claude"), stream=True)
+    await stack.settle()
+    entries = stack.ledger("claude")
+    assert len(entries) == 3
+    records = list(store._agents["claude"].records.values())
+    assert len(records) == 1  # one user turn, one memory: not one per step
+    summary = records[0]["summary"]
+    assert QUESTION in summary and "get_time" in summary and "Tool said" in summary
+    # the engine: intermediate steps make no episode; the last step carries the loop
+    redactor = Redactor()
+    made = [episodes_from_entry("claude", e, {}, redactor) for e in entries]
+    assert [len(m) for m in made] == [0, 0, 1]
+    text = made[2][0].value
+    assert QUESTION in text and "get_weather" in text and "<memories" not in text
+
+
+async def test_streamed_anthropic_tool_use_is_ledgered_with_its_input(stack):
+    stack.add_agent("claude")
+    stack.provider.model = ToolLoop(LOOP[:1], say="Let me check.")
+    async with stack.anthropic("claude").messages.stream(model="c", max_tokens=50, tools=WEATHER,
+                                                         messages=[{"role": "user", "content": "Weather?"}]) as s:
+        await s.get_final_message()
+    await stack.settle()
+    [entry] = stack.ledger("claude")
+    assert entry["response"]["text"] == "Let me check."
+    [call] = entry["response"]["tool_calls"]
+    assert call["name"] == "get_weather" and orjson.loads(call["arguments"]) == {"city": "Porto"}
+
+
+# -- routing and headers --
+
+async def test_anthropic_models_list_goes_to_anthropic_with_the_anthropic_key(stack):
+    stack.add_agent("claude")
+    page = await stack.anthropic("claude").models.list()
+    got = stack.provider.received[-1]
+    assert got.path == "/v1/models"
+    assert got.headers["x-api-key"] == "sk-ant-operator-anthropic-key" and "Authorization" not in got.headers
+    assert page.data  # the SDK could read the answer in its own shape
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        await stack.anthropic("claude").beta.files.list()
+    assert missing.value.body["type"] == "error"  # refused in the caller's own dialect
+
+
+async def test_agents_organization_is_dropped_and_the_operators_sent(make_stack):
+    stack = await make_stack(openai_organization="org-operator", openai_project="proj-operator")
+    stack.provider.organization, stack.provider.project = "org-operator", "proj-operator"
+    stack.add_agent("gpt")
+    client = stack.openai("gpt", organization="org-agents-own", project="proj-agents-own")
+    r = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content
+    got = stack.provider.received[-1]
+    assert got.headers["OpenAI-Organization"] == "org-operator" and got.headers["OpenAI-Project"] == "proj-operator"
+
+
+async def test_the_query_string_reaches_the_provider(stack):
+    stack.add_agent("claude")
+    await stack.anthropic("claude").messages.create(model="c", max_tokens=5, messages=[{"role": "user", "content": "x"}],
+                                                    extra_query={"beta": "true"})
+    assert stack.provider.received[-1].query == "beta=true"
+    await stack.anthropic("claude").models.list(extra_query={"limit": "5"})
+    assert stack.provider.received[-1].query == "limit=5"
+
+
+@pytest.fixture
+async def counting_recall(aiohttp_server):
+    """A memory service whose answer changes on every recall (as a busy memory's does)."""
+    from aiohttp import web
+    asked = []
+
+    async def recall(request):
+        asked.append(await request.json())
+        return web.json_response({"memories": [{"text": f"Answer number {len(asked)}.", "kind": "fact"}]})
+    app = web.Application()
+    app.router.add_post("/recall", recall)
+    server = await aiohttp_server(app)
+    return f"http://{server.host}:{server.port}", asked
+
+
+@pytest.mark.parametrize("placement", ["trailing", "latest"])
+async def test_every_call_of_a_tool_loop_replays_the_first_calls_block(stack, counting_recall, placement):
+    url, asked = counting_recall
+    stack.add_agent("gpt", url, placement=placement)
+    stack.add_agent("claude", url, placement=placement)
+    stack.provider.model = ToolLoop(LOOP)
+    await _chat_loop(stack.openai("gpt"), stream=False)
+    await _anthropic_loop(stack.anthropic("claude"), stream=True)
+    chat = [r.memories_blocks for r in _loop_requests(stack, "/v1/chat/completions")]
+    claude = [r.memories_blocks for r in _loop_requests(stack, "/v1/messages")]
+    assert len(asked) == 2  # one recall per user turn, not per call
+    assert all(b == chat[0] for b in chat) and "Answer number 1." in chat[0][0]
+    # the same question from another agent is its own turn: it never gets the first agent's block
+    assert all(b == claude[0] for b in claude) and "Answer number 2." in claude[0][0]
+    # the next user turn recalls afresh
+    messages, _ = await _chat_loop(stack.openai("gpt"), stream=False)
+    assert "Answer number 3." in _loop_requests(stack, "/v1/chat/completions")[-1].memories_block
+    assert len(asked) == 3
+
+
+async def test_a_repeated_question_in_a_new_conversation_recalls_afresh(stack, counting_recall):
+    url, asked = counting_recall
+    stack.add_agent("gpt", url)
+    for _ in range(2):
+        await stack.openai("gpt").chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    blocks = [r.memories_block for r in stack.provider.received]
+    assert "Answer number 1." in blocks[0] and "Answer number 2." in blocks[1]
+
+
+# -- Anthropic message threads: memplane holds them for agents with memory --
+
+THREADS_BETA = ["message-threads-2026-08-12"]
+
+
+async def _thread_turn(client, text, thread, **extra):
+    return await client.beta.messages.create(model="c", max_tokens=100, messages=[{"role": "user", "content": text}],
+                                             extra_body={"thread": thread}, betas=THREADS_BETA, **extra)
+
+
+async def test_a_message_thread_is_held_by_memplane_and_never_stores_a_block(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url)
+    stack.add_agent("other", ref_url)
+    await _teach(stack, "claude")
+    client = stack.anthropic("claude")
+    first = await _thread_turn(client, QUESTION, {"type": "create"}, system="Be brief.")
+    second = await _thread_turn(client, "And tomorrow?", {"type": "continue", "previous_message_id": first.id})
+    assert "Porto" in second.content[0].text
+    got = stack.provider.received[-1]
+    assert "thread" not in got.body and got.body["system"] == "Be brief."  # an ordinary request upstream
+    assert [m["role"] for m in got.body["messages"]] == ["user", "assistant", "user"]
+    assert got.body["messages"][0]["content"] == QUESTION  # the client's own words, no block kept in them
+    assert len(got.memories_blocks) == 1
+    assert not stack.provider.threads  # the provider holds no conversation with memplane's block in it
+    # a reply is continued once; another agent cannot continue this agent's thread
+    for who, previous in (("claude", first.id), ("other", second.id), ("claude", "msg_nowhere")):
+        with pytest.raises(anthropic.BadRequestError) as lost:
+            await _thread_turn(stack.anthropic(who), "hi", {"type": "continue", "previous_message_id": previous})
+        assert lost.value.body["error"]["details"] == {"error_code": "thread_not_found"}
+    with pytest.raises(anthropic.BadRequestError, match="cannot be set on a `continue`"):
+        await _thread_turn(client, "hi", {"type": "continue", "previous_message_id": second.id}, system="x")
+
+
+async def test_a_thread_of_an_agent_without_memory_stays_with_the_provider(stack):
+    stack.add_agent("plain")
+    first = await _thread_turn(stack.anthropic("plain"), "hello", {"type": "create"})
+    await _thread_turn(stack.anthropic("plain"), "again", {"type": "continue", "previous_message_id": first.id})
+    assert stack.provider.received[-1].body["thread"]["previous_message_id"] == first.id
+
+
+async def test_a_streamed_thread_reply_is_kept_whole_for_the_next_call(stack, reference):
+    ref_url, _ = reference
+    stack.add_agent("claude", ref_url)
+    await _teach(stack, "claude")
+    stack.provider.model = ToolLoop(LOOP[:1], say="Let me check.")
+    client = stack.anthropic("claude")
+    async with client.beta.messages.stream(model="c", max_tokens=100, tools=WEATHER, betas=THREADS_BETA,
+                                           messages=[{"role": "user", "content": QUESTION}],
+                                           extra_body={"thread": {"type": "create"}}) as s:
+        first = await s.get_final_message()
+    use = next(b for b in first.content if b.type == "tool_use")
+    second = await client.beta.messages.create(
+        model="c", max_tokens=100, betas=THREADS_BETA,
+        messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21C"}]}],
+        extra_body={"thread": {"type": "continue", "previous_message_id": first.id}})
+    assert "Porto" in second.content[0].text and "Tool said: 21C" in second.content[0].text
+    got = stack.provider.received[-1]
+    assert got.status == 200 and got.body["tools"] == stack.provider.received[-2].body["tools"]
+    assert got.body["messages"][1]["content"] == [{"type": "text", "text": "Let me check."},
+                                                  {"type": "tool_use", "id": use.id, "name": "get_weather",
+                                                   "input": {"city": "Porto"}}]
+    blocks = [r.memories_blocks for r in stack.provider.received[-2:]]
+    assert blocks[0] == blocks[1] and len(blocks[0]) == 1  # the turn's block, once, the same bytes
