@@ -211,8 +211,10 @@ def build_adapter_app(backend: MemoryBackend, descriptor: dict[str, Any], *, tok
         req = await parse(request, RecallRequest)
         with metrics.recall_latency.time():
             blocks = await backend.recall(req)
-        return web.Response(body=orjson.dumps({"memories": [b.model_dump(exclude_none=True) for b in blocks]}),
-                            content_type="application/json")
+        answer: dict[str, Any] = {"memories": [b.model_dump(exclude_none=True) for b in blocks]}
+        if isinstance(getattr(blocks, "ranking", None), str):  # which ranking answered (engine/schedule.py)
+            answer["ranking"] = blocks.ranking
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def retain(request: web.Request) -> web.Response:
         req = await parse(request, RetainRequest)
