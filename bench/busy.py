@@ -31,7 +31,7 @@ import aiohttp
 
 from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
-from proxy.runner import Site, start_site
+from memplane_cli.runner import Site, start_site
 from proxy.testing.fake_provider import FakeProvider
 
 from .burner import burners, load_average
