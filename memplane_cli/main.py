@@ -90,12 +90,26 @@ def _check_contexts(settings: ProxySettings) -> None:
 @click.option("--retain-claim-idle", default=default("retain_claim_idle_s"), show_default=True, type=float,
               envvar="MEMPLANE_RETAIN_CLAIM_IDLE",
               help="Seconds a retain may stay unacknowledged before a live proxy claims it (--ledger redis).")
+@click.option("--retain-batch", default=default("retain_batch"), show_default=True, type=click.IntRange(1),
+              envvar="MEMPLANE_RETAIN_BATCH", help="Entries a lane sends at once as concurrent retains.")
+@click.option("--retain-batch-call", default=default("retain_batch_call"), show_default=True,
+              type=click.IntRange(1), envvar="MEMPLANE_RETAIN_BATCH_CALL",
+              help="Entries per call to a service with a batch endpoint (and per shared-ledger read).")
+@click.option("--retain-linger", default=default("retain_linger_s"), show_default=True,
+              type=click.FloatRange(0, 5), envvar="MEMPLANE_RETAIN_LINGER",
+              help="Seconds a partial batch waits for company.")
+@click.option("--retain-in-flight", default=default("retain_max_in_flight"), show_default=True,
+              type=click.IntRange(1), envvar="MEMPLANE_RETAIN_IN_FLIGHT",
+              help="Retain calls in flight across all agents.")
 def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
           upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
           admin_token: str | None, passthrough: str | None, ledger: str = "file", redis_url: str | None = None,
-          ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0) -> None:
+          ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0,
+          retain_batch: int = default("retain_batch"), retain_batch_call: int = default("retain_batch_call"),
+          retain_linger: float = default("retain_linger_s"),
+          retain_in_flight: int = default("retain_max_in_flight")) -> None:
     """Run the memory proxy."""
     from memplane_core.redact import RedactionConfigError, Redactor
 
@@ -111,6 +125,8 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         passthrough=passthrough, admin_token=admin_token,
         ledger=ledger, redis_url=redis_url or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),
         ledger_prefix=ledger_prefix, retain_claim_idle_s=retain_claim_idle,
+        retain_batch=retain_batch, retain_batch_call=retain_batch_call, retain_linger_s=retain_linger,
+        retain_max_in_flight=retain_in_flight,
         **operator_openai_ids(dict(os.environ)),
     )
     try:

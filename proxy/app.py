@@ -156,7 +156,10 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
             state.retain = stream_delivery(state, settings)
         else:
             state.retain = RetainDelivery(state.session, state.telemetry, state.redactor, state.ledger,
-                                          state.contexts, max_buffered=settings.retain_queue_size)
+                                          state.contexts, max_buffered=settings.retain_queue_size,
+                                          batch=settings.retain_batch, batch_call=settings.retain_batch_call,
+                                          linger_s=settings.retain_linger_s,
+                                          max_in_flight=settings.retain_max_in_flight)
         await state.retain.start()
         state.metrics.watch_backlog(state.retain.backlog)
 

@@ -30,6 +30,13 @@ class ProxySettings:
     rate_limit_per_agent: float = 0.0  # requests per second, 0 = off
     rate_limit_burst: int = 20
     retain_queue_size: int = 10_000
+    # retain delivery: entries a lane sends at once as concurrent retains / as one call to a batch
+    # endpoint (also the shared ledger's read size), how long a partial batch waits for company, and
+    # retains in flight across all agents (a slow service gets steady load, not a retry storm)
+    retain_batch: int = 8
+    retain_batch_call: int = 32
+    retain_linger_s: float = 0.02
+    retain_max_in_flight: int = 16
     redaction_rules: str | None = None
     shutdown_grace_s: float = 30.0
     ledger_fsync: bool = False

@@ -149,3 +149,36 @@ async def stack_for_property(stack, aiohttp_server):
     server = await aiohttp_server(rec.app())
     stack.add_agent("prop", url_of(server))
     return stack, rec
+
+
+async def test_the_operator_caps_retains_in_flight_with_a_setting(make_stack, aiohttp_server):
+    """`--retain-in-flight 1`: a slow memory service sees one retain at a time, across agents, and
+    still gets every turn."""
+    stack = await make_stack(retain_max_in_flight=1, retain_linger_s=0.0)
+    seen: list[str] = []
+    now = peak = 0
+
+    async def retain(request: web.Request) -> web.Response:
+        nonlocal now, peak
+        now += 1
+        peak = max(peak, now)
+        await asyncio.sleep(0.2)
+        seen.append(orjson.loads(await request.read())["entry"]["id"])
+        now -= 1
+        return web.json_response({"status": "stored"}, status=202)
+
+    async def recall(request: web.Request) -> web.Response:
+        return web.json_response({"memories": []})
+
+    app = web.Application()
+    app.router.add_post("/retain", retain)
+    app.router.add_post("/recall", recall)
+    server = await aiohttp_server(app)
+    agents = [f"cap-{i}" for i in range(4)]
+    for agent in agents:
+        stack.add_agent(agent, url_of(server))
+    await asyncio.gather(*(stack.openai(a).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"hello from {a}"}]) for a in agents))
+    await wait_for(lambda: len(seen) == 4)
+    assert peak == 1
+    assert sorted(seen) == sorted(stack.ledger(a)[0]["id"] for a in agents)

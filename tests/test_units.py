@@ -142,3 +142,14 @@ def test_backlog_counts_entries_not_yet_settled_per_agent_and_in_total():
     assert backlog("a") == 1 and backlog("b") == 1 and backlog() == 2
     backlog.settle("b", 5)  # a previous run's leftovers settling never make it negative
     assert backlog("b") == 0 and backlog() == 1 and backlog("nobody") == 0
+
+
+def test_a_retain_setting_out_of_range_is_refused_before_the_proxy_starts(tmp_path):
+    from click.testing import CliRunner
+
+    from memplane_cli.main import main
+
+    out = CliRunner().invoke(main, ["serve", "--context-root", str(tmp_path), "--retain-in-flight", "0"])
+    assert out.exit_code == 2 and "--retain-in-flight" in out.output
+    out = CliRunner().invoke(main, ["serve", "--help"])
+    assert "MEMPLANE_RETAIN_BATCH" not in out.output and "--retain-linger" in out.output
