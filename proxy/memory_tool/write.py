@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..transport_errors import TransportError, transport_errors
+from ..memory_client import MemoryClient, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 MAX_METADATA_BYTES = 4096
@@ -65,20 +65,17 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
             "metadata": {**redact.json(metadata)[0], "via": "store_memory", "turn_id": turn_id}}
     if args.scope == "session":
         body["session_id"] = session_id
+    client = MemoryClient(state.session, manifest.base_url, manifest.headers(), ctx.agent_id, timeout=TIMEOUT)
     try:
-        with transport_errors():
-            async with state.session.post(f"{manifest.base_url}/api/memories", json=body, headers=manifest.headers(),
-                                          timeout=TIMEOUT) as r:
-                status_code = r.status
-                doc = await r.json(content_type=None) if r.status < 500 else None
-    except TransportError as exc:
-        return said(False, f"store_memory was not saved: the memory service did not answer ({exc.name})")
-    except ValueError:
-        doc = None
-    if status_code in (200, 201):
-        return said(True, f"Saved ({'updated' if status_code == 200 else 'new'}) under key {args.key!r}.",
-                    key=args.key, scope=args.scope)
-    message = doc.get("error", {}).get("message") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
-        else None
-    return said(False, f"store_memory was not saved: the memory service refused it (status {status_code}"
-                       + (f": {message}" if isinstance(message, str) else "") + ")")
+        created, _ = await client.upsert(body)
+    except MemoryServiceError as exc:
+        status_code = exc.status
+        if exc.unreachable:
+            text = str(exc)
+            return said(False, f"store_memory was not saved: {text[0].lower()}{text[1:].rstrip('.')}")
+        message = exc.service_message if exc.status is not None and exc.status < 500 else None
+        return said(False, f"store_memory was not saved: the memory service refused it (status {exc.status}"
+                           + (f": {message}" if message else "") + ")")
+    status_code = 201 if created else 200
+    return said(True, f"Saved ({'updated' if not created else 'new'}) under key {args.key!r}.",
+                key=args.key, scope=args.scope)

@@ -2,27 +2,22 @@
 edit, forget, audit trail) as one small client, readable keys, and the ledger entry behind a memory.
 
 The inspector pages (ui.py) only render; every call to the memory service goes through
-`MemoryRestClient`, so a slow or broken service becomes one `CurateError` message on the page.
+`proxy/memory_client.py`, so a slow or broken service becomes one `CurateError` message on the page.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
 
-import aiohttp
 
 from memplane_core.turn_text import assistant_text, user_text
 
+from ..memory_client import MemoryServiceError
 from .admin import Operator
-from ..transport_errors import TransportError, transport_errors
 
-TIMEOUT = aiohttp.ClientTimeout(total=5)
-PAGE_SIZE = 50
 KINDS = ("fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary")
 SCOPES = ("agent", "session", "global")
 # keys memplane derives (episode:<entry id>, fact:<hash>…) say nothing to a person; a key a person or
@@ -30,75 +25,8 @@ SCOPES = ("agent", "session", "global")
 _DERIVED = re.compile(r"(?:[a-z_]+:)?[0-9a-f]{16,}\Z")  # "fact:<hex>", a bare hash
 
 
-class CurateError(Exception):
-    """The memory service did not do what the operator asked; the message is for the page."""
-
-
-@dataclass
-class MemoryRestClient:
-    """One agent's memory service, through its REST API (`memory_adapters/rest_api.py`)."""
-
-    session: aiohttp.ClientSession
-    base_url: str
-    headers: dict[str, str]
-    agent_id: str
-
-    async def _call(self, method: str, path: str, *, what: str, ok: tuple[int, ...] = (200,),
-                    **kw: Any) -> tuple[int, Any]:
-        try:
-            with transport_errors():
-                async with self.session.request(method, self.base_url + path, headers=self.headers,
-                                                timeout=TIMEOUT, **kw) as r:
-                    doc = await r.json(content_type=None) if r.status != 204 else None
-        except TransportError as exc:
-            raise CurateError(f"The memory service did not answer ({exc.name}).") from None
-        except ValueError:
-            raise CurateError(f"The memory service answered {what} with something that is not JSON.") from None
-        if r.status not in ok:
-            message = doc.get("error", {}).get("message") if isinstance(doc, dict) else None
-            raise CurateError(f"The memory service refused to {what} (status {r.status}"
-                              + (f": {message}" if isinstance(message, str) else "") + ").")
-        return r.status, doc
-
-    async def listing(self, *, kind: str | None, scope: str | None, since: str | None, until: str | None,
-                      cursor: str | None) -> tuple[list[dict], str | None]:
-        params = {"agent_id": self.agent_id, "limit": str(PAGE_SIZE)}
-        for name, value in (("type", kind), ("scope", scope), ("since", since), ("until", until),
-                            ("cursor", cursor)):
-            if value:
-                params[name] = value
-        _, doc = await self._call("GET", "/api/memories", params=params, what="list memories")
-        return doc["memories"], doc.get("next_cursor")
-
-    async def search(self, query: str, *, kind: str | None) -> list[dict]:
-        body: dict[str, Any] = {"agent_id": self.agent_id, "query": query, "top_k": 100}
-        if kind:
-            body["type_filter"] = kind
-        _, doc = await self._call("POST", "/api/memories/search", json=body, what="search")
-        return doc["results"]
-
-    async def get(self, memory_id: str) -> dict | None:
-        status, doc = await self._call("GET", f"/api/memories/{quote(memory_id, safe='')}", ok=(200, 404),
-                                       what="show the memory")
-        return doc if status == 200 and doc.get("agent_id") in (self.agent_id, "*") else None
-
-    async def edit(self, memory_id: str, changes: dict[str, Any]) -> dict:
-        _, doc = await self._call("PATCH", f"/api/memories/{quote(memory_id, safe='')}", json=changes,
-                                  what="change the memory")
-        return doc
-
-    async def forget(self, memory_id: str, reason: str, actor: str) -> None:
-        await self._call("DELETE", f"/api/memories/{quote(memory_id, safe='')}", ok=(204, 404),
-                         json={"reason": reason, "actor": actor}, what="forget the memory")
-
-    async def audit(self, memory_id: str | None = None) -> list[dict]:
-        if memory_id is None:
-            _, doc = await self._call("GET", "/api/audit", params={"agent_id": self.agent_id, "limit": "100"},
-                                      what="show the audit trail")
-        else:
-            _, doc = await self._call("GET", f"/api/memories/{quote(memory_id, safe='')}/audit",
-                                      what="show the audit trail")
-        return doc["audit"]
+# The inspector's name for what the memory-service client raises (one error map: memory_client.py).
+CurateError = MemoryServiceError
 
 
 def operator_name(operator: Operator | None) -> str:

@@ -23,16 +23,15 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import aiohttp
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
-from .curate import KINDS, SCOPES, CurateError, MemoryRestClient, audit_view, conversation, find_entry, operator_name, view
+from .curate import KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, operator_name, view
 from .explain import explanation
 from .memory_ops import remote_forget
+from ..memory_client import MemoryClient, MemoryServiceError
 from ..retain.files import dead_letter_path
-from ..transport_errors import TransportError, transport_errors
 
 _env = Environment(loader=PackageLoader("proxy.operator", "templates"), autoescape=select_autoescape(["html"]))
 
@@ -188,13 +187,13 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
                   for t in reversed(state.explanations.recent(limit=500)) if t.get("_at", 0) >= hour_ago]
         return render(request, operator, "agents.html", agents=rows, chart=_chart(points))
 
-    def service_of(state: Any, agent_id: str) -> MemoryRestClient:
+    def service_of(state: Any, agent_id: str) -> MemoryClient:
         ctx = state.contexts.get(agent_id)
         if ctx is None:
             raise PageError(404, "No such agent.")
         if ctx.memory is None:
             raise PageError(404, "This agent has no memory service.")
-        return MemoryRestClient(state.session, ctx.memory.base_url, ctx.memory.headers(), agent_id)
+        return MemoryClient(state.session, ctx.memory.base_url, ctx.memory.headers(), agent_id)
 
     async def agent(request: web.Request) -> web.Response:
         state, operator = guard(request)
@@ -329,16 +328,9 @@ def add_ui_routes(app: web.Application, state_key: web.AppKey) -> None:
         notice = "Forgotten."
         if memory_id:  # first, so that the service's audit trail records who forgot it and why
             try:
-                with transport_errors():
-                    async with state.session.delete(f"{manifest.base_url}/api/memories/{quote(memory_id, safe='')}",
-                                                    headers=manifest.headers(),
-                                                    json={"reason": reason, "actor": operator_name(operator)},
-                                                    timeout=aiohttp.ClientTimeout(total=5)) as r:
-                        await r.read()
-                if not 200 <= r.status < 300 and r.status != 404:
-                    notice = f"The memory service refused to delete it (status {r.status})."
-            except TransportError as exc:
-                notice = f"The memory service is unreachable ({exc.name})."
+                await service_of(state, agent_id).forget(memory_id, reason, operator_name(operator))
+            except MemoryServiceError as exc:
+                notice = str(exc)
         if entry_ids:  # the turns behind it: tombstoned here and forgotten by the service
             state.ledger.add_tombstones(agent_id, entry_ids, reason)
             result = await remote_forget(state.session, state.telemetry, manifest, agent_id, ctx.metadata.pod,
