@@ -243,32 +243,29 @@ EXPORT_FIELDS = ("key", "scope", "session_id", "type", "value", "importance", "c
 def export_cmd(service: str, agent: str, out: Path | None, url: str | None, auth_token: str | None,
                context_root: Path) -> None:
     """Write an agent's memories as JSONL, one memory per line, with everything needed to restore them."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     from memplane_core.private_files import write_private
 
+    from proxy.memory_client import MemoryServiceError
+
     base, headers = _rest_target(service, url, auth_token, context_root, agent)
-    lines: list[bytes] = []
-    cursor = None
-    for scope in ("agent", "session"):
-        cursor = None
-        while True:
-            query = {"agent_id": agent, "scope": scope, "limit": "500", **({"cursor": cursor} if cursor else {})}
-            req = urllib.request.Request(f"{base}/api/memories?{urllib.parse.urlencode(query)}", headers=headers)
-            try:
-                with urllib.request.urlopen(req, timeout=30) as resp:
-                    page = orjson.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                raise click.ClickException(f"{base}: {exc.code} {exc.reason} (does it offer /api/memories?)") from None
-            except (urllib.error.URLError, OSError) as exc:
-                raise click.ClickException(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
-            for m in page.get("memories", []):
-                lines.append(orjson.dumps({k: m.get(k) for k in EXPORT_FIELDS}) + b"\n")
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
+
+    async def pages(client) -> list[bytes]:
+        lines: list[bytes] = []
+        for scope in ("agent", "session"):
+            cursor = None
+            while True:
+                memories, cursor = await client.listing(scope=scope, cursor=cursor, limit=500)
+                lines += [orjson.dumps({k: m.get(k) for k in EXPORT_FIELDS}) + b"\n" for m in memories]
+                if not cursor:
+                    break
+        return lines
+
+    try:
+        lines = _with_client(base, headers, agent, pages)
+    except MemoryServiceError as exc:
+        if exc.unreachable:
+            raise click.ClickException(f"cannot reach {base}: {exc}") from None
+        raise click.ClickException(f"{base}: {exc} (does it offer /api/memories?)") from None
     if out is None:
         sys.stdout.buffer.write(b"".join(lines))
     else:
@@ -292,33 +289,47 @@ def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token
     (memories are upserted by key). An import stays inside its agent: a global line needs
     --allow-global. A line that cannot be restored is reported as `line n: …` and the import goes
     on with the next; the exit status is 1 when any line was not imported."""
-    import urllib.error
-    import urllib.request
+    from proxy.memory_client import MemoryServiceError
 
     base, headers = _rest_target(service, url, auth_token, context_root, agent)
-    done = skipped = 0
-    for n, raw in enumerate(file.read_bytes().splitlines(), 1):
-        if not raw.strip():
-            continue
-        body, problem = _import_body(raw, agent, allow_global)
-        if problem:
-            click.echo(f"line {n}: {problem}; skipped", err=True)
-            skipped += 1
-            continue
-        req = urllib.request.Request(f"{base}/api/memories", data=orjson.dumps(body), method="POST",
-                                     headers={**headers, "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30):
+
+    async def restore(client) -> tuple[int, int]:
+        done = skipped = 0
+        for n, raw in enumerate(file.read_bytes().splitlines(), 1):
+            if not raw.strip():
+                continue
+            body, problem = _import_body(raw, agent, allow_global)
+            if problem:
+                click.echo(f"line {n}: {problem}; skipped", err=True)
+                skipped += 1
+                continue
+            try:
+                await client.upsert(body)
                 done += 1
-        except urllib.error.HTTPError as exc:
-            click.echo(f"line {n}: refused ({exc.code}): {_error_text(exc.read())}; skipped", err=True)
-            skipped += 1
-        except (urllib.error.URLError, OSError) as exc:
-            click.echo(f"imported {done} memories into {service} for {agent}; {skipped} skipped", err=True)
-            raise click.ClickException(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
+            except MemoryServiceError as exc:
+                if exc.unreachable:
+                    click.echo(f"imported {done} memories into {service} for {agent}; {skipped} skipped", err=True)
+                    raise click.ClickException(f"cannot reach {base}: {exc}") from None
+                click.echo(f"line {n}: refused ({exc.status}): {exc.detail}; skipped", err=True)
+                skipped += 1
+        return done, skipped
+
+    done, skipped = _with_client(base, headers, agent, restore)
     click.echo(f"imported {done} memories into {service} for {agent}; {skipped} skipped", err=True)
     if skipped:
         sys.exit(1)
+
+
+def _with_client(base: str, headers: dict[str, str], agent: str, work):
+    """Run `work(client)` with a memory-service client for one CLI command (30 s a call)."""
+    import aiohttp
+
+    from proxy.memory_client import MemoryClient
+
+    async def run():
+        async with aiohttp.ClientSession() as session:
+            return await work(MemoryClient(session, base, headers, agent, timeout=aiohttp.ClientTimeout(total=30)))
+    return asyncio.run(run())
 
 
 IMPORT_FIELDS = ("key", "scope", "type", "value", "importance", "metadata", "source_entry_ids", "said_at",
@@ -353,11 +364,3 @@ def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str 
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
         return {}, f"{field}: {err['msg']}"
     return body, None
-
-
-def _error_text(raw: bytes) -> str:
-    """A service's error message (`{"error": {"message": …}}`), else the start of its answer."""
-    try:
-        return str(orjson.loads(raw)["error"]["message"])[:300]
-    except Exception:
-        return raw[:200].decode("utf-8", "replace")

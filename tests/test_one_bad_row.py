@@ -365,3 +365,33 @@ def test_the_pass_through_allow_list_is_matched_whole():
     rules = parse_allow_list(None)
     assert allowed(rules, "GET", "/v1/models") and allowed(rules, "GET", "/v1/models/gpt-4o")
     assert not allowed(rules, "GET", "/v1/models\n") and not allowed(rules, "POST", "/v1/embeddings\n")
+
+
+async def test_export_and_import_name_a_service_without_the_rest_api_and_one_that_is_down(
+        aiohttp_server, tmp_path, unused_tcp_port):
+    """Both commands talk to the service through the one memory-service client: a store without
+    /api/memories and a store that is not running each give one clear line, never a traceback."""
+    from aiohttp import web
+    from click.testing import CliRunner
+
+    from memplane_cli.main import main
+
+    bare = web.Application()  # a contract-only adapter: recall and retain, no REST API
+    bare.router.add_post("/recall", lambda r: web.json_response({"memories": []}))
+    url = url_of(await aiohttp_server(bare))
+    good = tmp_path / "one.jsonl"
+    good.write_bytes(orjson.dumps({"key": "pet", "scope": "agent", "type": "fact", "value": "Has a parrot"}) + b"\n")
+    runner = CliRunner()
+
+    result = await asyncio.to_thread(runner.invoke, main, ["memory", "export", "bare", "--agent", "ana", "--url", url])
+    assert result.exit_code == 1 and "status 404" in result.stderr and "does it offer /api/memories?" in result.stderr
+    result = await asyncio.to_thread(runner.invoke, main, ["memory", "import", "bare", str(good), "--agent", "ana",
+                                                           "--url", url])
+    assert result.exit_code == 1 and "line 1: refused (404)" in result.stderr and "1 skipped" in result.stderr
+
+    down = f"http://127.0.0.1:{unused_tcp_port}"
+    for args in (["memory", "export", "gone", "--agent", "ana", "--url", down],
+                 ["memory", "import", "gone", str(good), "--agent", "ana", "--url", down]):
+        result = await asyncio.to_thread(runner.invoke, main, args)
+        assert result.exit_code == 1 and f"cannot reach {down}" in result.stderr
+        assert not isinstance(result.exception, (TypeError, AttributeError, RuntimeError))
