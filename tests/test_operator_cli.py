@@ -195,3 +195,31 @@ async def test_backfill_applies_the_operators_redaction_rules(stack, aiohttp_ser
     stats = await backfill(contexts, stack.history_root, "mem-svc", url=f"http://{server.host}:{server.port}/retain",
                            redactor=Redactor.from_file(rules), telemetry=Telemetry())
     assert stats.sent == 1 and b"TKT-12345678" not in got[0] and b"[redacted:ticket]" in got[0]
+
+
+async def test_backfill_sends_the_metadata_live_retain_sent(stack, aiohttp_server):
+    """A memory rebuilt from the ledger keeps its session, timezone and model: backfill builds each
+    retain as live delivery does, and only adds `backfill: true`."""
+    from aiohttp import web
+
+    seen: list[dict] = []
+
+    async def retain(request: web.Request) -> web.Response:
+        seen.append(orjson.loads(await request.read())["metadata"])
+        return web.json_response({"status": "stored"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/retain", retain)
+    app.router.add_post("/recall", lambda r: web.json_response({"memories": []}))
+    server = await aiohttp_server(app)
+    stack.add_agent("meta", f"http://{server.host}:{server.port}")
+    await stack.openai("meta").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "I moved to Oslo"}],
+        extra_headers={"X-Session-Id": "s-42"})
+    await stack.settle()
+    [live] = seen
+    assert live.get("session_id") == "s-42"
+    stats = await backfill(ContextStore(stack.context_root, Telemetry()), stack.history_root, "mem-svc",
+                           redactor=Redactor(), telemetry=Telemetry())
+    assert stats.sent == 1
+    assert seen[1] == {**live, "backfill": True}

@@ -21,6 +21,7 @@ from memplane_core.telemetry import Telemetry
 from ..context_store import ContextStore
 from ..ledger.redis_streams import open_ledger
 from ..retain.call import RetainJob, RetryableRetainError, post_retain, scrub_job_async
+from ..retain.sender import retain_job
 from ..transport_errors import TransportError, transport_errors
 
 
@@ -175,11 +176,15 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
                 total_hint(len(jobs))
             started = time.perf_counter()
 
-            async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts):
+            async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts, ctx=ctx):
                 async with sem:
                     try:
-                        job = await scrub_job_async(redactor, RetainJob(agent_id, pod, manifest, entry,
-                                                            {"service": service, "backfill": True}, op="backfill"))
+                        if ctx is not None:  # the metadata live delivery sent (session, timezone, model)
+                            job = await retain_job(redactor, agent_id, ctx, manifest, entry, op="backfill",
+                                                   extra={"backfill": True})
+                        else:  # a ledger without a context dir (--url): only what the ledger knows
+                            job = await scrub_job_async(redactor, RetainJob(agent_id, pod, manifest, entry,
+                                                        {"service": service, "backfill": True}, op="backfill"))
                         status = await post_retain(session, job, url=url, token=auth_token)
                         ok = 200 <= status < 300
                     except RetryableRetainError:

@@ -59,10 +59,7 @@ class RetainSender:
         return list(await asyncio.gather(*(self._send_one(lane, ctx, manifest, e) for e in entries)))
 
     async def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
-        fmt = format_for_path(entry.get("path", ""))
-        meta = ctx.memory_metadata(fmt.name if fmt is not None else "openai", entry.get("requested_model"),
-                                   entry.get("session_id"))
-        return await scrub_job_async(self.redactor, RetainJob(lane.agent_id, ctx.metadata.pod, manifest, entry, meta))
+        return await retain_job(self.redactor, lane.agent_id, ctx, manifest, entry)
 
     async def _send_together(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
         """One call for many entries. An entry that cannot be prepared is dead-lettered alone; a
@@ -153,3 +150,18 @@ class RetainSender:
 def _note_retry_after(lane: Lane, exc: RetryableRetainError) -> None:
     if exc.retry_after is not None:
         lane.retry_after = max(lane.retry_after, exc.retry_after)
+
+
+def retain_metadata(ctx, entry: dict[str, Any]) -> dict[str, Any]:
+    """The `metadata` every retain of `entry` carries (CONTRACT §6), live or backfilled: a memory
+    rebuilt from the ledger is scoped, dated and attributed as the live one was."""
+    fmt = format_for_path(entry.get("path", ""))
+    return ctx.memory_metadata(fmt.name if fmt is not None else "openai", entry.get("requested_model"),
+                               entry.get("session_id"))
+
+
+async def retain_job(redactor: Redactor, agent_id: str, ctx, manifest, entry: dict[str, Any], *,
+                     op: str = "retain", extra: dict[str, Any] | None = None) -> RetainJob:
+    """One entry ready to send: live metadata (plus `extra`), scrubbed by the operator's rules."""
+    meta = {**retain_metadata(ctx, entry), **(extra or {})}
+    return await scrub_job_async(redactor, RetainJob(agent_id, ctx.metadata.pod, manifest, entry, meta, op=op))
