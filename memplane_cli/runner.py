@@ -7,14 +7,14 @@ period, then run each app's cleanup (retain drain, ledger close).
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
+
+from proxy.header_logs import quiet_header_values
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,27 +32,6 @@ class Site:
 
 
 MAX_HEADER_BYTES = 8190  # one header line; a longer Authorization is refused (400) before any handler
-
-
-class _NoHeaderValues(logging.Filter):
-    """aiohttp logs a refused header with its first bytes (an agent's token, say): keep the event,
-    drop the value."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, BadHttpMessage):
-            record.msg = "refused a malformed or oversized request (%s; header value not logged)"
-            record.args = (type(exc).__name__,)
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-def quiet_header_values() -> None:
-    """Install `_NoHeaderValues` once, when a server starts (not as a side effect of importing)."""
-    server_log = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, _NoHeaderValues) for f in server_log.filters):
-        server_log.addFilter(_NoHeaderValues())
 
 
 async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, int]:

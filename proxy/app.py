@@ -13,20 +13,21 @@ from aiohttp import web
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from .operator.admin import admin_only
 from .config import ProxySettings
 from .context_store import ContextStore
-from .retain.delivery import RetainDelivery
 from .errors import ProxyError, error_response
-from .operator.explain import explanation
 from .formats import FORMATS, dialect_for_path, provider_for_path
-from .ledger.files import Ledger
-from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
-from .rate_limit import RateLimiter
 from .forward_policy import allowed, check_raw_path, parse_allow_list, require_model_allowed
+from .header_logs import quiet_header_values
+from .ledger.files import Ledger
+from .operator.admin import admin_only
+from .operator.explain import explanation
+from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
+from .operator.ui import add_ui_routes
+from .rate_limit import RateLimiter
+from .retain.delivery import RetainDelivery
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
-from .operator.ui import add_ui_routes
 from .upstream import returned_headers, upstream_headers, upstream_target
 
 STATE = web.AppKey("memplane_state", ProxyState)
@@ -143,6 +144,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
 
 
 def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> web.Application:
+    quiet_header_values()  # a refused Authorization header is logged without its value
     state = build_state(settings, telemetry)
     app = web.Application(middlewares=[errors_middleware], client_max_size=settings.max_body_bytes)
     app[STATE] = state

@@ -12,12 +12,12 @@ from memplane_core.telemetry import Telemetry
 
 from .config import ProxySettings
 from .context_store import ContextStore
-from .retain.delivery import RetainDelivery
-from .operator.explain import TurnExplanations
+from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 from .ledger.files import Ledger
+from .operator.explain import TurnExplanations
 from .operator.metrics import ProxyMetrics
 from .rate_limit import RateLimiter
-from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
+from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .turn_blocks import TurnBlocks
 

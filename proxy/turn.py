@@ -15,19 +15,19 @@ from aiohttp import web
 
 from memplane_core.tokens import estimate_tokens
 
+from . import memory_tool
 from .context_store import AgentContext
 from .errors import ProxyError
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
+from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
 from .ledger.files import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
-from .recall import call_recall
-from .recall_policy import InjectedMemory, apply_policy
-from .forward_policy import require_model_allowed
+from .recall import RecallOutcome, call_recall
+from .recall_policy import InjectedMemory, PolicyResult, apply_policy
 from .sse import SSESplitter, parse_event
 from .state import ProxyState
-from . import memory_tool
 from .transport_errors import provider_errors, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
@@ -109,6 +109,8 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
 
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
                             session_id: str | None) -> tuple[dict[str, Any], RecallSummary, TurnBlock | None]:
+    """Recall for this call and inject what policy lets through: the turn's one memory step. The jobs
+    (payload, policy + rendering, telemetry, explanation) are the helpers below."""
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
     messages = fmt.recall_messages(body)
@@ -124,18 +126,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
-    # Secrets never leave for a memory service: the recall body is scrubbed like a retain (CONTRACT §5).
-    redact = state.redactor
-    payload: dict[str, Any] = {
-        "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": (await redact.json_async(messages))[0], "query": (await redact.text_async(query))[0],
-        "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
-        # memplane's extension: how much the proxy will inject, so a service can pack to fit
-        "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
-    }
-    system = fmt.recall_system(body)
-    if system is not None:
-        payload["system"] = (await redact.json_async(system))[0]
+    payload = await _recall_payload(state, ctx, fmt, body, messages, query, session_id)
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
@@ -147,13 +138,46 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
     memories, repeated = drop_repeated_lines(policy.memories)
-    injected = tokens = 0
     block = placement = note = None
     if memories:
         block = render_block(manifest.service, memories)
         body, placement, note = _inject(fmt, manifest, body, block, memories)
-        injected = len(block.encode())
-        tokens = sum(estimate_tokens(m.text) for m in memories)
+    tokens = sum(estimate_tokens(m.text) for m in memories)
+    removed = policy.memory_removed + len(policy.memories) - len(memories)
+    _report_recall(state, ctx.agent_id, manifest.service, outcome, policy, memories, block, tokens, repeated,
+                   removed)
+    detail = _explain_recall(state, manifest.service, payload["query"], outcome, policy, block, placement, note,
+                             tokens, repeated)
+    turn = TurnBlock(block or "", tuple(memories), placement or "", note,
+                     state.redactor.text(question_of(messages, key))[0], detail)
+    if tools:
+        state.turn_blocks.put(key.key, turn)
+    return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
+
+
+async def _recall_payload(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
+                          messages: Any, query: str, session_id: str | None) -> dict[str, Any]:
+    """The recall body (CONTRACT §5). Secrets never leave for a memory service: it is scrubbed like a retain."""
+    manifest = ctx.memory
+    assert manifest is not None
+    redact = state.redactor
+    payload: dict[str, Any] = {
+        "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
+        "messages": (await redact.json_async(messages))[0], "query": (await redact.text_async(query))[0],
+        "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
+        # memplane's extension: how much the proxy will inject, so a service can pack to fit
+        "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
+    }
+    system = fmt.recall_system(body)
+    if system is not None:
+        payload["system"] = (await redact.json_async(system))[0]
+    return payload
+
+
+def _report_recall(state: ProxyState, agent_id: str, service: str, outcome: RecallOutcome, policy: PolicyResult,
+                   memories: list[InjectedMemory], block: str | None, tokens: int, repeated: int,
+                   removed: int) -> None:
+    """The recall's memory_op event (CONTRACT §11)."""
     extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
@@ -161,30 +185,31 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         extra["policy_reasons"] = dict(policy.reasons)
     if repeated:
         extra["repeated_lines"] = repeated
-    removed = policy.memory_removed + len(policy.memories) - len(memories)
-    state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
+    state.telemetry.memory_op(agent_id=agent_id, service=service, op="recall",
                               status="succeeded", status_code=outcome.status_code,
                               latency_ms=outcome.latency_ms, blocks=len(memories),
-                              bytes_=injected, removed=removed, **extra)
-    # the explanation shows what the block showed: policy-redacted text, never the recalled raw text
+                              bytes_=len(block.encode()) if block else 0, removed=removed, **extra)
+
+
+def _explain_recall(state: ProxyState, service: str, query: str, outcome: RecallOutcome, policy: PolicyResult,
+                    block: str | None, placement: str | None, note: str | None, tokens: int,
+                    repeated: int) -> dict[str, Any]:
+    """The recall part of the turn's explanation. It shows what the block showed: policy-redacted
+    text, never the recalled raw text."""
     kept = iter(policy.memories)
-    detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
+    detail = {"service": service, "query": query, "block": block, "placement": placement,
               "tokens": tokens, "ranking": outcome.ranking,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
                             "id": m.get("id"), "decision": decision,
                             "text": (next(kept).text if decision == "injected"
-                                     else redact.text(str(m.get("text"))[:2000])[0])[:500]}
+                                     else state.redactor.text(str(m.get("text"))[:2000])[0])[:500]}
                            for m, decision in zip(outcome.memories, policy.decisions)]}
     if note:
         detail["placement_note"] = note
     if repeated:
         detail["repeated_lines_dropped"] = repeated
-    turn = TurnBlock(block or "", tuple(memories), placement or "", note,
-                     redact.text(question_of(messages, key))[0], detail)
-    if tools:
-        state.turn_blocks.put(key.key, turn)
-    return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
+    return detail
 
 
 def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:

@@ -26,12 +26,12 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from ..memory_client import MemoryClient, MemoryServiceError
+from ..retain.files import dead_letter_path
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from .curate import KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, operator_name, view
 from .explain import explanation
 from .memory_ops import remote_forget
-from ..memory_client import MemoryClient, MemoryServiceError
-from ..retain.files import dead_letter_path
 
 _env = Environment(loader=PackageLoader("proxy.operator", "templates"), autoescape=select_autoescape(["html"]))
 

@@ -10,12 +10,12 @@ from memplane_core.telemetry import Telemetry
 
 from ..config import ProxySettings
 from ..context_store import ContextStore
-from ..retain.delivery_redis import StreamRetainDelivery
+from ..forward_policy import parse_allow_list
 from ..ledger.redis_streams import RedisLedger
 from ..operator.metrics import ProxyMetrics
-from ..forward_policy import parse_allow_list
-from .shared_state import RedisExplanations, RedisRateLimiter, RedisThreads, RedisTurnBlocks, shared_writer
+from ..retain.delivery_redis import StreamRetainDelivery
 from ..state import ProxyState
+from .shared_state import RedisExplanations, RedisRateLimiter, RedisThreads, RedisTurnBlocks, shared_writer
 
 
 def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: ProxyMetrics) -> ProxyState:
