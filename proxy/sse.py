@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+import aiohttp
+from aiohttp import web
+
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
@@ -39,3 +42,13 @@ def parse_event(raw: bytes) -> tuple[str | None, str]:
         elif line.startswith("event:"):
             name = line[6:].strip()
     return name, "\n".join(data)
+
+
+async def end_stream(resp: web.StreamResponse, incomplete: str | None) -> web.StreamResponse:
+    """Close a relayed stream, unless the client already went away (there is no one to tell)."""
+    if incomplete != "client_disconnected":
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            pass
+    return resp

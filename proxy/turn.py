@@ -26,7 +26,7 @@ from .ledger.files import build_entry, now_rfc3339
 from .rate_limit import retry_after_header
 from .recall import RecallOutcome, call_recall
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy
-from .sse import SSESplitter, parse_event
+from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
@@ -433,12 +433,7 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
     except Exception as exc:  # headers are sent: never a second response inside this one
         incomplete = f"relay_failed: {type(exc).__name__}"
     await finish(_stream_record(fmt, received, hidden_usage, incomplete))
-    if incomplete != "client_disconnected":
-        try:
-            await resp.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            pass
-    return resp
+    return await end_stream(resp, incomplete)
 
 
 def _first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:

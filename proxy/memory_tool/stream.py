@@ -19,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from ..formats.base import usage_counts
-from ..sse import SSESplitter
+from ..sse import SSESplitter, end_stream
 from ..transport_errors import TransportError, transport_errors
 from .answers import follow_up, summed_usage
 from .chat_stream import ChatRound
@@ -106,9 +106,4 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     if note:
         record["response"]["memory_tool_note"] = note
     await finish(record)
-    if incomplete != "client_disconnected":
-        try:
-            await resp.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            pass
-    return resp
+    return await end_stream(resp, incomplete)

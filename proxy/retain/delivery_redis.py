@@ -47,16 +47,8 @@ class _StreamSender(RetainSender):
         super().__init__(*args, **kwargs)
         self.parked: list[tuple[str, str | None, str]] = []
 
-    def _dead_letter(self, lane: Lane, manifest, entry: Any, reason: str) -> bool:
-        entry_id = entry.get("id") if isinstance(entry, dict) else None
-        self.dead_letters += 1
-        if entry_id:
-            self.dead_ids.add(entry_id)
-        self.telemetry.memory_op(agent_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
-                                 status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
-                                 dead_letter=True)
-        self.parked.append((lane.agent_id, entry_id, reason[:500]))
-        return True
+    def _park(self, agent_id: str, entry_id: str | None, reason: str) -> None:
+        self.parked.append((agent_id, entry_id, reason[:500]))  # written to Redis by the consumer
 
 
 class StreamRetainDelivery:

@@ -139,12 +139,16 @@ class RetainSender:
         self.telemetry.memory_op(agent_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
                                  status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
                                  dead_letter=True)
-        try:
-            append_dead_letter(self.history_root, lane.agent_id, entry_id, reason)
-        except OSError as exc:
-            self.telemetry.error("dead_letter_not_written", agent_id=lane.agent_id, entry_id=entry_id,
-                                     error=type(exc).__name__)
+        self._park(lane.agent_id, entry_id, reason)
         return True
+
+    def _park(self, agent_id: str, entry_id: str | None, reason: str) -> None:
+        """Where a dead letter goes: `retain.dead.jsonl` beside the agent's ledger."""
+        try:
+            append_dead_letter(self.history_root, agent_id, entry_id, reason)
+        except OSError as exc:
+            self.telemetry.error("dead_letter_not_written", agent_id=agent_id, entry_id=entry_id,
+                                 error=type(exc).__name__)
 
 
 def _note_retry_after(lane: Lane, exc: RetryableRetainError) -> None:
