@@ -33,50 +33,74 @@ def make_logger(stream: IO[str] | None = None) -> structlog.typing.FilteringBoun
     )
 
 
+@dataclass(frozen=True)
+class MemoryOp:
+    """One memory operation: what the `memory_op` log line says (`wire()`, CONTRACT §11) and what
+    observers such as the proxy's metrics read, by name instead of by log key."""
+
+    agent_id: str
+    service: str
+    op: str
+    status: str
+    latency_ms: float | None = None
+    status_code: int | None = None
+    blocks: int | None = None
+    bytes_: int | None = None
+    removed: int | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        """Estimated tokens injected (recall)."""
+        value = self.extra.get("memory_tokens")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def redactions(self) -> dict[str, int]:
+        return dict(self.extra.get("redactions") or {})
+
+    @property
+    def policy_reasons(self) -> dict[str, int]:
+        return dict(self.extra.get("policy_reasons") or {})
+
+    @property
+    def dead_letter(self) -> bool:
+        return bool(self.extra.get("dead_letter"))
+
+    def wire(self) -> dict[str, Any]:
+        event: dict[str, Any] = {"type": "memory_op", "claw_id": self.agent_id, "memory_service": self.service,
+                                 "memory_op": self.op, "memory_status": self.status}
+        if self.status_code is not None:
+            event["status_code"] = self.status_code
+        if self.latency_ms is not None:
+            event["latency_ms"] = round(self.latency_ms, 3)
+        if self.blocks is not None:
+            event["memory_blocks"] = self.blocks
+        if self.bytes_ is not None:
+            event["memory_bytes"] = self.bytes_
+        if self.removed is not None:
+            event["memory_removed"] = self.removed
+        if self.error:
+            event["error"] = self.error
+        event.update(self.extra)
+        return event
+
+
 @dataclass
 class Telemetry:
     """Emits memory_op and request events through one structlog logger."""
 
     log: Any = field(default_factory=make_logger)
     # called with every memory_op event (the proxy's Prometheus metrics listen here)
-    observers: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    observers: list[Callable[[MemoryOp], None]] = field(default_factory=list)
 
-    def memory_op(
-        self,
-        *,
-        agent_id: str,
-        service: str,
-        op: str,
-        status: str,
-        latency_ms: float | None = None,
-        status_code: int | None = None,
-        blocks: int | None = None,
-        bytes_: int | None = None,
-        removed: int | None = None,
-        error: str | None = None,
-        **extra: Any,
-    ) -> None:
-        event: dict[str, Any] = {
-            "type": "memory_op",
-            "claw_id": agent_id,
-            "memory_service": service,
-            "memory_op": op,
-            "memory_status": status,
-        }
-        if status_code is not None:
-            event["status_code"] = status_code
-        if latency_ms is not None:
-            event["latency_ms"] = round(latency_ms, 3)
-        if blocks is not None:
-            event["memory_blocks"] = blocks
-        if bytes_ is not None:
-            event["memory_bytes"] = bytes_
-        if removed is not None:
-            event["memory_removed"] = removed
-        if error:
-            event["error"] = error
-        event.update(extra)
-        self.log.info("memory_op", **event)
+    def memory_op(self, *, agent_id: str, service: str, op: str, status: str, latency_ms: float | None = None,
+                  status_code: int | None = None, blocks: int | None = None, bytes_: int | None = None,
+                  removed: int | None = None, error: str | None = None, **extra: Any) -> None:
+        event = MemoryOp(agent_id, service, op, status, latency_ms, status_code, blocks, bytes_, removed, error,
+                         extra)
+        self.log.info("memory_op", **event.wire())
         for observe in self.observers:
             observe(event)
 

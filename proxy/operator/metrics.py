@@ -7,7 +7,6 @@ agent ids are unbounded; per-agent figures belong in logs and `memplane audit`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,6 +16,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from memplane_core.telemetry import MemoryOp
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
@@ -51,21 +52,20 @@ class ProxyMetrics:
     def watch_backlog(self, read: Callable[[], float]) -> None:
         self.backlog.set_function(read)
 
-    def observe_memory_op(self, event: dict[str, Any]) -> None:
-        """Fed with every memory_op log event (Telemetry calls it)."""
-        op, status = str(event.get("memory_op")), str(event.get("memory_status"))
-        self.memory_ops.labels(op, status).inc()
-        if event.get("dead_letter"):
+    def observe_memory_op(self, event: MemoryOp) -> None:
+        """Fed with every memory_op event (Telemetry calls it)."""
+        self.memory_ops.labels(event.op, event.status).inc()
+        if event.dead_letter:
             self.dead_letters.inc()
-        for kind, n in (event.get("redactions") or {}).items():
+        for kind, n in event.redactions.items():
             self.redactions.labels(str(kind)).inc(n)
-        if op != "recall":
+        if event.op != "recall":
             return
-        if isinstance(event.get("latency_ms"), (int, float)):
-            self.recall_latency.observe(event["latency_ms"] / 1000)
-        self.injected_blocks.inc(event.get("memory_blocks") or 0)
-        self.injected_tokens.inc(event.get("memory_tokens") or 0)
-        for reason, n in (event.get("policy_reasons") or {}).items():
+        if event.latency_ms is not None:
+            self.recall_latency.observe(event.latency_ms / 1000)
+        self.injected_blocks.inc(event.blocks or 0)
+        self.injected_tokens.inc(event.tokens)
+        for reason, n in event.policy_reasons.items():
             self.policy_removed.labels(str(reason)).inc(n)
 
     def render(self) -> bytes:
