@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from memplane_core.tokens import estimate_tokens
 from . import memory_tool
 from .context_store import AgentContext
 from .errors import ProxyError
+from .explanation import RecallDetail, TurnExplanation
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
@@ -78,7 +80,7 @@ class RecallSummary:
     blocks: int = 0
     removed: int = 0
     latency_ms: float = 0.0
-    detail: dict[str, Any] = field(default_factory=dict)  # for the turn's explanation (explain.py)
+    detail: RecallDetail = field(default_factory=RecallDetail)  # for the turn's explanation
 
     def header(self) -> str:
         return f"{self.status}; blocks={self.blocks}; removed={self.removed}; latency_ms={self.latency_ms:.1f}"
@@ -102,8 +104,9 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                               blocks=len(turn.memories), bytes_=len(turn.block.encode()), removed=0, reused=True,
                               error="continues a user turn: its first call's block again")
-    detail = {**turn.detail, "placement": placement, "placement_note": note,
-              "reused": "the block of this user turn's first call (a continuation: tool results or a chain step)"}
+    detail = dataclasses.replace(
+        RecallDetail.from_dict(turn.detail), placement=placement, placement_note=note,
+        reused="the block of this user turn's first call (a continuation: tool results or a chain step)")
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
 
 
@@ -125,7 +128,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
-        return body, RecallSummary("skipped", detail={"service": manifest.service, "skipped": why}), None
+        return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
     payload = await _recall_payload(state, ctx, fmt, body, messages, query, session_id)
     outcome = await call_recall(state.session, manifest, payload)
     if outcome.status != "succeeded":
@@ -133,8 +136,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                                   status=outcome.status, status_code=outcome.status_code,
                                   latency_ms=outcome.latency_ms, error=outcome.error)
         return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
-                                   detail={"service": manifest.service, "query": payload["query"],
-                                           "error": outcome.error}), None
+                                   detail=RecallDetail(service=manifest.service, query=payload["query"],
+                                                       error=outcome.error)), None
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
     memories, repeated = drop_repeated_lines(policy.memories)
@@ -149,7 +152,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     detail = _explain_recall(state, manifest.service, payload["query"], outcome, policy, block, placement, note,
                              tokens, repeated)
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
-                     state.redactor.text(question_of(messages, key))[0], detail)
+                     state.redactor.text(question_of(messages, key))[0], detail.as_dict())
     if tools:
         state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
@@ -193,22 +196,22 @@ def _report_recall(state: ProxyState, agent_id: str, service: str, outcome: Reca
 
 def _explain_recall(state: ProxyState, service: str, query: str, outcome: RecallOutcome, policy: PolicyResult,
                     block: str | None, placement: str | None, note: str | None, tokens: int,
-                    repeated: int) -> dict[str, Any]:
+                    repeated: int) -> RecallDetail:
     """The recall part of the turn's explanation. It shows what the block showed: policy-redacted
     text, never the recalled raw text."""
     kept = iter(policy.memories)
-    detail = {"service": service, "query": query, "block": block, "placement": placement,
-              "tokens": tokens, "ranking": outcome.ranking,
-              "redactions": dict(policy.redactions),
-              "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
-                            "id": m.get("id"), "decision": decision,
-                            "text": (next(kept).text if decision == "injected"
-                                     else state.redactor.text(str(m.get("text"))[:2000])[0])[:500]}
-                           for m, decision in zip(outcome.memories, policy.decisions)]}
+    detail = RecallDetail(
+        service=service, query=query, block=block, placement=placement, tokens=tokens, ranking=outcome.ranking,
+        redactions=dict(policy.redactions),
+        memories=[{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
+                   "id": m.get("id"), "decision": decision,
+                   "text": (next(kept).text if decision == "injected"
+                            else state.redactor.text(str(m.get("text"))[:2000])[0])[:500]}
+                  for m, decision in zip(outcome.memories, policy.decisions)])
     if note:
-        detail["placement_note"] = note
+        detail.placement_note = note
     if repeated:
-        detail["repeated_lines_dropped"] = repeated
+        detail.repeated_lines_dropped = repeated
     return detail
 
 
@@ -257,12 +260,9 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     if ctx.memory is not None and ctx.memory.recall is not None:
         effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
-    state.explanations.record(turn_id, {
-        "turn_id": turn_id, "agent_id": ctx.agent_id, "ts": now_rfc3339(), "_at": time.time(), "format": fmt.name,
-        "path": request.path, "tokens": recall.detail.get("tokens", 0),
-        "recall": {"status": recall.status, "blocks": recall.blocks, "removed": recall.removed,
-                   "latency_ms": round(recall.latency_ms, 3)},
-        "memories": [], **recall.detail})
+    state.explanations.record(turn_id, TurnExplanation(
+        turn_id, ctx.agent_id, now_rfc3339(), time.time(), fmt.name, request.path, recall.status, recall.blocks,
+        recall.removed, recall.latency_ms, recall.detail).as_dict())
     effective, store_tool = memory_tool.offered(state, ctx, fmt.name, effective)  # opt-in (memory.json tools)
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))

@@ -153,3 +153,18 @@ def test_a_retain_setting_out_of_range_is_refused_before_the_proxy_starts(tmp_pa
     assert out.exit_code == 2 and "--retain-in-flight" in out.output
     out = CliRunner().invoke(main, ["serve", "--help"])
     assert "MEMPLANE_RETAIN_BATCH" not in out.output and "--retain-linger" in out.output
+
+
+def test_an_explanation_names_only_what_recall_did():
+    """A skipped recall's explanation says why and nothing else; a reused block keeps the first call's
+    memories and says it was reused (the typed record serialises to the documented shape)."""
+    from proxy.explanation import RecallDetail, TurnExplanation
+
+    skipped = TurnExplanation("turn_1", "a", "2026-01-01T00:00:00Z", 1.0, "openai", "/v1/chat/completions",
+                              "skipped", 0, 0, 0.0, RecallDetail(service="mem", skipped="no user text")).as_dict()
+    assert skipped["skipped"] == "no user text" and skipped["tokens"] == 0 and skipped["memories"] == []
+    assert "block" not in skipped and "error" not in skipped
+    first = RecallDetail(service="mem", query="q", block="<memories/>", placement="system", tokens=7,
+                         ranking=None, redactions={}, memories=[{"decision": "injected", "text": "t"}])
+    again = RecallDetail.from_dict({**first.as_dict(), "unknown": 1})
+    assert again == first and again.as_dict()["ranking"] is None and again.injected_tokens() == 7

@@ -1,0 +1,71 @@
+"""A turn's explanation as a typed record: what recall did for one call (`RecallDetail`, built by
+turn.py) and the whole turn (`TurnExplanation`). Stored and served as the same JSON document as
+before (`as_dict`), so `/memplane/turns/{id}`, `memplane explain`, the inspector and a Redis-shared
+explanation read one shape; a field that was never set is left out, not sent as null."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_UNSET: Any = object()
+
+
+def _set_fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not _UNSET}
+
+
+@dataclass
+class RecallDetail:
+    """The recall part of a turn's explanation (which fields are set depends on the outcome)."""
+
+    service: str | None = _UNSET
+    query: str | None = _UNSET
+    skipped: str = _UNSET  # why no recall was made
+    error: str | None = _UNSET  # why recall failed or timed out
+    block: str | None = _UNSET  # the injected `<memories>` block
+    placement: str | None = _UNSET
+    placement_note: str | None = _UNSET
+    tokens: int = _UNSET
+    ranking: str | None = _UNSET
+    redactions: dict[str, int] = _UNSET
+    memories: list[dict[str, Any]] = _UNSET  # per recalled item: kind, source, score, id, decision, text
+    repeated_lines_dropped: int = _UNSET
+    reused: str = _UNSET  # a continuation got its user turn's first block again
+
+    def as_dict(self) -> dict[str, Any]:
+        return _set_fields(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RecallDetail:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+    def injected_tokens(self) -> int:
+        return 0 if self.tokens is _UNSET else self.tokens
+
+
+@dataclass
+class TurnExplanation:
+    """Why one turn got the memories it got; `entry_id`, `ledger_end` and `status_code` are added
+    when the ledger has the turn (`TurnExplanations.update`)."""
+
+    turn_id: str
+    agent_id: str
+    ts: str
+    at: float  # time.time(), for the inspector's last-hour chart (`_at`)
+    format: str
+    path: str
+    status: str
+    blocks: int
+    removed: int
+    latency_ms: float
+    recall: RecallDetail = field(default_factory=RecallDetail)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"turn_id": self.turn_id, "agent_id": self.agent_id, "ts": self.ts, "_at": self.at,
+                "format": self.format, "path": self.path, "tokens": self.recall.injected_tokens(),
+                "recall": {"status": self.status, "blocks": self.blocks, "removed": self.removed,
+                           "latency_ms": round(self.latency_ms, 3)},
+                "memories": [], **self.recall.as_dict()}
