@@ -9,6 +9,7 @@ import orjson
 
 from ..errors import Dialect, ProxyError
 from ..recall_policy import InjectedMemory
+from ..sse import parse_event
 
 
 def append_text(existing: Any, block: str) -> Any:
@@ -29,6 +30,11 @@ def event_json(data: str) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return ev if isinstance(ev, dict) else None
+
+
+def event_doc(raw: bytes) -> dict[str, Any] | None:
+    """`event_json` of one raw SSE event."""
+    return event_json(parse_event(raw)[1])
 
 
 def usage_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, Any] | None:

@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..formats.base import event_json
-from ..sse import parse_event
+from ..formats.base import event_doc
 from .answers import summed_usage
 from .offer import TOOL_NAME
 
@@ -39,8 +38,7 @@ class MessagesRound:
     raw: list[bytes] = field(default_factory=list)
 
     def take(self, raw: bytes) -> bytes | None:
-        _, data = parse_event(raw)
-        doc = event_json(data)
+        doc = event_doc(raw)
         if doc is None:
             return raw
         kind = doc.get("type")

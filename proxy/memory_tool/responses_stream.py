@@ -17,8 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..formats.base import event_json
-from ..sse import parse_event
+from ..formats.base import event_doc
 from .answers import hide_tool, summed_usage
 from .offer import TOOL_NAME
 
@@ -47,8 +46,7 @@ class ResponsesRound:
         return f"event: {doc.get('type')}\n".encode() + b"data: " + orjson.dumps(doc) + b"\n\n"
 
     def take(self, raw: bytes) -> bytes | None:
-        _, data = parse_event(raw)
-        doc = event_json(data)
+        doc = event_doc(raw)
         if doc is None:
             return raw
         kind = doc.get("type")
