@@ -33,6 +33,19 @@ DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the
 # Adapters read MEMPLANE_ADAPTER_HOST/PORT; the generic HOST/PORT still work (the first one set wins).
 ADAPTER_HOST_ENV = ["MEMPLANE_ADAPTER_HOST", "HOST"]
 ADAPTER_PORT_ENV = ["MEMPLANE_ADAPTER_PORT", "PORT"]
+REDACTION_RULES = click.option("--redaction-rules", type=click.Path(path_type=Path), default=None,
+                               envvar="MEMPLANE_REDACTION_RULES",
+                               help="YAML file of extra redaction rules and allow-list patterns.")
+
+
+def _redactor(rules: Path | None) -> Redactor:
+    """The operator's redaction rules, read once by the command (never inside an app builder)."""
+    from memplane_core.redact import RedactionConfigError
+
+    try:
+        return Redactor.from_file(rules) if rules else Redactor()
+    except (RedactionConfigError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -165,14 +178,16 @@ def adapter() -> None:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_HOME / "reference-memory",
               show_default=True, envvar=["MEMPLANE_REFERENCE_DIR", "MEMORY_REF_DIR"])
 @click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token.")
-def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -> None:
+@REDACTION_RULES
+def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, redaction_rules: Path | None) -> None:
     """The file-backed reference adapter."""
     from memory_adapters.reference.app import build_reference_app
 
+    redactor = _redactor(redaction_rules)
     data_dir.mkdir(parents=True, exist_ok=True)
     _warn_if_open(host, token)
     click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
-    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES"))), host, port)]))
+    runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=redactor), host, port)]))
 
 
 @adapter.command("embedded")
@@ -183,7 +198,7 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None) -
 @click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token (admin).")
 @click.option("--agent-tokens", default=None, envvar="MEMPLANE_ADAPTER_AGENT_TOKENS",
               help="JSON file of per-agent tokens: {agent: token} or {agent: {token, grants}}.")
-@click.option("--redaction-rules", type=click.Path(path_type=Path), default=None, envvar="MEMPLANE_REDACTION_RULES")
+@REDACTION_RULES
 @click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=DEFAULT_MAX_RETAINS_IN_FLIGHT,
               show_default=True, envvar="MEMPLANE_MAX_RETAINS_IN_FLIGHT",
               help="Retain calls worked on at once, shared fairly between agents (one holds at most half, "
@@ -225,15 +240,18 @@ def _warn_if_open(host: str, auth) -> None:
               envvar="MEMPLANE_MONGO_URL")
 @click.option("--index-cache-mb", type=int, default=None, envvar="MEMPLANE_INDEX_CACHE_MB",
               help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
+@REDACTION_RULES
 @_curator_options
 @click.pass_context
 def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
-                   curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None) -> None:
+                   curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None,
+                   redaction_rules: Path | None = None) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
     from memory_adapters.tiered.config import TieredSettings
 
     settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb)
     ctx.obj = settings
+    redactor = _redactor(redaction_rules)
     if ctx.invoked_subcommand is not None:
         return
     from memory_adapters.tiered.app import build_tiered_app
@@ -243,7 +261,7 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
-    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")), curator=curator), host, port)]))
+    runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), redactor, curator=curator), host, port)]))
 
 
 @adapter_tiered.command("consolidate")
@@ -252,9 +270,10 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
 @click.option("--redis-url", default=None, envvar="MEMPLANE_REDIS_URL")
 @click.option("--mongo-url", default=None, envvar="MEMPLANE_MONGO_URL")
 @click.option("--json", "as_json", is_flag=True)
+@REDACTION_RULES
 @click.pass_obj
 def tiered_consolidate(settings, agents: tuple[str, ...], threshold: float | None, redis_url: str | None,
-                       mongo_url: str | None, as_json: bool) -> None:
+                       mongo_url: str | None, as_json: bool, redaction_rules: Path | None = None) -> None:
     """Merge near-duplicate memories and prune faded ones; report what changed."""
     import asyncio
 
@@ -264,11 +283,12 @@ def tiered_consolidate(settings, agents: tuple[str, ...], threshold: float | Non
     from memory_adapters.tiered.consolidate import consolidate
     from memory_adapters.tiered.ltm import LTMUnavailable
 
+    redactor = _redactor(redaction_rules)
     settings.redis_url = redis_url or settings.redis_url
     settings.mongo_url = mongo_url or settings.mongo_url
 
     async def go():
-        service = build_service(settings, Telemetry(), Redactor.from_file(os.environ.get("MEMPLANE_REDACTION_RULES")))
+        service = build_service(settings, Telemetry(), redactor)
         try:
             return await consolidate(service, list(agents) or None, threshold=threshold)
         finally:

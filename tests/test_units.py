@@ -168,3 +168,16 @@ def test_an_explanation_names_only_what_recall_did():
                          ranking=None, redactions={}, memories=[{"decision": "injected", "text": "t"}])
     again = RecallDetail.from_dict({**first.as_dict(), "unknown": 1})
     assert again == first and again.as_dict()["ranking"] is None and again.injected_tokens() == 7
+
+
+def test_adapters_name_a_bad_redaction_rules_file_before_they_listen(tmp_path):
+    from click.testing import CliRunner
+
+    from memplane_cli.main import main
+
+    bad = tmp_path / "rules.yml"
+    bad.write_text("rules: [ {id: x, regex: '(' } ]\n")
+    for args in (["adapter", "reference", "--data-dir", str(tmp_path / "ref")], ["adapter", "tiered"]):
+        out = CliRunner(env={"MEMPLANE_REDACTION_RULES": str(bad)}).invoke(main, args)
+        assert out.exit_code == 1 and "Error:" in out.output, (args, out.output)
+        assert not (tmp_path / "ref").exists()  # refused before anything was created
