@@ -40,3 +40,24 @@ def test_package_never_imports_a_layer_above_it(package):
              for line, module in imported_modules(path)
              if module.split(".")[0] in FORBIDDEN[package]]
     assert wrong == []
+
+
+# Inside the memory services: the engine is storage- and HTTP-free, the HTTP face serves any
+# store, and a store never reaches into another store.
+SUB_FORBIDDEN = {
+    "memory_adapters/engine": {"memory_adapters.http", "memory_adapters.embedded", "memory_adapters.tiered",
+                               "memory_adapters.reference", "aiohttp", "pymongo", "bson", "redis"},
+    "memory_adapters/http": {"memory_adapters.embedded", "memory_adapters.tiered", "memory_adapters.reference"},
+    "memory_adapters/embedded": {"memory_adapters.tiered", "memory_adapters.reference"},
+    "memory_adapters/tiered": {"memory_adapters.embedded", "memory_adapters.reference"},
+    "memory_adapters/reference": {"memory_adapters.embedded", "memory_adapters.tiered"},
+}
+
+
+@pytest.mark.parametrize("folder", sorted(SUB_FORBIDDEN))
+def test_memory_service_folders_keep_to_their_job(folder):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for line, module in imported_modules(path)
+             if any(module == banned or module.startswith(banned + ".") for banned in SUB_FORBIDDEN[folder])]
+    assert wrong == []

@@ -11,12 +11,13 @@ from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
-from ..curator_api import add_curator_routes
 from ..engine.curator import CuratorSettings, build_curator
 from ..engine.dense import load_embedder
-from ..rest_api import add_api_routes
-from ..server import AgentToken, build_adapter_app
+from ..http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from ..http.auth import AgentToken
+from ..http.curator_api import add_curator_routes
+from ..http.rest_api import add_api_routes
+from ..http.server import build_adapter_app
 from .service import EmbeddedMemory
 from .sqlite_store import SQLiteStore
 

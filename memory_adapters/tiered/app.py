@@ -10,10 +10,11 @@ from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from ..curator_api import add_curator_routes
 from ..engine.curator import CuratorSettings, build_curator
-from ..rest_api import add_api_routes
-from ..server import build_adapter_app, json_error
+from ..http.curator_api import add_curator_routes
+from ..http.errors import json_error
+from ..http.rest_api import add_api_routes
+from ..http.server import build_adapter_app
 from .config import TieredSettings
 from .consolidate import consolidate
 from .ltm import LTMUnavailable, MongoLTM

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS
 
-from ..admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
-from ..server import AgentToken, load_agent_tokens
+from ..http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from ..http.auth import AgentToken, load_agent_tokens
 
 
 def _int(name: str, default: int) -> int:
