@@ -25,7 +25,6 @@ class TieredSettings:
     mongo_url: str = "mongodb://127.0.0.1:27017/memplane"
     stm_max_entries: int = 20          # STM_MAX_ENTRIES: newest memories per agent kept in Redis
     ltm_max_entries: int = 0           # LTM_MAX_ENTRIES: memories per agent in MongoDB, 0 = unlimited (default)
-    recall_top_k: int = 10             # RECALL_TOP_K
     recall_budget_tokens: int = DEFAULT_BUDGET_TOKENS   # RECALL_BUDGET_TOKENS
     consolidation_threshold: float = 0.1  # CONSOLIDATION_THRESHOLD: prune below this composite importance
     consolidate_every_s: float = 0.0   # CONSOLIDATE_EVERY_S: periodic consolidation, 0 = off
@@ -44,7 +43,6 @@ class TieredSettings:
             mongo_url=os.environ.get("MEMPLANE_MONGO_URL", cls.mongo_url),
             stm_max_entries=_int("STM_MAX_ENTRIES", cls.stm_max_entries),
             ltm_max_entries=_int("LTM_MAX_ENTRIES", cls.ltm_max_entries),
-            recall_top_k=_int("RECALL_TOP_K", cls.recall_top_k),
             recall_budget_tokens=_int("RECALL_BUDGET_TOKENS", cls.recall_budget_tokens),
             consolidation_threshold=_float("CONSOLIDATION_THRESHOLD", cls.consolidation_threshold),
             consolidate_every_s=_float("CONSOLIDATE_EVERY_S", cls.consolidate_every_s),
