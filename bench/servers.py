@@ -1,6 +1,6 @@
 """Server roles for the benchmarks, each started as its own process:
 
-    python -m bench.servers provider|passthrough|memplane|reference|tiered --port N [...]
+    python -m bench.servers provider|passthrough|memplane|reference|embedded|tiered --port N [...]
 
 Prints `READY <port>` on stdout once it listens.
 """
@@ -99,7 +99,7 @@ async def serve(app: web.Application, port: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["provider", "passthrough", "memplane", "reference", "tiered"])
+    p.add_argument("role", choices=["provider", "passthrough", "memplane", "reference", "embedded", "tiered"])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--upstream", default="")
     p.add_argument("--context-root", type=Path)
@@ -117,6 +117,10 @@ def main() -> None:
     elif a.role == "reference":
         from memory_adapters.reference.app import build_reference_app
         app = build_reference_app(a.data_dir, redactor=Redactor())
+    elif a.role == "embedded":
+        from memory_adapters.embedded.app import build_embedded_app
+        from memplane_core.telemetry import Telemetry, make_logger
+        app = build_embedded_app(a.data_dir, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
     else:
         from memory_adapters.tiered.app import build_tiered_app
         from memory_adapters.tiered.config import TieredSettings

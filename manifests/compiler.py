@@ -239,7 +239,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
         retain_batch_path=(caps.get("retain") or {}).get("batch_path"),
     )
     for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks"),
-                     ("tools", "tools")):
+                     ("tools", "tools"), ("grants", "grants")):
         if key in spec:
             doc[out] = spec[key]
     try:

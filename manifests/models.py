@@ -37,6 +37,7 @@ class MemoryManifest:
     max_blocks: int = DEFAULT_MAX_BLOCKS
     placement: str = DEFAULT_PLACEMENT
     tools: tuple[str, ...] = ()  # memory tools the proxy offers the model (proxy/memory_tool), opt-in
+    grants: tuple[str, ...] = ()  # 'global': store_memory may write memories every agent sees, opt-in
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "MemoryManifest":
@@ -58,6 +59,7 @@ class MemoryManifest:
             max_blocks=int(doc.get("max_blocks", DEFAULT_MAX_BLOCKS)),
             placement=doc.get("placement", DEFAULT_PLACEMENT),
             tools=tuple(doc.get("tools") or ()),
+            grants=tuple(doc.get("grants") or ()),
         )
 
     def url(self, endpoint: Endpoint) -> str:

@@ -35,6 +35,9 @@ class RecallRequest(_Body):
     # memplane's extension: what the proxy will inject at most, so a service can pack to fit
     budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     max_blocks: int | None = Field(default=None, ge=1, le=1_000)
+    # memplane's extension: how long the proxy will still wait, so a service answers with the best
+    # it has in time (CONTRACT §5)
+    deadline_ms: int | None = Field(default=None, ge=0, le=3_600_000)
 
 
 class RecalledMemory(BaseModel):

@@ -154,7 +154,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         body, placement, note = _inject(fmt, manifest, body, block, memories)
         injected = len(block.encode())
         tokens = sum(estimate_tokens(m.text) for m in memories)
-    extra: dict[str, Any] = {"memory_tokens": tokens}
+    extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
@@ -169,7 +169,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     # the explanation shows what the block showed: policy-redacted text, never the recalled raw text
     kept = iter(policy.memories)
     detail = {"service": manifest.service, "query": payload["query"], "block": block, "placement": placement,
-              "tokens": tokens,
+              "tokens": tokens, "ranking": outcome.ranking,
               "redactions": dict(policy.redactions),
               "memories": [{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
                             "id": m.get("id"), "decision": decision,

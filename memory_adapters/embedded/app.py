@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -13,11 +14,13 @@ from memplane_core.telemetry import Telemetry
 
 from ..engine.curator import CuratorSettings, build_curator
 from ..engine.dense import load_embedder
+from ..engine.schedule import RecallScheduler
 from ..http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..http.auth import AgentToken
 from ..http.curator_api import add_curator_routes
 from ..http.rest_api import add_api_routes
 from ..http.server import build_adapter_app
+from .config import EmbeddedSettings
 from .service import EmbeddedMemory
 from .sqlite_store import SQLiteStore
 
@@ -25,17 +28,24 @@ EMBEDDED_SERVICE = web.AppKey("embedded_service", EmbeddedMemory)
 
 
 def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemetry, token: str | None = None,
-                       agent_tokens: dict[str, AgentToken] | None = None,
+                       agent_tokens: dict[str, AgentToken] | None = None, settings: EmbeddedSettings | None = None,
                        embeddings: str | None = None, encoder_threads: int | None = None,
                        max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT,
-                       curator: CuratorSettings | None = None) -> web.Application:
-    """`embeddings`: 'auto' (the shipped MiniLM) or 'off'; default from MEMPLANE_EMBEDDINGS.
-    `encoder_threads`: ONNX Runtime threads for MiniLM; default from MEMPLANE_ENCODER_THREADS, else 1.
+                       curator: CuratorSettings | None = None,
+                       max_memories_per_agent: int | None = None, recalls_per_agent: int | None = None,
+                       embedder: Any = None) -> web.Application:
+    """`settings`: the adapter's settings (`EmbeddedSettings.from_env()` when none are given: the
+    environment is read there, once); the keyword arguments of the same names override them.
     `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
-    `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set)."""
-    mode = embeddings or os.environ.get("MEMPLANE_EMBEDDINGS", "auto")
-    threads = encoder_threads or int(os.environ.get("MEMPLANE_ENCODER_THREADS") or 1)
-    service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry)
+    `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set).
+    `embedder`: an `engine.dense.Embedder` to use instead of loading the packaged model."""
+    s = EmbeddedSettings.from_env() if settings is None else settings
+    overrides = {"embeddings": embeddings, "encoder_threads": encoder_threads,
+                 "max_memories_per_agent": max_memories_per_agent, "recalls_per_agent": recalls_per_agent}
+    s = replace(s, **{k: v for k, v in overrides.items() if v is not None})
+    service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry,
+                             max_memories_per_agent=s.max_memories_per_agent,
+                             scheduler=RecallScheduler(per_agent=s.recalls_per_agent))
     service.curator = build_curator(service, telemetry, curator)
     service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
     app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
@@ -45,7 +55,7 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     app[EMBEDDED_SERVICE] = service
 
     async def start(app: web.Application) -> None:
-        await service.start(embedder=await load_embedder(mode, telemetry, threads))
+        await service.start(embedder=embedder if embedder is not None else await load_embedder(s.embeddings, telemetry, s.encoder_threads))
         if service.curator is not None:
             service.curator.start()
 

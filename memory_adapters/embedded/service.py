@@ -31,18 +31,27 @@ from memplane_core.turn_text import query_from
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
 from ..engine.episodes import episodes_from_entry
-from ..engine.index import AgentIndex, RecallQuery, recall_with_shared, visible_in
+from ..engine.index import AgentIndex, RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
+from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
 
 
+LOAD_STEP = 100  # memories indexed between yields to the event loop while an agent loads (~10 ms)
+
+
 class EmbeddedMemory:
-    def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry) -> None:
+    def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry, *,
+                 max_memories_per_agent: int = 0, scheduler: RecallScheduler | None = None) -> None:
         self.store = store
         store.on_bad_row = self.bad_row
         self.redactor = redactor
         self.telemetry = telemetry
+        # past this many memories an agent's oldest episodes are evicted (0: never)
+        self.max_memories_per_agent = max(0, max_memories_per_agent)
+        self.evicted = 0
+        self.scheduler = scheduler or RecallScheduler()
         self.embedder: Any = None  # engine.dense.Embedder once `start` is given one; else lexical recall only
         self.queries: QueryBatcher | None = None  # embeds recall queries, with the embedder
         self._indexes: dict[str, AgentIndex] = {}
@@ -57,7 +66,8 @@ class EmbeddedMemory:
     async def start(self, embedder: Any = None) -> None:
         """Open the store; `embedder` (engine.dense.Embedder), when given, turns dense recall on."""
         if embedder is not None:
-            self.embedder, self.queries, self.backlog = embedder, QueryBatcher(embedder), EmbeddingBacklog(embedder)
+            self.embedder, self.queries = embedder, QueryBatcher(embedder)
+            self.backlog = EmbeddingBacklog(embedder, self.scheduler)
         await self.store.open()
         if self.backlog is not None:
             self.backlog.start(self._embed_batch, self._embedding_failed)
@@ -65,6 +75,8 @@ class EmbeddedMemory:
     async def close(self) -> None:
         if self.backlog is not None:
             await self.backlog.stop()
+        if self.queries is not None:
+            self.queries.close()
         await self.store.close()
 
     def loaded_memories(self) -> int:
@@ -91,7 +103,8 @@ class EmbeddedMemory:
                 idx = self._new_index()
                 rows = [(m, np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None)
                         for m, vector in await self.store.load(agent_id)]
-                idx.load(rows, self.bad_row)
+                # a cold agent's load yields to the loop every LOAD_STEP rows: others' recalls go on
+                await idx.load_stepwise(rows, self.bad_row, LOAD_STEP)
                 if self.backlog is not None:
                     for m, vec in rows:
                         if vec is None and m.id in idx.memories:
@@ -163,9 +176,31 @@ class EmbeddedMemory:
                     idx.put(m)
                     if self.backlog is not None:
                         self.backlog.add((agent_id, m.id))
+                await self._enforce_cap(agent_id, idx)
                 if self.curator is not None:  # counts only; the curator works in the background
                     self.curator.observe(agent_id, put)
             return outcomes
+
+    async def _enforce_cap(self, agent_id: str, idx: AgentIndex) -> None:
+        """Past `max_memories_per_agent`, the oldest episodes (by when they were said) leave the
+        store and the index; what a person wrote through the REST API stays."""
+        excess = len(idx) - self.max_memories_per_agent
+        if not self.max_memories_per_agent or excess <= 0:
+            return
+        oldest = []
+        for *_, memory_id in idx.order:
+            if idx.memories[memory_id].type == "episode":
+                oldest.append(memory_id)
+                if len(oldest) >= excess:
+                    break
+        if not oldest:
+            return
+        await self.store.write([], dropped=oldest)
+        for memory_id in oldest:
+            idx.drop(memory_id)
+        self.evicted += len(oldest)
+        self.telemetry.info("memories_evicted", agent_id=agent_id, count=len(oldest),
+                            cap=self.max_memories_per_agent)
 
     async def forget(self, req: ForgetRequest) -> int:
         idx = await self._index(req.agent_id)
@@ -177,24 +212,32 @@ class EmbeddedMemory:
             return len(removed)
 
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
+        """Answered before `deadline_ms` with the best the engine has (engine/schedule.py); the
+        answer says which ranking answered."""
+        deadline = Deadline(req.deadline_ms)
         text = req.query if req.query is not None else query_from(req.messages)
         if not text.strip():
-            return []
-        idx = await self._index(req.agent_id)
+            return RecallAnswer([], "none: no query")
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
-        vector = await query_vector(self.queries, text)
-        gidx = await self._index(GLOBAL_AGENT)  # loaded once; usually empty
-        packed = pinned_first(recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
-                                                           session_id=session_id, vector=vector),
-                                    visible=visible_in(session_id, time.time()))
-        return [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts, id=p.id)
-                for p in packed]
+
+        async def indexes() -> tuple[AgentIndex, AgentIndex]:
+            return await self._index(req.agent_id), await self._index(GLOBAL_AGENT)  # global: usually empty
+
+        packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
+                                     RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
+                                                 session_id=session_id),
+                                     visible=visible_in(session_id, time.time()),
+                                     recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
+        return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
+                                            id=p.id) for p in packed], packed.ranking)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),
-                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog}
+                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
+                "embedded": self.backlog.embedded if self.backlog is not None else 0,
+                "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted}
 
     # -- REST operations (memory_adapters/rest_api.py) --
 
@@ -212,6 +255,7 @@ class EmbeddedMemory:
             idx.put(m)
             if self.backlog is not None:
                 self.backlog.add((m.agent_id, m.id))
+            await self._enforce_cap(m.agent_id, idx)
             return m, old is None
 
     async def get_memory(self, memory_id: str) -> StoredMemory | None:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -73,24 +74,36 @@ class Embedder:
         return self.encoder.encode(texts)
 
     def cached(self, text: str) -> "np.ndarray | None":
+        key = cache_key(text)
         with self._lock:
-            hit = self._cache.get(text)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
             return hit
 
     def embed_queries(self, texts: list[str]) -> list["np.ndarray"]:
-        """Queries' vectors in one encoder call, from the cache where a query was asked before."""
-        found = {t: v for t in dict.fromkeys(texts) if (v := self.cached(t)) is not None}
-        todo = [t for t in dict.fromkeys(texts) if t not in found]
+        """Queries' vectors in one encoder call, from the cache where a query was asked before
+        (in any case or spacing: the model's tokenizer lower-cases and splits on whitespace)."""
+        keys = [cache_key(t) for t in texts]
+        found = {k: v for k in dict.fromkeys(keys) if (v := self.cached(k)) is not None}
+        todo = [k for k in dict.fromkeys(keys) if k not in found]
         if todo:
             found.update(zip(todo, self.embed(todo)))
             with self._lock:
-                for t in todo:
-                    self._cache[t] = found[t]
-                while len(self._cache) > 1024:
+                for k in todo:
+                    self._cache[k] = found[k]
+                while len(self._cache) > QUERY_CACHE:
                     self._cache.popitem(last=False)
-        return [found[t] for t in texts]
+        return [found[k] for k in keys]
+
+
+QUERY_CACHE = 4096  # query vectors kept (1.5 KB each)
+
+
+def cache_key(text: str) -> str:
+    """A query as the encoder sees it: all-MiniLM-L6-v2's tokenizer is uncased and splits on
+    whitespace, so case and spacing do not change the vector (and it caps at 256 tokens)."""
+    return " ".join(text.lower().split())
 
 
 def _yield_to_serving() -> None:
@@ -107,10 +120,13 @@ class EmbeddingBacklog:
     embedded on one low-priority thread. `len()` — queued plus in hand — is what `/health` reports as
     `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept."""
 
-    BATCH = 64
+    BATCH = 64  # memories taken per step (one store write of their vectors)
+    CHUNK = 16  # texts per encoder call: between calls the backlog yields to waiting recalls
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, scheduler: Any = None) -> None:
         self.embedder = embedder
+        self.scheduler = scheduler  # engine.schedule.RecallScheduler: pauses while recalls wait
+        self.embedded = 0  # texts embedded so far (the bench's catch-up rate)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._in_hand = 0
         self._stopping = False
@@ -125,7 +141,16 @@ class EmbeddingBacklog:
         self._queue.put_nowait(item)
 
     async def embed(self, texts: list[str]) -> "np.ndarray":
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self.embedder.embed, texts)
+        """Vectors in encoder calls of CHUNK texts; before each, wait while recalls are in hand
+        (a recall's query then has the CPU and the encoder to itself)."""
+        loop = asyncio.get_running_loop()
+        parts = []
+        for start in range(0, len(texts), self.CHUNK):
+            if self.scheduler is not None:
+                await self.scheduler.background_turn()
+            parts.append(await loop.run_in_executor(self._pool, self.embedder.embed, texts[start:start + self.CHUNK]))
+            self.embedded += len(parts[-1])
+        return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim), dtype=np.float32)
 
     def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
         """Hand each batch to `handle` until stopped; a batch that fails goes to `on_error` and the
@@ -174,30 +199,55 @@ class QueryBatcher:
         self.embedder = embedder
         self._waiting: list[tuple[str, asyncio.Future]] = []
         self._worker: asyncio.Task | None = None
+        self._running = False  # an encoder call is under way
+        self.call_s = 0.01  # moving average of one encoder call, as this machine runs it now
+        # recall's own thread: never queued behind background work on a shared default executor
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-query")
 
-    async def vector(self, text: str) -> "np.ndarray":
+    def submit(self, text: str) -> asyncio.Future:
+        """The query's vector as a future: done at once from the cache; else computed with the
+        questions waiting beside it, and cached even when no one awaits it any more."""
+        future = asyncio.get_running_loop().create_future()
         hit = self.embedder.cached(text)
         if hit is not None:
-            return hit
-        future = asyncio.get_running_loop().create_future()
+            future.set_result(hit)
+            return future
         self._waiting.append((text, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
-        return await future
+        return future
+
+    async def vector(self, text: str) -> "np.ndarray":
+        return await self.submit(text)
+
+    def expected_wait(self) -> float:
+        """How long the question submitted last will likely wait for its vector: the call under
+        way, the full batches before it, its own."""
+        ahead = (len(self._waiting) - 1) // self.MAX_BATCH + (1 if self._running else 0)
+        return (ahead + 1) * self.call_s
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _drain(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting[:self.MAX_BATCH], self._waiting[self.MAX_BATCH:]
-            batch = [(t, f) for t, f in batch if not f.done()]  # a cancelled caller costs nothing
+            batch = [(t, f) for t, f in batch if not f.cancelled()]  # a cancelled caller costs nothing
             if not batch:
                 continue
+            started = time.perf_counter()
+            self._running = True
             try:
-                vecs = await asyncio.to_thread(self.embedder.embed_queries, [t for t, _ in batch])
+                vecs = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self.embedder.embed_queries, [t for t, _ in batch])
             except Exception as exc:  # every waiter learns why; the next batch tries again
                 for _, f in batch:
                     if not f.done():
                         f.set_exception(exc)
                 continue
+            finally:
+                self._running = False
+                self.call_s = 0.7 * self.call_s + 0.3 * (time.perf_counter() - started)
             for (_, f), vec in zip(batch, vecs):
                 if not f.done():
                     f.set_result(vec)

@@ -54,6 +54,16 @@ class RecallQuery:
     max_blocks: int = DEFAULT_MAX_BLOCKS
     session_id: str | None = None
     vector: Any = None  # the query's embedding, when vectors are on
+    candidates: int = CANDIDATES  # per signal: fewer when the deadline is near
+
+
+class RecallAnswer(list):
+    """A recall's packed blocks, and which ranking answered (`dense+lexical`, `lexical: deadline`,
+    …: engine/schedule.py), which the HTTP face adds to the answer as `ranking`."""
+
+    def __init__(self, items: Any = (), ranking: str | None = None) -> None:
+        super().__init__(items)
+        self.ranking = ranking
 
 
 @dataclass
@@ -98,6 +108,18 @@ class AgentIndex:
                     pass
                 if on_bad_row is not None:
                     on_bad_row(str(getattr(m, "id", "?")), f"{type(exc).__name__}: {exc}"[:300])
+        return count
+
+    async def load_stepwise(self, rows: Any, on_bad_row: Any = None, step: int = 100) -> int:
+        """`load`, `step` rows at a time with a yield to the event loop between: a cold agent's load
+        never holds other agents' recalls for long."""
+        import asyncio
+        from itertools import islice
+
+        rows, count = iter(rows), 0
+        while chunk := list(islice(rows, step)):
+            count += self.load(chunk, on_bad_row)
+            await asyncio.sleep(0)
         return count
 
     def add_vector(self, memory_id: str, vector: Any) -> None:
@@ -193,7 +215,7 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, visible=visible, limit=2 * MAX_HITS)
+        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS)
         if not ranked:
             return []
         seen: set[str] = set()
@@ -222,7 +244,7 @@ def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuer
     of the budget and the block count."""
     first: list[Packed] = []
     if shared is not None and len(shared):
-        for m, score in shared.rank(q.text, q.vector, visible=visible, limit=SHARED_FIRST):
+        for m, score in shared.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=SHARED_FIRST):
             if score > 0 and len(first) < q.max_blocks:
                 first.append(Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)),
                                     id=m.id, memory_ids=[m.id]))

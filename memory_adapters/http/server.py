@@ -84,7 +84,10 @@ async def recall(request: web.Request) -> web.Response:
     req = await parse(request, RecallRequest)
     with a.metrics.recall_latency.time():
         blocks = await a.backend.recall(req)
-    return json_response({"memories": [b.model_dump(exclude_none=True) for b in blocks]})
+    answer: dict[str, Any] = {"memories": [b.model_dump(exclude_none=True) for b in blocks]}
+    if isinstance(getattr(blocks, "ranking", None), str):  # which ranking answered (engine/schedule.py)
+        answer["ranking"] = blocks.ranking
+    return json_response(answer)
 
 
 async def retain(request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
 
 INDEX_MAX_AGE_S = 30.0
+LOAD_STEP = 100  # memories indexed between yields to the event loop (~10 ms)
 
 
 @dataclass
@@ -85,9 +86,13 @@ class CoherentIndexes:
                 raise
             fresh = self.new_index()
             fresh.version, fresh.loaded_at = remote, time.time()
-            fresh.load(((m, None) for m in loaded), self.ltm.on_bad_row)
+            await fresh.load_stepwise(((m, None) for m in loaded), self.ltm.on_bad_row, LOAD_STEP)
             self._indexes[agent_id] = fresh
             return fresh
+
+    def current(self, agent_id: str) -> VersionedIndex | None:
+        """The agent's index as loaded, even if a reload is due: what a recall short of time uses."""
+        return self._indexes.get(agent_id)
 
     async def written(self, agent_id: str, put: list[StoredMemory], dropped: list[str]) -> None:
         """After a write reached both tiers: update our index and bump the agent's version."""

@@ -16,6 +16,7 @@ from .service import TieredMemory
 
 DUPLICATE_JACCARD = 0.8
 PRUNE_AGE_DAYS = 7
+YIELD_EVERY = 50  # memories compared between pauses for waiting recalls
 
 
 def similarity(a: StoredMemory, b: StoredMemory) -> float:
@@ -45,6 +46,8 @@ async def consolidate(service: TieredMemory, agent_ids: list[str] | None = None,
         for i, keep in enumerate(memories):
             if keep.id in gone:
                 continue
+            if i % YIELD_EVERY == 0:  # background work: recalls in hand go first
+                await service.scheduler.background_turn()
             group = [m for m in memories[i + 1:] if m.id not in gone and not is_pinned(m) and m.type == keep.type
                      and m.scope == keep.scope and m.session_id == keep.session_id
                      and similarity(keep, m) >= DUPLICATE_JACCARD]

@@ -25,8 +25,9 @@ from memplane_core.turn_text import query_from
 
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
-from ..engine.index import RecallQuery, recall_with_shared, visible_in
+from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
+from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -51,6 +52,8 @@ class TieredMemory:
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
+        # fair recall slots per agent; background work yields to recalls
+        self.scheduler = RecallScheduler(per_agent=settings.recalls_per_agent)
         self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
@@ -58,7 +61,8 @@ class TieredMemory:
     async def load_embedder(self) -> None:
         self.embedder = await load_embedder(self.settings.embeddings, self.telemetry, self.settings.encoder_threads)
         if self.embedder is not None:
-            self.queries, self.backlog = QueryBatcher(self.embedder), EmbeddingBacklog(self.embedder)
+            self.queries = QueryBatcher(self.embedder)
+            self.backlog = EmbeddingBacklog(self.embedder, self.scheduler)
 
     def bad_row(self, memory_id: str, error: str) -> None:
         """A stored memory that cannot be read or indexed is skipped, and said so: the operator
@@ -121,6 +125,8 @@ class TieredMemory:
     async def close(self) -> None:
         if self.backlog is not None:
             await self.backlog.stop()
+        if self.queries is not None:
+            self.queries.close()
         await self.access.close()
         for t in list(self._background):
             t.cancel()
@@ -275,26 +281,40 @@ class TieredMemory:
 
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         """The engine's recall (memory_adapters/engine): fused ranking, neighbours, dated blocks
-        packed to the proxy's budget; the two best matching global memories first."""
+        packed to the proxy's budget; the two best matching global memories first. Answered
+        before `deadline_ms` with the best it has (engine/schedule.py), saying which ranking."""
+        deadline = Deadline(req.deadline_ms)
         query = req.query if req.query is not None else query_from(req.messages)
         if not query.strip():
-            return []
+            return RecallAnswer([], "none: no query")
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
         budget = req.budget_tokens or self.settings.recall_budget_tokens
         max_blocks = req.max_blocks or DEFAULT_MAX_BLOCKS
-        remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
-        idx = await self.indexes.get(req.agent_id, remote)
-        gidx = await self.indexes.get(GLOBAL_AGENT, gremote)
-        vector = await query_vector(self.queries, query)
-        packed = pinned_first(recall_curated_first if self.curator else recall_with_shared)(idx, gidx, RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
-                                                           session_id=session_id, vector=vector),
-                                    visible=visible_in(session_id, time.time()))
+        loaded: list = []
+
+        async def indexes():
+            remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
+            loaded[:] = [await self.indexes.get(req.agent_id, remote), await self.indexes.get(GLOBAL_AGENT, gremote)]
+            return tuple(loaded)
+
+        def stale():
+            own, shared = self.indexes.current(req.agent_id), self.indexes.current(GLOBAL_AGENT)
+            if own is None:
+                return None
+            loaded[:] = [own, shared] if shared is not None else [own]
+            return own, shared
+
+        packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
+                                     RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
+                                                 session_id=session_id),
+                                     visible=visible_in(session_id, time.time()), stale=stale,
+                                     recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]
-        picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in (idx, gidx) if i in ix.memories]
+        picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]
         if picked:
             self.access.recalled(picked)
-        return blocks
+        return RecallAnswer(blocks, packed.ranking)
 
     def loaded_memories(self) -> int:
         return len(self.indexes)
@@ -303,4 +323,6 @@ class TieredMemory:
         mongo = await self.ltm.ping()
         redis_ok = await self.stm.version("_health") is not None
         return {"status": "ok" if mongo else "degraded", "adapter": "tiered", "mongo": mongo, "redis": redis_ok,
-                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog}
+                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
+                "embedded": self.backlog.embedded if self.backlog is not None else 0,
+                "recall_scheduling": self.scheduler.stats.as_dict()}

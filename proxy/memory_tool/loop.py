@@ -29,7 +29,7 @@ def offered(state: Any, ctx: Any, fmt_name: str, body: dict[str, Any]) -> tuple[
     opted_in = ctx.memory is not None and TOOL_NAME in ctx.memory.tools
     reason = why_not(fmt_name, body, opted_in)
     if reason is None:
-        return offer(fmt_name, body), True
+        return offer(fmt_name, body, global_granted="global" in ctx.memory.grants), True
     if opted_in:
         state.telemetry.info("memory_tool_not_offered", agent_id=ctx.agent_id, tool=TOOL_NAME, reason=reason)
     return body, False

@@ -27,14 +27,21 @@ PARAMETERS: dict[str, Any] = {
     },
     "required": ["key", "value"],
 }
+# without a grant the model is not even told about `global` (the write refuses it all the same)
+LOCAL_PARAMETERS: dict[str, Any] = {
+    **PARAMETERS,
+    "properties": {**PARAMETERS["properties"],
+                   "scope": {**PARAMETERS["properties"]["scope"], "enum": ["session", "agent"]}},
+}
 
 
-def definition(fmt: str) -> dict[str, Any]:
+def definition(fmt: str, *, global_granted: bool = False) -> dict[str, Any]:
+    params = PARAMETERS if global_granted else LOCAL_PARAMETERS
     if fmt == "anthropic":
-        return {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": PARAMETERS}
+        return {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": params}
     if fmt == "responses":
-        return {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}
-    return {"type": "function", "function": {"name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
+        return {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION, "parameters": params}
+    return {"type": "function", "function": {"name": TOOL_NAME, "description": DESCRIPTION, "parameters": params}}
 
 
 def _tool_names(fmt: str, tools: list[Any]) -> set[str]:
@@ -89,6 +96,7 @@ def why_not(fmt: str, body: dict[str, Any], opted_in: bool) -> str | None:
     return None
 
 
-def offer(fmt: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The request with store_memory after the agent's own tools (theirs stay byte-identical first)."""
-    return {**body, "tools": [*(body.get("tools") or []), definition(fmt)]}
+def offer(fmt: str, body: dict[str, Any], *, global_granted: bool = False) -> dict[str, Any]:
+    """The request with store_memory after the agent's own tools (theirs stay byte-identical first).
+    Scope `global` is offered only to an agent whose memory.json grants it."""
+    return {**body, "tools": [*(body.get("tools") or []), definition(fmt, global_granted=global_granted)]}

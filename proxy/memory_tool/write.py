@@ -48,6 +48,10 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
         args = StoreArgs.model_validate(arguments)
     except ValidationError as exc:
         return said(False, f"store_memory was not saved: {_first_error(exc)}")
+    if args.scope == "global" and "global" not in manifest.grants:
+        # the manifest's token is often the service's admin token: the proxy enforces the grant itself
+        return said(False, "store_memory was not saved: scope 'global' needs a grant this agent does not have "
+                           "(memory.json \"grants\": [\"global\"]); use scope 'agent'")
     if args.scope == "session" and not session_id:
         return said(False, "store_memory was not saved: scope 'session' needs a session, and this call has none; "
                            "use scope 'agent'")

@@ -1,0 +1,230 @@
+"""The LoCoMo protocol on a busy machine: does every question still get its memories in time?
+
+    python -m bench.busy [--adapters embedded,tiered] [--burners 0,1,2] [--in-flight 8]
+                         [--idle-c1] [--questions N] [--ask-when retained|embedded]
+
+Each part runs as its own process, as users run them: the proxy (`bench.servers memplane`), the
+memory service (`bench.servers embedded|tiered`), and this process, which holds the fake provider
+(it answers "OK." and keeps what it received, to score the block) and plays the agents. For every
+burner count, `burner.py` keeps that many cores busy for the whole run (feed and questions); the
+three dev conversations are fed through the proxy at once as fast as it answers, and once every
+turn is retained (by default not waiting for the vectors: users do not) each question is asked
+in a fresh conversation, `--in-flight` at a time. Reported: questions without memories (recall
+not in time, or nothing), recall p50/p99 as the proxy measured it (`X-Memplane-Recall`), which
+ranking answered (the turn's explanation), how long the embedding backlog took to catch up after
+the feed, and the acceptance scoring per category and per conversation. `--idle-c1` adds a row:
+no burner, one question at a time (the p50 ≤ 5 ms target). Load average is printed with each row:
+the machine is shared, so compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+
+from manifests.agents import memory_manifest, write_agent
+from memplane_core.contract import RETAIN_BATCH_PATH
+from proxy.runner import Site, start_site
+from proxy.testing.fake_provider import FakeProvider
+
+from .burner import burners, load_average
+from .harness import mongo, redis_url, role, table, write_results
+from .quality.locomo import CATEGORIES, DATASET, evidence_found, load, memory_elements, scores
+
+_RECALL = re.compile(r"^(\w+); blocks=(\d+); removed=\d+; latency_ms=([\d.]+)")
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(len(values) * q))], 1)
+
+
+async def metric(http: aiohttp.ClientSession, url: str, name: str) -> float:
+    async with http.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
+                  ask_when: str, tmp: Path, questions_limit: int | None) -> dict:
+    provider = FakeProvider(reply=lambda body: "OK.")
+    prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
+    label = f"{adapter}-b{n_burners}-c{in_flight}"
+    ctx, hist = tmp / label / "ctx", tmp / label / "hist"
+    try:
+        with burners(n_burners), role(adapter, *adapter_args) as ad_port, \
+                role("memplane", "--upstream", f"http://127.0.0.1:{prov_port}/v1", "--context-root", str(ctx),
+                     "--history-root", str(hist)) as px_port:
+            ad_url, px_url = f"http://127.0.0.1:{ad_port}", f"http://127.0.0.1:{px_port}"
+            tokens = {c["name"]: write_agent(ctx, c["name"], memory=memory_manifest(
+                adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" else None))[0]
+                for c in convs}
+            return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit)
+    finally:
+        await prov_runner.cleanup()
+
+
+async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit) -> dict:
+    url = px_url + "/v1/chat/completions"
+    turns = sum(len(c["turns"]) for c in convs)
+    load_samples: list[str] = [load_average()]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        async def ask(name: str, text: str, user: str | None = None) -> aiohttp.typedefs.CIMultiDictProxy:
+            body = {"model": "locomo", "messages": [{"role": "user", "content": text}]}
+            if user:
+                body["user"] = user  # how this process finds the request the provider received
+            async with http.post(url, json=body, headers={"Authorization": f"Bearer {tokens[name]}"}) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+                return r.headers
+
+        async def feed(conv: dict) -> None:
+            for t in conv["turns"]:
+                await ask(conv["name"], t["message"])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(feed(c) for c in convs))
+        fed_s = time.perf_counter() - started
+        while (await metric(http, px_url, 'memplane_memory_ops_total{op="retain",status="succeeded"}') < turns
+               or await metric(http, px_url, "memplane_retain_backlog_entries") > 0):
+            await asyncio.sleep(0.2)
+        retained_s = time.perf_counter() - started
+
+        async def backlog() -> int:
+            async with http.get(ad_url + "/health") as r:
+                return int((await r.json()).get("embedding_backlog") or 0)
+
+        backlog_at_retained = await backlog()
+        caught_up: list[float] = []
+
+        async def watch_backlog() -> None:
+            while await backlog():
+                await asyncio.sleep(0.25)
+            caught_up.append(time.perf_counter() - started)
+
+        watcher = asyncio.create_task(watch_backlog())
+        if ask_when == "embedded":
+            await watcher
+        load_samples.append(load_average())
+        slots = asyncio.Semaphore(in_flight)
+        asked: list[tuple[dict, dict, str, object]] = []
+
+        async def question(conv: dict, i: int, q: dict) -> None:
+            async with slots:
+                user = f"q-{conv['name']}-{i}"
+                headers = await ask(conv["name"], q["question"], user)
+                asked.append((conv, q, user, headers))
+
+        todo = [(c, i, q) for c in convs for i, q in enumerate(c["questions"][:questions_limit])]
+        todo.sort(key=lambda t: (t[1], t[0]["name"]))  # conversations interleaved, as agents ask at once
+        q_started = time.perf_counter()
+        await asyncio.gather(*(question(c, i, q) for c, i, q in todo))
+        asked_s = time.perf_counter() - q_started
+        load_samples.append(load_average())
+        rankings: Counter = Counter()
+        ranking_latency: dict[str, list[float]] = {}
+        for _, _, _, headers in asked:  # the turn's explanation says which ranking answered
+            async with http.get(f"{px_url}/memplane/turns/{headers['X-Memplane-Turn-Id']}") as r:
+                doc = await r.json() if r.status == 200 else {}
+            ranking = doc.get("ranking") or doc.get("recall", {}).get("status", "?")
+            rankings[ranking] += 1
+            ranking_latency.setdefault(ranking, []).append(float(doc.get("recall", {}).get("latency_ms") or 0))
+        try:
+            await asyncio.wait_for(watcher, 900)
+        except asyncio.TimeoutError:
+            pass
+    by_user = {}
+    for rec in provider.received:
+        if isinstance(rec.body, dict) and isinstance(rec.body.get("user"), str):
+            by_user[rec.body["user"]] = rec
+    results, per_conv, latencies, without = [], {}, [], 0
+    statuses: Counter = Counter()
+    for conv, q, user, headers in asked:
+        m = _RECALL.match(headers.get("X-Memplane-Recall", ""))
+        status, blocks, latency = (m.group(1), int(m.group(2)), float(m.group(3))) if m else ("?", 0, None)
+        statuses[status] += 1
+        if latency is not None:
+            latencies.append(latency)
+        if status != "succeeded" or not blocks:
+            without += 1
+        by_id = {t["id"]: t for t in conv["turns"]}
+        elements = memory_elements(by_user[user].memories_block if user in by_user else None)
+        ok = all(evidence_found(by_id[e]["text"], elements) for e in q["evidence"] if e in by_id)
+        results.append((q["category"], ok))
+        per_conv.setdefault(conv["name"], []).append((q["category"], ok))
+    return {"turns": turns, "questions": len(asked), "without_memories": without, "statuses": dict(statuses),
+            "rankings": dict(rankings),
+            "latency_by_ranking_p50_p99": {k: [pct(v, 0.5), pct(v, 0.99)] for k, v in ranking_latency.items()},
+            "recall_p50_ms": pct(latencies, 0.5), "recall_p99_ms": pct(latencies, 0.99),
+            "fed_s": round(fed_s, 1), "retained_s": round(retained_s, 1), "asked_s": round(asked_s, 1),
+            "backlog_at_retained": backlog_at_retained,
+            "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
+            "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
+            "load_average": load_samples}
+
+
+async def main_async(args) -> None:
+    if not DATASET.is_dir() or not any(DATASET.glob("conversation_*.json")):
+        print(f"busy bench skipped: no data set at {DATASET} (set LOCOMO_DIR)")
+        return
+    convs = load(DATASET)
+    tmp = Path(tempfile.mkdtemp(prefix="memplane-busy-"))
+    plan = [(b, args.in_flight) for b in args.burners]
+    if args.idle_c1:
+        plan.insert(0, (0, 1))
+    rows: dict[str, dict] = {}
+    for adapter in args.adapters:
+        for n_burners, in_flight in plan:
+            name = f"{adapter}, {n_burners} busy, {in_flight} in flight"
+            run_dir = tmp / f"{adapter}-{n_burners}-{in_flight}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if adapter == "embedded":
+                rows[name] = await run_one(convs, adapter, ["--data-dir", str(run_dir / "data")], n_burners,
+                                           in_flight, args.ask_when, tmp, args.questions)
+            else:
+                rurl = redis_url()
+                with mongo(run_dir) as murl:
+                    if not (rurl and murl):
+                        print("tiered skipped: no Redis or Mongo-wire server")
+                        continue
+                    import redis as redis_sync
+                    redis_sync.Redis.from_url(rurl).flushdb()
+                    rows[name] = await run_one(convs, adapter, ["--redis-url", rurl, "--mongo-url",
+                                                                murl.rsplit("/", 1)[0] + "/busy"],
+                                               n_burners, in_flight, args.ask_when, tmp, args.questions)
+            r = rows[name]
+            print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
+                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}", flush=True)
+    cats = [*CATEGORIES.values(), "all"]
+    print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "backlog s", "rankings"],
+                [[name, f"{r['without_memories']}/{r['questions']}", r["recall_p50_ms"], r["recall_p99_ms"],
+                  *[r["scores"].get(c) for c in cats], " ".join(f"{v:.2f}" for v in r["per_conversation"].values()),
+                  r["backlog_caught_up_s"], ", ".join(f"{k} {v}" for k, v in sorted(r["rankings"].items()))]
+                 for name, r in rows.items()]))
+    path = write_results("busy", {"args": vars(args), "rows": rows})
+    print(f"LoCoMo dev on a busy machine ({path.name}); 'backlog s': embedding caught up this long after "
+          f"every turn was retained")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--adapters", type=lambda s: s.split(","), default=["embedded", "tiered"])
+    p.add_argument("--burners", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    p.add_argument("--in-flight", type=int, default=8)
+    p.add_argument("--idle-c1", action="store_true", help="add a run with no burner and one question at a time")
+    p.add_argument("--questions", type=int, default=None, help="at most this many questions per conversation")
+    p.add_argument("--ask-when", choices=["retained", "embedded"], default="retained")
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""Recall first, fairly, and in time: who may rank now, how long a recall may wait for its query
+vector, and when background work may use the CPU.
+
+Why: on a small shared machine a recall that waits behind another agent's burst, behind background
+embedding or behind a slow encoder comes too late to be used (the proxy's 300 ms budget) — and a
+late answer is no memory at all. So:
+
+* each agent has at most `per_agent` recalls in hand; the rest wait their own agent's turn, so one
+  agent's flood of recalls cannot push another agent's recall past its deadline;
+* a recall told its deadline (`deadline_ms`, CONTRACT §5) waits for its query vector only while
+  there is still time to rank after it; otherwise it ranks by words alone ("lexical: deadline") and
+  the vector, finished later, goes to the cache for the next time the question is asked;
+* background work (embedding backlogs, consolidation) pauses between small steps while recalls are
+  in hand, at most `max_pause_s` at a time so that it still progresses under constant load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
+MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
+MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
+MAX_RESERVE_S = 0.04  # and at the most: one stalled ranking must not leave every later recall no time
+DENSE_LEXICAL = "dense+lexical"
+LEXICAL = "lexical"  # the service has no vectors (embeddings off)
+LEXICAL_DEADLINE = "lexical: deadline"  # the query's vector was not ready in time
+LEXICAL_ENCODER_FAILED = "lexical: encoder failed"
+FEWER_CANDIDATES = "; fewer candidates"
+NONE_BUSY = "none: agent busy"  # the agent's own earlier recalls held every slot until the deadline
+NONE_LOADING = "none: index loading"
+STALE_INDEX = "; index reloading"  # served from the index a reload will replace (tiered)  # the agent's memories were still loading at the deadline
+
+
+class Deadline:
+    """A point on the event loop's clock; `None` for a recall that was told no deadline."""
+
+    def __init__(self, deadline_ms: int | None) -> None:
+        self.at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
+
+    def left(self) -> float | None:
+        return None if self.at is None else self.at - time.monotonic()
+
+    def passed(self, reserve: float = 0.0) -> bool:
+        left = self.left()
+        return left is not None and left <= reserve
+
+
+@dataclass
+class SchedulerStats:
+    """Counters `/health` reports: what a user or test can see of the scheduling."""
+
+    recalls: int = 0
+    lexical_deadline: int = 0  # answered by words because the vector was late
+    fewer_candidates: int = 0
+    shed_busy: int = 0  # an agent's own earlier recalls held every slot until the deadline
+    background_pauses: int = 0  # background steps that waited for recalls
+    background_paused_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+class RecallScheduler:
+    """One per service and event loop."""
+
+    def __init__(self, per_agent: int = PER_AGENT, max_pause_s: float = MAX_PAUSE_S) -> None:
+        self.per_agent = max(1, per_agent)
+        self.max_pause_s = max_pause_s
+        self.stats = SchedulerStats()
+        self.in_flight = 0  # recalls entered (waiting for a slot or ranking)
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.rank_s = 0.005  # moving average of ranking + packing time: what to keep after the vector
+
+    # -- recalls --
+
+    async def enter(self, agent_id: str, deadline: Deadline) -> bool:
+        """Take one of the agent's slots, waiting at most until the deadline; False: none in time
+        (the caller answers without memories, and must still call `leave(agent_id, False)`)."""
+        self.in_flight += 1
+        self.stats.recalls += 1
+        self._idle.clear()
+        self._users[agent_id] = self._users.get(agent_id, 0) + 1
+        slot = self._slots.setdefault(agent_id, asyncio.Semaphore(self.per_agent))
+        left = deadline.left()
+        try:
+            if left is None:
+                await slot.acquire()
+            else:
+                async with asyncio.timeout(max(0.0, left - self.reserve())):
+                    await slot.acquire()
+        except TimeoutError:
+            self.stats.shed_busy += 1
+            return False
+        except BaseException:
+            self.leave(agent_id, False)
+            raise
+        return True
+
+    def leave(self, agent_id: str, held: bool) -> None:
+        if held:
+            self._slots[agent_id].release()
+        self._users[agent_id] -= 1
+        if not self._users[agent_id]:  # no one of this agent waits: forget its slots
+            del self._users[agent_id]
+            del self._slots[agent_id]
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._idle.set()
+
+    def reserve(self) -> float:
+        """Time kept after waiting (for a slot, for the vector): ranking, packing and the reply."""
+        return min(MAX_RESERVE_S, MIN_RESERVE_S + 3 * self.rank_s)
+
+    def ranked(self, seconds: float) -> None:
+        self.rank_s = 0.8 * self.rank_s + 0.2 * min(seconds, MAX_RESERVE_S)
+
+    async def vector(self, queries: Any, text: str, deadline: Deadline) -> tuple[Any, str]:
+        """The query's vector if it is ready in time, with the ranking that will answer."""
+        if queries is None or not text.strip():
+            return None, LEXICAL
+        future = queries.submit(text)
+        if not future.done():
+            left = deadline.left()
+            if left is not None and queries.expected_wait() > left - self.reserve():
+                # the encoder is too far behind for this one: words now, not at the deadline
+                future.add_done_callback(_consume)
+                self.stats.lexical_deadline += 1
+                return None, LEXICAL_DEADLINE
+            try:
+                if left is None:
+                    await asyncio.shield(future)
+                else:
+                    async with asyncio.timeout(max(0.0, left - self.reserve())):
+                        await asyncio.shield(future)  # the encoder goes on; its vector is cached
+            except TimeoutError:
+                future.add_done_callback(_consume)  # a late failure is not an unretrieved error
+                self.stats.lexical_deadline += 1
+                return None, LEXICAL_DEADLINE
+        if future.cancelled() or future.exception() is not None:
+            return None, LEXICAL_ENCODER_FAILED
+        return future.result(), DENSE_LEXICAL
+
+    def candidates(self, deadline: Deadline, full: int, size: int) -> int:
+        """Fewer candidates per signal when the index is large and what is left barely covers a
+        full ranking."""
+        left = deadline.left()
+        if size > full and left is not None and left < 1.5 * self.rank_s:
+            self.stats.fewer_candidates += 1
+            return max(50, full // 4)
+        return full
+
+    # -- background work --
+
+    async def background_turn(self) -> None:
+        """Wait (up to max_pause_s) while recalls are in hand: called before each small step."""
+        if self._idle.is_set():
+            return
+        self.stats.background_pauses += 1
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.max_pause_s):
+                await self._idle.wait()
+        except TimeoutError:
+            pass
+        self.stats.background_paused_s += time.monotonic() - started
+
+
+def _consume(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tuple[bool, Any]:
+    """(True, result) if `awaitable` finishes `reserve` seconds before the deadline, else (False,
+    None) while it goes on in the background (an index load another recall will use)."""
+    task = asyncio.ensure_future(awaitable)
+    left = deadline.left()
+    if left is None:
+        return True, await task
+    await asyncio.sleep(0)  # its first step: an index already loaded is ready now, whatever the time
+    if task.done():
+        return True, task.result()
+    try:
+        async with asyncio.timeout(max(0.0, left - reserve)):
+            return True, await asyncio.shield(task)
+    except TimeoutError:
+        task.add_done_callback(_consume)
+        return False, None
+
+
+async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str, deadline: Deadline,
+                        indexes: Any, q: Any, visible: Any = None, stale: Any = None, recall: Any = None) -> Any:
+    """A recall that answers before its deadline with the best it has: a slot among the agent's
+    own recalls, the agent's index (`indexes()` → (own, shared); a load that cannot finish in time
+    goes on for the next recall, and `stale()` → (own, shared) | None serves the index it
+    replaces meanwhile), the query vector if ready in time, then the fused ranking — lexical alone,
+    or with fewer candidates, when time is short; `recall` packs (default `index.recall_with_shared`).
+    Returns an `index.RecallAnswer` that says which."""
+    from dataclasses import replace
+
+    from .index import RecallAnswer, recall_with_shared
+
+    held = await scheduler.enter(agent_id, deadline)
+    try:
+        if not held:
+            return RecallAnswer([], NONE_BUSY)
+        loaded, pair = await within(indexes(), deadline, scheduler.reserve())
+        suffix = ""
+        if not loaded:
+            pair = stale() if stale is not None else None
+            if pair is None:
+                return RecallAnswer([], NONE_LOADING)
+            suffix = STALE_INDEX
+        own, shared = pair
+        vector, ranking = await scheduler.vector(queries, q.text, deadline)
+        ranking += suffix
+        if own.vectors is None:
+            vector, ranking = None, LEXICAL
+        k = scheduler.candidates(deadline, q.candidates, len(own))
+        if k < q.candidates:
+            ranking += FEWER_CANDIDATES
+        started = time.perf_counter()
+        packed = (recall or recall_with_shared)(own, shared, replace(q, vector=vector, candidates=k), visible=visible)
+        scheduler.ranked(time.perf_counter() - started)
+        return RecallAnswer(packed, ranking)
+    finally:
+        scheduler.leave(agent_id, held)

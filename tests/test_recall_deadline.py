@@ -1,0 +1,270 @@
+"""Recall that answers in time on a busy machine: the proxy tells the service its deadline, a
+service whose encoder is slow answers by words and says so, one agent's flood of recalls does not
+cost another agent its memories, background embedding waits while recalls are in hand, and a
+per-agent memory cap evicts the oldest episodes.
+
+The encoder is the real MiniLM, made slow (as on a machine whose cores are busy) or held at a
+gate; the services and the proxy are real servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+
+import aiohttp
+import pytest
+
+from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from tests.conftest import url_of
+
+pytest.importorskip("onnxruntime")
+
+
+class SlowEncoder:
+    """The real encoder on a machine that has no time for it: every call first waits for `gate`
+    (up to `hold_s`), then sleeps `delay_s`, then encodes."""
+
+    def __init__(self, real, *, delay_s: float = 0.0, hold_s: float = 0.0) -> None:
+        self.real, self.delay_s, self.hold_s = real, delay_s, hold_s
+        self.engine, self.dim = real.engine, real.dim
+        self.gate = threading.Event()
+        self.calls = 0
+        if not hold_s:
+            self.gate.set()
+
+    def encode(self, texts):
+        self.calls += 1
+        self.gate.wait(self.hold_s)
+        time.sleep(self.delay_s)
+        return self.real.encode(texts)
+
+
+def slow_embedder(**kw):
+    from memory_adapters.engine.dense import Embedder
+    real = Embedder.load()
+    encoder = SlowEncoder(real.encoder, **kw)
+    return Embedder(encoder), encoder
+
+
+def entry(eid: str, user: str, ts: str = "2026-11-20T10:00:00.000Z"):
+    return {"id": eid, "ts": ts, "request_original": {"messages": [{"role": "user", "content": user}]},
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+
+
+def embedded(data, embedder, **kw):
+    return build_embedded_app(data, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                              embedder=embedder, **kw)
+
+
+async def post(s, url, body):
+    async with s.post(url, json=body) as r:
+        return r.status, await r.json()
+
+
+async def health(s, url):
+    async with s.get(url + "/health") as r:
+        return await r.json()
+
+
+FACTS = ["My sister Lena lives in Porto and teaches chemistry.",
+         "I adopted a grey cat called Miso last spring.",
+         "Our team ships the billing service every second Tuesday."]
+
+
+async def test_a_recall_with_a_tiny_deadline_answers_by_words_and_says_so(aiohttp_server, tmp_path):
+    embedder, encoder = slow_embedder(hold_s=30)  # the encoder is stuck until the test opens it
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+            {"entry": entry(f"hist1_{i}", t)} for i, t in enumerate(FACTS)]})
+        question = {"agent_id": "ann", "query": "Where does my sister live?", "deadline_ms": 60}
+        status, got = await post(s, url + "/recall", question)
+        assert status == 200
+        assert got["ranking"] == "lexical: deadline"
+        assert "Porto" in got["memories"][0]["text"]  # the best it had, in time
+
+        encoder.gate.set()  # the encoder catches up: the late vector went to the cache
+        for _ in range(200):
+            if embedder.cached(question["query"]) is not None:
+                break
+            await asyncio.sleep(0.05)
+        status, again = await post(s, url + "/recall", {**question, "query": "where does MY sister  live?"})
+        assert status == 200 and again["ranking"] == "dense+lexical"
+        assert "Porto" in again["memories"][0]["text"]
+
+        # a service told no deadline waits for its vector, as before
+        status, patient = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which pet did I adopt?"})
+        assert patient["ranking"] == "dense+lexical" and "Miso" in patient["memories"][0]["text"]
+        stats = (await health(s, url))["recall_scheduling"]
+        assert stats["lexical_deadline"] == 1
+        # a deadline that is not a number of milliseconds is the caller's mistake, named
+        status, bad = await post(s, url + "/recall", {**question, "deadline_ms": "soon"})
+        assert status == 400 and bad["error"]["field"] == "deadline_ms"
+
+
+async def test_the_proxy_sends_its_deadline_and_the_turn_explains_which_ranking_answered(
+        aiohttp_server, tmp_path, stack):
+    embedder, encoder = slow_embedder(hold_s=30)
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
+    url = url_of(server)
+    # a generous timeout, so a loaded test machine cannot make this late: without the deadline the
+    # stuck encoder would hold the recall past it; with it, words answer at ~600 ms
+    stack.add_agent("ann", url, recall={"path": "/recall", "timeout_ms": 1000})
+    async with aiohttp.ClientSession() as s:
+        await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+            {"entry": entry(f"hist1_{i}", t)} for i, t in enumerate(FACTS)]})
+    client = stack.openai("ann")
+    raw = await client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Remind me where my sister lives?"}])
+    turn_id = raw.headers["X-Memplane-Turn-Id"]
+    assert raw.headers["X-Memplane-Recall"].startswith("succeeded")
+    assert "Porto" in stack.provider.received[-1].memories_block  # memories arrived in time, by words
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{stack.proxy_url}/memplane/turns/{turn_id}") as r:
+            explained = await r.json()
+    assert explained["recall"]["status"] == "succeeded" and explained["ranking"] == "lexical: deadline"
+    assert stack.events("recall", claw_id="ann")[-1]["ranking"] == "lexical: deadline"
+    encoder.gate.set()
+
+
+async def test_one_agents_flood_of_recalls_does_not_cost_another_agent_its_memories(
+        aiohttp_server, tmp_path, stack):
+    # a machine whose encoder takes 30 ms more a call: in turn, the flood's 48 questions need > 300 ms of it
+    embedder, encoder = slow_embedder(delay_s=0.03)
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder, recalls_per_agent=2))
+    url = url_of(server)
+    stack.add_agent("greedy", url)
+    stack.add_agent("quiet", url)
+    async with aiohttp.ClientSession() as s:
+        words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+        for start in range(0, 400, 200):
+            await post(s, url + "/retain/batch", {"agent_id": "greedy", "items": [
+                {"entry": entry(f"hist1_g{i}", f"note {i}: {' '.join(words[(i + j) % 13] for j in range(30))}")}
+                for i in range(start, start + 200)]})
+        await post(s, url + "/retain/batch", {"agent_id": "quiet", "items": [
+            {"entry": entry(f"hist1_q{i}", t)} for i, t in enumerate(FACTS)]})
+    quiet = stack.openai("quiet")
+
+    async def flood(http, n):  # straight at the service, as fast as it answers, with the proxy's deadline
+        status, _ = await post(http, url + "/recall", {"agent_id": "greedy", "deadline_ms": 240,
+                                                       "query": f"what did the note say about alpha bravo {n}?"})
+        assert status == 200
+
+    async def ask(q):
+        raw = await quiet.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=[{"role": "user", "content": q}])
+        return raw.headers["X-Memplane-Recall"]
+
+    questions = ["Where does my sister live?", "What is my cat called?", "When does billing ship?"]
+    async with aiohttp.ClientSession() as http:
+        for round_ in range(2):
+            floods = [asyncio.create_task(flood(http, round_ * 100 + n)) for n in range(48)]
+            await asyncio.sleep(0.02)  # the flood is in hand when the quiet agent asks
+            answers = await asyncio.gather(*(ask(f"{q} (round {round_})") for q in questions))
+            await asyncio.gather(*floods)
+            assert all(a.startswith("succeeded") and "blocks=0" not in a for a in answers), answers
+    quiet_recalls = stack.events("recall", claw_id="quiet")
+    assert len(quiet_recalls) == 6 and {e["memory_status"] for e in quiet_recalls} == {"succeeded"}
+    # and not merely by words at the deadline: the quiet agent's questions were embedded in their turn
+    # (without per-agent slots they wait behind the flood's 48 and at best 2 of 6 are)
+    assert sum(e["ranking"] == "dense+lexical" for e in quiet_recalls) >= 4
+    stats = server.app[EMBEDDED_SERVICE].scheduler.stats
+    assert stats.lexical_deadline + stats.shed_busy > 0  # the flood itself got less than the best
+
+
+async def test_background_embedding_pauses_while_recalls_are_in_hand(aiohttp_server, tmp_path):
+    embedder, encoder = slow_embedder(delay_s=0.02)
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
+    url = url_of(server)
+    service = server.app[EMBEDDED_SERVICE]
+    async with aiohttp.ClientSession() as s:
+        for start in range(0, 600, 200):
+            await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+                {"entry": entry(f"hist1_{i}", f"turn {i}: we talked about the garden and the {i}th tomato")}
+                for i in range(start, start + 200)]})
+        assert (await health(s, url))["embedding_backlog"] > 0
+        # questions keep arriving while the backlog is being embedded
+        for n in range(40):
+            await asyncio.gather(*(post(s, url + "/recall", {"agent_id": "ann", "query": f"tomato number {n}{k}",
+                                                             "deadline_ms": 250}) for k in range(4)))
+        during = await health(s, url)
+        for _ in range(600):  # and it still catches up once they stop
+            if not (await health(s, url))["embedding_backlog"]:
+                break
+            await asyncio.sleep(0.05)
+        after = await health(s, url)
+    assert during["recall_scheduling"]["background_pauses"] > 0
+    assert after["embedding_backlog"] == 0 and after["embedded"] >= 600
+    assert len(service._indexes["ann"].vectors) == 600
+
+
+async def test_a_per_agent_memory_cap_evicts_the_oldest_episodes_and_nothing_else(aiohttp_server, tmp_path):
+    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                             embeddings="off", max_memories_per_agent=50)
+    server = await aiohttp_server(app)
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + "/api/memories", json={"agent_id": "ann", "key": "favourite-colour",
+                                                       "value": "teal, since the first day"}) as r:
+            assert r.status == 201, await r.text()
+        items = [{"entry": entry(f"hist1_{i}", f"day {i}: I planted row {i} of the orchard",
+                                 ts=f"2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00.000Z")} for i in range(80)]
+        for start in range(0, 80, 20):
+            await post(s, url + "/retain/batch", {"agent_id": "ann", "items": items[start:start + 20]})
+        _, old = await post(s, url + "/recall", {"agent_id": "ann", "query": "day 3 row 3 of the orchard"})
+        _, new = await post(s, url + "/recall", {"agent_id": "ann", "query": "day 79 row 79 of the orchard"})
+        _, colour = await post(s, url + "/recall", {"agent_id": "ann", "query": "favourite colour"})
+        assert (await health(s, url))["evicted"] == 31
+    assert "row 3 of" not in str(old["memories"])  # the oldest are gone
+    assert "row 79 of" in str(new["memories"])
+    assert "teal" in str(colour["memories"])  # what a person wrote is not an episode: kept
+    await server.close()
+    server = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(),
+                                                     telemetry=Telemetry(make_logger(io.StringIO())),
+                                                     embeddings="off", max_memories_per_agent=50))
+    async with aiohttp.ClientSession() as s:  # eviction was written to the file, not just the index
+        _, old = await post(s, url_of(server) + "/recall", {"agent_id": "ann", "query": "day 3 row 3 of the orchard"})
+    assert "row 3 of" not in str(old["memories"])
+    assert len(server.app[EMBEDDED_SERVICE]._indexes["ann"]) == 50
+
+
+async def test_tiered_answers_by_words_before_its_deadline_too(tiered):
+    from memory_adapters.engine.dense import QueryBatcher
+    url, service = tiered
+    if service.embedder is None:
+        pytest.skip("embeddings are off in this environment")
+    embedder, encoder = slow_embedder(hold_s=30)
+    service.queries = QueryBatcher(embedder)  # the same model, stuck: as on a machine with no time for it
+    async with aiohttp.ClientSession() as s:
+        for i, t in enumerate(FACTS):
+            assert (await post(s, url + "/retain", {"agent_id": "ann", "entry": entry(f"hist1_{i}", t)}))[0] == 202
+        status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which pet did I adopt?",
+                                                      "deadline_ms": 80})
+        encoder.gate.set()
+    assert status == 200 and got["ranking"] == "lexical: deadline"
+    assert "Miso" in got["memories"][0]["text"]
+    service.queries.close()
+
+
+async def test_a_stalled_moment_does_not_leave_later_recalls_without_memories(aiohttp_server, tmp_path):
+    """A ranking the machine stalled for a second (a burst of other work) must not make the
+    service think it never has time again: the next recalls still rank what they have."""
+    embedder, encoder = slow_embedder()
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
+    url = url_of(server)
+    async with aiohttp.ClientSession() as s:
+        await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+            {"entry": entry(f"hist1_{i}", t)} for i, t in enumerate(FACTS)]})
+        _, first = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which cat did I adopt?", "deadline_ms": 180})
+        assert first["memories"]
+        for _ in range(20):
+            server.app[EMBEDDED_SERVICE].scheduler.ranked(1.0)
+        for q in ["Where does my sister live?", "When does billing ship?"]:
+            status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": q, "deadline_ms": 180})
+            assert status == 200 and got["memories"] and not got["ranking"].startswith("none")
+
