@@ -171,7 +171,7 @@ class TieredMemory:
         await self.indexes.written(stored.agent_id, [stored], removed)
         return stored, created
 
-    # -- the REST API's operations (memory_adapters/rest_api.py) --
+    # -- the REST API's operations (memory_adapters/http/rest_api.py) --
 
     async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         return await self.store(m)
