@@ -8,18 +8,15 @@ from typing import Any
 
 from aiohttp import web
 
-from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from ..engine.curator import CuratorSettings, build_curator
+from ..engine.curator import CuratorSettings
 from ..engine.dense import load_embedder
 from ..engine.schedule import RecallScheduler
 from ..http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..http.auth import AgentToken
-from ..http.curator_api import add_curator_routes
-from ..http.rest_api import add_api_routes
-from ..http.server import build_adapter_app
+from ..http.store_app import build_store_app
 from .config import EmbeddedSettings
 from .service import EmbeddedMemory
 from .sqlite_store import SQLiteStore
@@ -46,24 +43,12 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     service = EmbeddedMemory(SQLiteStore(Path(data_dir)), redactor, telemetry,
                              max_memories_per_agent=s.max_memories_per_agent,
                              scheduler=RecallScheduler(per_agent=s.recalls_per_agent))
-    service.curator = build_curator(service, telemetry, curator)
-    service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
-    app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
-                            max_retains_in_flight=max_retains_in_flight)
-    add_api_routes(app, service)
-    add_curator_routes(app, service.curator)
+
+    async def start() -> None:
+        await service.start(embedder=embedder if embedder is not None
+                            else await load_embedder(s.embeddings, telemetry, s.encoder_threads))
+
+    app = build_store_app(service, telemetry, start=start, curator=curator, token=token, agent_tokens=agent_tokens,
+                          max_retains_in_flight=max_retains_in_flight)
     app[EMBEDDED_SERVICE] = service
-
-    async def start(app: web.Application) -> None:
-        await service.start(embedder=embedder if embedder is not None else await load_embedder(s.embeddings, telemetry, s.encoder_threads))
-        if service.curator is not None:
-            service.curator.start()
-
-    async def stop(app: web.Application) -> None:
-        if service.curator is not None:
-            await service.curator.stop()
-        await service.close()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
     return app
