@@ -225,7 +225,8 @@ async def list_memories(request: web.Request) -> web.Response:
                               limit=limit + 1, after=after, **bounds)
     more = len(page) > limit
     page = page[:limit]
-    return json_response({"memories": [m.public() for m in page], "next_cursor": _cursor_out(page[-1]) if more else None})
+    return json_response({"memories": [m.public() for m in page],
+                          "next_cursor": _cursor_out(page[-1]) if more else None})
 
 
 async def get_one(request: web.Request) -> web.Response:
