@@ -1,3 +1,6 @@
-"""The HTTP face every memplane adapter shares: the contract endpoints (`server`), the REST API
-(`rest_api`), the curator's usage (`curator_api`), and what guards them (`guard`, `auth`,
-`admission`). Backends stay about storage; the wire work is done here, once."""
+"""The HTTP face every memplane adapter shares, so backends stay about storage.
+
+`server` (contract routes, descriptor, health, metrics), `rest_api` + `rest_bodies` (the
+/api/memories REST API), `curator_api` (/curator/usage), `store_app` (a store's whole app),
+and what guards them: `guard` (loopback is not an identity), `auth` (tokens), `admission`
+(retains in hand), `bodies` (typed parsing) and `errors` (one error shape)."""
