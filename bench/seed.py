@@ -96,7 +96,6 @@ async def seed_embedded(data_dir: Path, agent_counts: dict[str, int], dim: int |
 
     from memory_adapters.embedded.sqlite_store import SQLiteStore
     from memory_adapters.engine.record import StoredMemory
-    from memory_adapters.tiered.documents import to_doc
 
     store = SQLiteStore(data_dir)
     await store.open()
