@@ -23,13 +23,11 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from memplane_core.instants import OutOfRange, parse_instant
-
 from ..engine.record import GLOBAL_AGENT, StoredMemory, is_pinned
 from .auth import CALLER_AGENT, CALLER_GRANTS
-from .bodies import parse
+from .bodies import parse, parse_query
 from .errors import json_error, json_response
-from .rest_bodies import PatchBody, SearchBody, StoreBody, expiry
+from .rest_bodies import AuditQuery, ListQuery, PatchBody, SearchBody, StoreBody, expiry
 
 
 class MemoryRest(Protocol):
@@ -72,14 +70,6 @@ def _cursor_out(m: StoredMemory) -> str:
 def _cursor_in(text: str) -> tuple[float, str]:
     updated, mid = orjson.loads(base64.urlsafe_b64decode(text.encode()))
     return float(updated), str(mid)
-
-
-def _forbidden(request: web.Request, agent_id: str) -> web.Response | None:
-    """With per-agent tokens, a caller may only name itself."""
-    caller = request.get(CALLER_AGENT)
-    if caller is not None and agent_id != caller:
-        return json_error(403, "agent_id does not match the token", "agent_id")
-    return None
 
 
 def _author(request: web.Request) -> str:
@@ -177,54 +167,22 @@ async def audit_of_one(request: web.Request) -> web.Response:
 
 
 async def audit_of_agent(request: web.Request) -> web.Response:
-    service = request.app[MEMORY_REST]
-    agent_id = request.query.get("agent_id")
-    if not agent_id:
-        return json_error(400, "agent_id: field required", "agent_id")
-    if (denied := _forbidden(request, agent_id)) is not None:
-        return denied
-    try:
-        limit = int(request.query.get("limit", "100"))
-        if not 1 <= limit <= 1000:
-            raise ValueError
-    except ValueError:
-        return json_error(400, "limit: must be an integer from 1 to 1000", "limit")
-    return json_response({"audit": await service.audit_trail(agent_id=agent_id, memory_id=None, limit=limit)})
+    q = parse_query(request, AuditQuery)  # 400 naming the parameter; 403 for another agent's id
+    trail = await request.app[MEMORY_REST].audit_trail(agent_id=q.agent_id, memory_id=None, limit=q.limit)
+    return json_response({"audit": trail})
 
 
 async def list_memories(request: web.Request) -> web.Response:
-    service = request.app[MEMORY_REST]
-    q = request.query
-    agent_id = q.get("agent_id")
-    if not agent_id:
-        return json_error(400, "agent_id: field required", "agent_id")
-    if (denied := _forbidden(request, agent_id)) is not None:
-        return denied
+    q = parse_query(request, ListQuery)  # 400 naming the parameter; 403 for another agent's id
     try:
-        limit = int(q.get("limit", "50"))
-        if not 1 <= limit <= 500:
-            raise ValueError
-    except ValueError:
-        return json_error(400, "limit: must be an integer from 1 to 500", "limit")
-    scope = q.get("scope") or None
-    if scope is not None and scope not in ("session", "agent", "global"):
-        return json_error(400, "scope: must be session, agent or global", "scope")
-    try:
-        after = _cursor_in(q["cursor"]) if q.get("cursor") else None
+        after = _cursor_in(q.cursor) if q.cursor else None
     except (ValueError, TypeError, orjson.JSONDecodeError):
         return json_error(400, "cursor: not a cursor this API issued", "cursor")
-    bounds: dict[str, float | None] = {}
-    for name in ("since", "until"):  # changed at or after `since`, before `until` (RFC 3339 or a date)
-        text = q.get(name) or None
-        try:
-            bounds[name] = parse_instant(text).timestamp() if text else None
-        except (OutOfRange, ValueError):
-            return json_error(400, f"{name}: must be an RFC 3339 time or a date (YYYY-MM-DD)", name)
-    page = await service.page(agent_id=GLOBAL_AGENT if scope == "global" else agent_id, scope=scope,
-                              type_=q.get("type") or None, session_id=q.get("session_id") or None,
-                              limit=limit + 1, after=after, **bounds)
-    more = len(page) > limit
-    page = page[:limit]
+    page = await request.app[MEMORY_REST].page(
+        agent_id=GLOBAL_AGENT if q.scope == "global" else q.agent_id, scope=q.scope, type_=q.type,
+        session_id=q.session_id, limit=q.limit + 1, after=after, since=_epoch(q.since), until=_epoch(q.until))
+    more = len(page) > q.limit
+    page = page[:q.limit]
     return json_response({"memories": [m.public() for m in page],
                           "next_cursor": _cursor_out(page[-1]) if more else None})
 

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from memplane_core.ids import AGENT_ID_PATTERN
 from memplane_core.instants import Instant, OutOfRange, parse_instant
 
+Scope = Literal["session", "agent", "global"]
+
 MAX_TTL_S = 100 * 365 * 86_400
 
 
@@ -95,3 +97,29 @@ class SearchBody(BaseModel):
     type_filter: list[str] | str | None = None
     min_importance: float | None = Field(default=None, ge=0.0, le=1.0)
     session_id: str | None = None
+
+
+class _Query(BaseModel):
+    """Query parameters: an empty one counts as absent; unknown ones are ignored."""
+    agent_id: str = Field(min_length=1)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_absent(cls, v: Any) -> Any:
+        return None if v == "" else v
+
+
+class ListQuery(_Query):
+    """`GET /api/memories`: one agent's memories, newest change first, a page at a time."""
+    limit: int = Field(default=50, ge=1, le=500)
+    scope: Scope | None = None
+    type: str | None = None
+    session_id: str | None = None
+    cursor: str | None = None
+    since: Instant | None = None  # changed at or after
+    until: Instant | None = None  # changed before
+
+
+class AuditQuery(_Query):
+    """`GET /api/audit`: one agent's audit trail, newest first."""
+    limit: int = Field(default=100, ge=1, le=1000)
