@@ -1,29 +1,23 @@
-"""Redaction quality on the labelled corpus (bench/redaction_corpus.py): recall over secrets and
+"""Redaction quality on the labelled corpus (`quality_corpus` in memplane_core/redaction/corpus.py): recall over secrets and
 the false-positive rate over look-alikes, on the held-out third (never used to tune the rules),
 next to detect-secrets (a well-kept scanner) as a baseline row, plus throughput on mixed text."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 
 from memplane_core.redact import Redactor
+from memplane_core.redaction.corpus import Sample, redacted
+from memplane_core.redaction.corpus import quality_corpus as corpus
 
 from .harness import table, write_results
-from .redaction_corpus import Sample, corpus
 from .redaction_public_data import samples as public_samples
 
 
 def memplane_scan(redactor: Redactor):
     def scan(sample: Sample) -> str:
-        try:
-            doc = json.loads(sample.text)
-        except ValueError:
-            doc = None
-        if isinstance(doc, dict):
-            return json.dumps(redactor.json(doc)[0])
-        return redactor.text(sample.text)[0]
+        return redacted(redactor, sample.text)
     return scan
 
 

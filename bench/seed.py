@@ -60,6 +60,7 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
     """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
     (search cost does not depend on what a vector means)."""
     from memory_adapters.engine.record import StoredMemory
+    from memory_adapters.tiered.documents import to_doc
     from memory_adapters.tiered.ltm import MongoLTM
 
     ltm = MongoLTM(mongo_url)
@@ -77,9 +78,9 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
             if vectors is not None:
                 v = vectors.standard_normal(dim).astype("float32")
                 vec = [round(float(x), 4) for x in v / float((v @ v) ** 0.5)]
-            batch.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
-                                type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i,
-                                embedding=vec).to_doc())
+            batch.append(to_doc(StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
+                                          type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i,
+                                          embedding=vec)))
             if len(batch) >= 2000:
                 await ltm.memories.insert_many(batch, ordered=False)
                 batch = []

@@ -133,6 +133,32 @@ def plan(pod_file: Path, *, pod_dir: Path | None = None,
     """Resolve and validate the whole pod without writing anything."""
     pod_file = Path(pod_file)
     pod_dir = Path(pod_dir) if pod_dir else pod_file.parent
+    doc = _read_pod(pod_file)
+    pod, services, defaults = _pod_settings(doc, pod_file, pod_dir)
+    result = CompileResult(pod)
+    seen: dict[str, str] = {}
+    descriptors: dict[str, tuple[dict[str, Any], str]] = {}
+    for name, service in services.items():
+        claw = (service or {}).get("x-claw")
+        if claw is None:
+            continue
+        where = f"services.{name}.x-claw"
+        if not isinstance(claw, dict):
+            raise _fail(pod_file, where, "must be a mapping")
+        agent_id = _agent_id(claw, name, seen, pod_file, where)
+        mem_spec = claw.get("memory", defaults)
+        if mem_spec is False or mem_spec is None or mem_spec == "none":
+            memory = None
+        else:
+            if not isinstance(mem_spec, dict):
+                raise _fail(pod_file, f"{where}.memory", f"agent '{agent_id}': memory must be a mapping")
+            memory = _memory_for(agent_id, {**(defaults or {}), **mem_spec}, services, pod_dir, describe or {},
+                                 pod_file, f"{where}.memory", descriptors)
+        result.agents.append(CompiledAgent(agent_id, name, _agent_extra(claw, name, agent_id, pod_file, where), memory))
+    return result
+
+
+def _read_pod(pod_file: Path) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(pod_file.read_text())
     except OSError as exc:
@@ -141,58 +167,50 @@ def plan(pod_file: Path, *, pod_dir: Path | None = None,
         raise CompileError(f"{pod_file}: invalid YAML: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(pod_file, "<root>", "a pod file must be a YAML mapping (a docker-compose file)")
+    return doc
+
+
+def _pod_settings(doc: dict[str, Any], pod_file: Path, pod_dir: Path
+                  ) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """The pod's name, its compose services and the memory defaults every agent starts from."""
     pod_claw = doc.get("x-claw") or {}
     if not isinstance(pod_claw, dict):
         raise _fail(pod_file, "x-claw", "must be a mapping")
     services = doc.get("services")
     if not isinstance(services, dict) or not services:
         raise _fail(pod_file, "services", "must be a non-empty mapping of compose services")
-    pod = str(pod_claw.get("pod") or pod_dir.resolve().name)
     defaults = pod_claw.get("memory-defaults")
     if defaults is not None and not isinstance(defaults, dict):
         raise _fail(pod_file, "x-claw.memory-defaults", "must be a mapping")
+    return str(pod_claw.get("pod") or pod_dir.resolve().name), services, defaults
 
-    result = CompileResult(pod)
-    seen: dict[str, str] = {}
-    descriptors: dict[str, tuple[dict[str, Any], str]] = {}
-    for name, service in services.items():
-        service = service or {}
-        claw = service.get("x-claw")
-        if claw is None:
-            continue
-        where = f"services.{name}.x-claw"
-        if not isinstance(claw, dict):
-            raise _fail(pod_file, where, "must be a mapping")
-        agent_id = str(claw.get("agent-id") or name)
-        try:
-            validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, str(pod_file))
-        except ManifestError:
-            raise _fail(pod_file, f"{where}.agent-id", f"agent '{agent_id}': invalid agent id") from None
-        if agent_id in seen:
-            raise _fail(pod_file, where, f"duplicate agent id '{agent_id}' (also used by service '{seen[agent_id]}')")
-        seen[agent_id] = name
 
-        mem_spec = claw.get("memory", defaults)
-        if mem_spec is False or mem_spec is None or mem_spec == "none":
-            memory = None
-        else:
-            if not isinstance(mem_spec, dict):
-                raise _fail(pod_file, f"{where}.memory", f"agent '{agent_id}': memory must be a mapping")
-            merged = {**(defaults or {}), **mem_spec}
-            memory = _memory_for(agent_id, merged, services, pod_dir, describe or {}, pod_file,
-                                 f"{where}.memory", descriptors)
-        extra = {"service": name}
-        for key in ("type", "timezone"):
-            if claw.get(key):
-                extra[key] = str(claw[key])
-        models = claw.get("models", claw.get("allowed-models"))
-        if models is not None:
-            if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
-                raise _fail(pod_file, f"{where}.models", f"agent '{agent_id}': models must be a list of model names")
-            if models:
-                extra["allowed_models"] = list(models)
-        result.agents.append(CompiledAgent(agent_id, name, extra, memory))
-    return result
+def _agent_id(claw: dict[str, Any], name: str, seen: dict[str, str], pod_file: Path, where: str) -> str:
+    """The agent's id (default: the service's name), valid and used once in the pod."""
+    agent_id = str(claw.get("agent-id") or name)
+    try:
+        validate("metadata", {"agent_id": agent_id, "token_sha256": "0" * 64}, str(pod_file))
+    except ManifestError:
+        raise _fail(pod_file, f"{where}.agent-id", f"agent '{agent_id}': invalid agent id") from None
+    if agent_id in seen:
+        raise _fail(pod_file, where, f"duplicate agent id '{agent_id}' (also used by service '{seen[agent_id]}')")
+    seen[agent_id] = name
+    return agent_id
+
+
+def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path, where: str) -> dict[str, Any]:
+    """What metadata.json carries besides the id: the service, type, timezone and allowed models."""
+    extra: dict[str, Any] = {"service": name}
+    for key in ("type", "timezone"):
+        if claw.get(key):
+            extra[key] = str(claw[key])
+    models = claw.get("models", claw.get("allowed-models"))
+    if models is not None:
+        if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+            raise _fail(pod_file, f"{where}.models", f"agent '{agent_id}': models must be a list of model names")
+        if models:
+            extra["allowed_models"] = list(models)
+    return extra
 
 
 def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], pod_dir: Path,

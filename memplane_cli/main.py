@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from manifests.agents import memory_manifest, write_agent
-from memory_adapters.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
+from memory_adapters.http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
@@ -209,7 +209,7 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
                      curator_model: str | None) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
     from memory_adapters.embedded.app import build_embedded_app
-    from memory_adapters.server import load_agent_tokens
+    from memory_adapters.http.auth import load_agent_tokens
     from memplane_core.redact import RedactionConfigError, Redactor
     from memplane_core.telemetry import Telemetry
 

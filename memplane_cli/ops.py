@@ -341,7 +341,7 @@ def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str 
     a missing value is named before anything is sent); or what is wrong with the line."""
     from pydantic import ValidationError
 
-    from memory_adapters.rest_api import StoreBody
+    from memory_adapters.http.rest_bodies import StoreBody
 
     try:
         m = orjson.loads(raw)

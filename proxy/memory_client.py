@@ -1,5 +1,5 @@
 """One client for a memory service's REST API (`/api/memories`, `/api/audit`; CONTRACT and
-`memory_adapters/rest_api.py`), used by the inspector, the `store_memory` tool and the CLI's
+`memory_adapters/http/rest_api.py`), used by the inspector, the `store_memory` tool and the CLI's
 `memory export` / `memory import`: headers, timeouts and what a failure reads like live here once,
 as `transport_errors.py` is for the provider. Every failure is one `MemoryServiceError`."""
 

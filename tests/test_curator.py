@@ -350,7 +350,7 @@ async def test_usage_is_per_agent_and_each_agent_sees_only_its_own(aiohttp_serve
     fake, base = llm
     tokens = tmp_path / "tokens.json"
     tokens.write_text(orjson.dumps({"ana": "tok-ana", "bo": "tok-bo"}).decode())
-    from memory_adapters.server import load_agent_tokens
+    from memory_adapters.http.auth import load_agent_tokens
     url, service, _ = await embedded(aiohttp_server, tmp_path, settings(base), token="admin-tok",
                                      agent_tokens=load_agent_tokens(str(tokens)))
     async with aiohttp.ClientSession() as s:

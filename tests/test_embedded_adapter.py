@@ -109,12 +109,12 @@ async def rest_service(request, aiohttp_server, tmp_path):
     """The same REST API over both stores, with an admin token and two agents (bob may write global)."""
     tokens = {"alice": "alice-token", "bob": {"token": "bob-token", "grants": ["global"]}}
     if request.param == "embedded":
-        from memory_adapters.server import AgentToken
+        from memory_adapters.http.auth import AgentToken
         app = embedded_app(tmp_path / "mem", token="admin-token",
                            agent_tokens={"alice": AgentToken("alice-token"),
                                          "bob": AgentToken("bob-token", frozenset({"global"}))})
     else:
-        from memory_adapters.server import AgentToken
+        from memory_adapters.http.auth import AgentToken
         from memory_adapters.tiered.app import build_tiered_app
         settings = request.getfixturevalue("tiered_settings")
         settings.adapter_token = "admin-token"

@@ -68,3 +68,24 @@ def test_old_console_script_entry_point_still_runs_the_cli():
     out = subprocess.run([sys.executable, "-c", "from proxy.cli import main; main()", "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "durable memory for any LLM agent" in out.stdout
+
+
+# Inside the memory services: the engine is storage- and HTTP-free, the HTTP face serves any
+# store, and a store never reaches into another store.
+SUB_FORBIDDEN = {
+    "memory_adapters/engine": {"memory_adapters.http", "memory_adapters.embedded", "memory_adapters.tiered",
+                               "memory_adapters.reference", "aiohttp", "pymongo", "bson", "redis"},
+    "memory_adapters/http": {"memory_adapters.embedded", "memory_adapters.tiered", "memory_adapters.reference"},
+    "memory_adapters/embedded": {"memory_adapters.tiered", "memory_adapters.reference"},
+    "memory_adapters/tiered": {"memory_adapters.embedded", "memory_adapters.reference"},
+    "memory_adapters/reference": {"memory_adapters.embedded", "memory_adapters.tiered"},
+}
+
+
+@pytest.mark.parametrize("folder", sorted(SUB_FORBIDDEN))
+def test_memory_service_folders_keep_to_their_job(folder):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for line, module in imported_modules(path)
+             if any(module == banned or module.startswith(banned + ".") for banned in SUB_FORBIDDEN[folder])]
+    assert wrong == []

@@ -9,7 +9,8 @@ from aiohttp import web
 
 from memplane_core.redact import RedactionConfigError, Redactor
 from tests.conftest import url_of
-from tests.redaction_corpus import corpus, evaluate
+from memplane_core.redaction.corpus import contract_corpus as corpus
+from memplane_core.redaction.corpus import evaluate
 
 
 def test_every_listed_kind_is_found_and_no_lookalike_is_changed():

@@ -161,7 +161,7 @@ async def test_an_agent_token_only_ever_touches_its_own_memories(stack, aiohttp_
 
 async def test_adapters_with_per_agent_tokens_refuse_other_agents(aiohttp_server, tmp_path):
     from memory_adapters.reference.store import ReferenceStore
-    from memory_adapters.server import build_adapter_app
+    from memory_adapters.http.server import build_adapter_app
     from memplane_core.contract import describe
     app = build_adapter_app(ReferenceStore(tmp_path / "r", Redactor()), describe(), token="ops-token",
                             agent_tokens={"alice": "alice-token", "bob": "bob-token"})

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from memory_adapters.reference.app import REFERENCE_STORE, build_reference_app
 from memory_adapters.reference.store import ReferenceStore
-from memory_adapters.server import build_adapter_app
+from memory_adapters.http.server import build_adapter_app
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.redact import Redactor
 from tests.conftest import url_of

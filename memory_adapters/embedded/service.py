@@ -239,7 +239,7 @@ class EmbeddedMemory:
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted}
 
-    # -- REST operations (memory_adapters/rest_api.py) --
+    # -- REST operations (memory_adapters/http/rest_api.py) --
 
     async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         """Upsert by (agent, scope, session, key): the same key replaces the value, keeps the id."""

@@ -31,11 +31,16 @@ def _informative(text: str) -> bool:
     return sum(1 for w in words if w not in _ACK_WORDS) >= 3
 
 
+def sentences(text: str) -> list[str]:
+    """The text's sentences, whitespace collapsed (a line break ends one too)."""
+    return [" ".join(s.split()) for s in _SENTENCE.split(text) if s and s.strip()]
+
+
 def pieces(text: str, limit: int = PIECE_CHARS) -> list[str]:
     """Whole sentences packed into pieces of at most ~`limit` characters (a longer sentence is cut)."""
     out: list[str] = []
     current = ""
-    for sentence in (" ".join(s.split()) for s in _SENTENCE.split(text) if s and s.strip()):
+    for sentence in sentences(text):
         while len(sentence) > limit:
             if current:
                 out.append(current)

@@ -1,4 +1,5 @@
-"""The tiered adapter's memory record and its composite importance."""
+"""One memory as every store keeps it, and its composite importance. Storage-free: how a store
+lays it out (MongoDB's `_id` and BSON dates, SQLite's columns) stays with that store."""
 
 from __future__ import annotations
 
@@ -75,21 +76,9 @@ class StoredMemory:
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
 
-    def to_doc(self) -> dict[str, Any]:
-        doc = {f: getattr(self, f) for f in _FIELDS}  # shallow: asdict() would deep-copy every vector
-        doc["_id"] = doc.pop("id")
-        # A real BSON date for MongoDB's TTL index; the float stays the source of truth.
-        doc["expires_on"] = datetime.fromtimestamp(self.expires_at, timezone.utc) if self.expires_at else None
-        doc["live_until"] = self.expires_at if self.expires_at is not None else NEVER
-        return doc
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any], *, lenient: bool = False) -> "StoredMemory":
-        """A MongoDB or Redis document; ValueError when the row cannot be indexed (`lenient`:
-        only when it cannot even be shown, see `shown`)."""
-        data = {k: v for k, v in doc.items() if k in _FIELD_SET}
-        data["id"] = doc.get("_id")
-        return cls.shown(data) if lenient else cls.checked(data)
+    def field_values(self) -> dict[str, Any]:
+        """Every field by name, shallow (asdict() would deep-copy every vector): what a store writes."""
+        return {f: getattr(self, f) for f in FIELDS}
 
     @classmethod
     def checked(cls, data: dict[str, Any]) -> "StoredMemory":
@@ -131,6 +120,6 @@ class StoredMemory:
         }
 
 
-_FIELDS = tuple(f.name for f in fields(StoredMemory))
-_FIELD_SET = frozenset(_FIELDS)
+FIELDS = tuple(f.name for f in fields(StoredMemory))
+_FIELD_SET = frozenset(FIELDS)
 _CHECK = TypeAdapter(StoredMemory)

@@ -17,7 +17,6 @@ late answer is no memory at all. So:
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +33,6 @@ FEWER_CANDIDATES = "; fewer candidates"
 NONE_BUSY = "none: agent busy"  # the agent's own earlier recalls held every slot until the deadline
 NONE_LOADING = "none: index loading"
 STALE_INDEX = "; index reloading"  # served from the index a reload will replace (tiered)  # the agent's memories were still loading at the deadline
-
-
-PER_AGENT_ENV = "MEMPLANE_RECALLS_PER_AGENT"
-
-
-def per_agent_from_env() -> int:
-    """MEMPLANE_RECALLS_PER_AGENT, a whole number ≥ 1 (default PER_AGENT); a bad value is an error at start."""
-    raw = os.environ.get(PER_AGENT_ENV, "").strip()
-    if not raw:
-        return PER_AGENT
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{PER_AGENT_ENV} must be a whole number of at least 1, not {raw!r}")
-    return int(raw)
 
 
 class Deadline:

@@ -9,7 +9,7 @@ from aiohttp import web
 from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 
-from ..server import build_adapter_app
+from ..http.server import build_adapter_app
 from .store import ReferenceStore
 
 REFERENCE_STORE = web.AppKey("reference_store", ReferenceStore)

@@ -6,14 +6,12 @@ import asyncio
 
 from aiohttp import web
 
-from memplane_core.contract import describe
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
-from ..curator_api import add_curator_routes
-from ..engine.curator import CuratorSettings, build_curator
-from ..rest_api import add_api_routes
-from ..server import build_adapter_app, json_error
+from ..engine.curator import CuratorSettings
+from ..http.errors import json_error
+from ..http.store_app import build_store_app
 from .config import TieredSettings
 from .consolidate import consolidate
 from .ltm import LTMUnavailable, MongoLTM
@@ -54,35 +52,25 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
     `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set)."""
     if service is None:
         service = build_service(settings, telemetry, redactor)
-    service.curator = build_curator(service, telemetry, curator)
-    service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
-    app = build_adapter_app(service, describe(retain_batch=True), token=settings.adapter_token,
-                            agent_tokens=settings.agent_tokens, max_retains_in_flight=settings.max_retains_in_flight)
-    app.middlewares.append(ltm_unavailable_middleware)
-    add_api_routes(app, service)
-    add_curator_routes(app, service.curator)
-    app[TIERED_SERVICE] = service
 
-    async def start(app: web.Application) -> None:
+    async def start() -> None:
         await service.start()
-        if service.curator is not None:
-            service.curator.start()
         if settings.consolidate_every_s > 0:
-            async def periodic() -> None:
-                while True:
-                    await asyncio.sleep(settings.consolidate_every_s)
-                    try:
-                        report = await consolidate(service)
-                        service.telemetry.info("consolidation", merged=len(report.merged), pruned=len(report.pruned))
-                    except Exception as exc:  # keep the loop alive
-                        service.telemetry.warning("consolidation_failed", error=type(exc).__name__)
-            service.spawn(periodic())
+            service.spawn(_consolidate_every(service, settings.consolidate_every_s))
 
-    async def stop(app: web.Application) -> None:
-        if service.curator is not None:
-            await service.curator.stop()
-        await service.close()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
+    app = build_store_app(service, telemetry, start=start, curator=curator, token=settings.adapter_token,
+                          agent_tokens=settings.agent_tokens, max_retains_in_flight=settings.max_retains_in_flight)
+    app.middlewares.append(ltm_unavailable_middleware)
+    app[TIERED_SERVICE] = service
     return app
+
+
+async def _consolidate_every(service: TieredMemory, period_s: float) -> None:
+    """Periodic consolidation; a failed round is logged and the next one comes."""
+    while True:
+        await asyncio.sleep(period_s)
+        try:
+            report = await consolidate(service)
+            service.telemetry.info("consolidation", merged=len(report.merged), pruned=len(report.pruned))
+        except Exception as exc:  # keep the loop alive
+            service.telemetry.warning("consolidation_failed", error=type(exc).__name__)

@@ -13,12 +13,10 @@ from typing import Any
 from memplane_core.redact import Redactor
 from memplane_core.turn_text import user_text
 
-from ..engine.episodes import episodes_from_entry
+from ..engine.episodes import episodes_from_entry, sentences
 from ..engine.lexical import terms
 from ..engine.record import StoredMemory
 
-EPISODE_CHARS = 600
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])|\n+")
 _RULES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("constraint", 0.8, re.compile(r"^(?:please\s+)?(?:never|always|don't ever|do not ever|you must|must not|"
                                    r"make sure (?:to|you)|avoid)\b", re.I)),
@@ -40,25 +38,6 @@ PROFILE_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("job", "Current job: {v}.", re.compile(rf"\b(?:started|starting|start) (?:a new job |work |working )?as {_ROLE}")),
     ("job", "Current job: {v}.", re.compile(rf"\bmy new (?:job|role|position) (?:is )?as {_ROLE}")),
 )
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
-
-
-def chunks(text: str, limit: int = EPISODE_CHARS) -> list[str]:
-    """Whole sentences packed into pieces of at most ~`limit` characters."""
-    out: list[str] = []
-    current = ""
-    for s in sentences(text):
-        if current and len(current) + 1 + len(s) > limit:
-            out.append(current)
-            current = s
-        else:
-            current = f"{current} {s}".strip()
-    if current:
-        out.append(current)
-    return out
 
 
 def slug(text: str, words: int = 6) -> str:

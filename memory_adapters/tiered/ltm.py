@@ -11,6 +11,7 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory
+from .documents import from_doc, to_doc
 
 DUPLICATE_KEY = 11000
 MARKS_REKEYED = "retained_marks_keyed_by_entry"  # memplane_meta: the one-time rekey of old marks is done
@@ -67,7 +68,7 @@ class MongoLTM:
         """The memory in a document, or None (reported) when it cannot be indexed (`lenient`:
         shown, for listings and lookups by id, so that it can be found and deleted)."""
         try:
-            return StoredMemory.from_doc(doc, lenient=lenient)
+            return from_doc(doc, lenient=lenient)
         except ValueError as exc:
             self.on_bad_row(str(doc.get("_id")), str(exc).replace("\n", " ")[:300])
             return None
@@ -125,7 +126,7 @@ class MongoLTM:
 
         Returns the stored memory and whether it was newly created.
         """
-        doc = m.to_doc()
+        doc = to_doc(m)
         ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
         on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
         update_fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
@@ -146,7 +147,7 @@ class MongoLTM:
 
     async def replace(self, m: StoredMemory) -> None:
         try:
-            await self.memories.replace_one({"_id": m.id}, m.to_doc(), upsert=True)
+            await self.memories.replace_one({"_id": m.id}, to_doc(m), upsert=True)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
 
@@ -297,12 +298,12 @@ class MongoLTM:
         session, key) — a batch resent after a crash between its writes — are upserted instead."""
         if not memories:
             return
-        failed = await _insert_new(self.memories, [m.to_doc() for m in memories])
+        failed = await _insert_new(self.memories, [to_doc(m) for m in memories])
         if not failed:
             return
         ops = []
         for m in (memories[i] for i in sorted(failed)):
-            doc = m.to_doc()
+            doc = to_doc(m)
             ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
             on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
             fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident

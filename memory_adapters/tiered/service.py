@@ -27,7 +27,7 @@ from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
 from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
-from ..engine.schedule import Deadline, RecallScheduler, per_agent_from_env, timely_recall
+from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, VersionedIndex
@@ -53,7 +53,7 @@ class TieredMemory:
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
         # fair recall slots per agent; background work yields to recalls
-        self.scheduler = RecallScheduler(per_agent=per_agent_from_env())
+        self.scheduler = RecallScheduler(per_agent=settings.recalls_per_agent)
         self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
 
     # -- lifecycle --
@@ -171,7 +171,7 @@ class TieredMemory:
         await self.indexes.written(stored.agent_id, [stored], removed)
         return stored, created
 
-    # -- the REST API's operations (memory_adapters/rest_api.py) --
+    # -- the REST API's operations (memory_adapters/http/rest_api.py) --
 
     async def store_memory(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         return await self.store(m)

@@ -14,6 +14,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from ..engine.record import StoredMemory
+from .documents import from_doc, to_doc
 
 
 class RedisSTM:
@@ -51,7 +52,7 @@ class RedisSTM:
                 for m in memories:
                     ids, docs = self._keys(m.agent_id)
                     pipe.zadd(ids, {m.id: m.updated_at})
-                    doc = m.to_doc()
+                    doc = to_doc(m)
                     doc.pop("embedding", None)  # vectors stay in MongoDB and the index, not in Redis
                     pipe.hset(docs, m.id, orjson.dumps(doc, default=str))
                     agents.add(m.agent_id)
@@ -99,7 +100,7 @@ class RedisSTM:
         out = []
         for r in raw:
             try:
-                out.append(StoredMemory.from_doc(orjson.loads(r)))
+                out.append(from_doc(orjson.loads(r)))
             except ValueError:  # written by an older version: MongoDB, the source of truth, has it
                 continue
         return out

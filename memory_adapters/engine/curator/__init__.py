@@ -20,9 +20,8 @@ from .config import CuratorSettings
 from .curator import Curator
 
 
-def build_curator(store: Any, telemetry: Telemetry, settings: CuratorSettings | None = None) -> Curator | None:
-    """A curator over `store` (a MemoryRest) when the settings (default: the environment) turn it on."""
-    settings = settings if settings is not None else CuratorSettings.from_env()
+def build_curator(store: Any, telemetry: Telemetry, settings: CuratorSettings) -> Curator | None:
+    """A curator over `store` (a MemoryRest) when the settings turn it on."""
     if not settings.on:
         return None
     telemetry.info("curator_on", mode=settings.mode, model=settings.model if settings.llm_on else None,

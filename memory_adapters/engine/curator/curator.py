@@ -36,7 +36,7 @@ class Curator:
     def __init__(self, settings: CuratorSettings, store: Any, telemetry: Telemetry, *,
                  llm: LLMClient | None = None, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.store = store  # memory_adapters.rest_api.MemoryRest
+        self.store = store  # memory_adapters.http.rest_api.MemoryRest
         self.telemetry = telemetry
         self.clock = clock
         if llm is None and settings.llm_on:

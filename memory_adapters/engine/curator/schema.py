@@ -74,6 +74,15 @@ def _importance(v: float) -> float:
     return v
 
 
+def _few(items: list[Any], most: int, what: str) -> list[Any]:
+    """At most `most` items, each with an importance from 0 to 1."""
+    if len(items) > most:
+        raise ValueError(f"at most {most} {what}")
+    for item in items:
+        _importance(item.importance)
+    return items
+
+
 class Extraction(_Strict):
     """One extraction call's answer."""
 
@@ -84,20 +93,12 @@ class Extraction(_Strict):
     @field_validator("directives")
     @classmethod
     def _few_directives(cls, v: list[Directive]) -> list[Directive]:
-        if len(v) > MAX_DIRECTIVES:
-            raise ValueError(f"at most {MAX_DIRECTIVES} directives")
-        for d in v:
-            _importance(d.importance)
-        return v
+        return _few(v, MAX_DIRECTIVES, "directives")
 
     @field_validator("facts")
     @classmethod
     def _few_facts(cls, v: list[Fact]) -> list[Fact]:
-        if len(v) > MAX_FACTS:
-            raise ValueError(f"at most {MAX_FACTS} facts")
-        for f in v:
-            _importance(f.importance)
-        return v
+        return _few(v, MAX_FACTS, "facts")
 
 
 class Duplicate(_Strict):

@@ -1,10 +1,12 @@
-"""A large labelled corpus for secret redaction: 40+ kinds of fake secrets in seven kinds of text
-(prose, JSON, YAML, env files, shell history, logs, code) and look-alikes that must survive
-(hashes, UUIDs, ids, base64 blobs, placeholders, code that names secrets without holding them).
+"""The labelled corpora secret redaction is measured on: fake secrets of every kind in the
+contexts people and programs write them (chat, JSON, YAML, env files, shell, logs, code), and
+look-alikes that must survive (hashes, UUIDs, ids, placeholders, code that names a secret).
 
-Generated from a seeded RNG (no real credential is ever committed). Every sample has a stable
-split: about a third is `held_out` and is never used to tune rules; `bench/redaction_quality.py`
-reports recall and false positives on that third.
+`contract_corpus` is the test suite's: every kind CONTRACT §10 lists, all of which must be found.
+`quality_corpus` is the benchmark's (`bench/redaction_quality.py`): 40+ kinds, each sample with a
+stable split, about a third `held_out` and never used to tune rules.
+
+Generated from seeded RNGs: the same on every run, and no real credential is ever committed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import random
 import string
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 ALNUM = string.ascii_letters + string.digits
 UPPER = string.ascii_uppercase + string.digits
@@ -27,11 +30,21 @@ class Sample:
     kind: str      # the kind of secret, or "lookalike" for text that must stay unchanged
     secret: str    # the value that must disappear (for look-alikes: the text that must stay)
     text: str      # the sample as it would reach memplane
-    context: str   # prose | json | yaml | env | shell | log | code
+    context: str   # prose | json | yaml | env | shell | log | code (mixed: the contract corpus)
     held_out: bool
 
 
+def redacted(redactor: Any, text: str) -> str:
+    """What memplane makes of a sample: a JSON object redacted as JSON, anything else as text."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    return json.dumps(redactor.json(doc)[0]) if isinstance(doc, dict) else redactor.text(text)[0]
+
+
 def _r(rng: random.Random, n: int, alphabet: str = ALNUM) -> str:
+    """Random characters; from ALNUM, with a digit, an upper and a lower case letter (as real keys have)."""
     while True:
         s = "".join(rng.choice(alphabet) for _ in range(n))
         if alphabet is not ALNUM or (any(c.isdigit() for c in s) and any(c.isupper() for c in s)
@@ -43,10 +56,145 @@ def _b64(rng: random.Random, nbytes: int) -> str:
     return base64.b64encode(rng.randbytes(nbytes)).decode()
 
 
-def _pem(rng: random.Random, label: str) -> str:
-    body = "\n".join(_b64(rng, 48) for _ in range(5))
+def _pem(rng: random.Random, label: str, lines: int = 4) -> str:
+    body = "\n".join(_b64(rng, 48) for _ in range(lines))
     return f"-----BEGIN {label}-----\n{body}\n-----END {label}-----"
 
+
+def _pem5(rng: random.Random, label: str) -> str:
+    return _pem(rng, label, 5)
+
+
+# -- the contract corpus (tests) --
+
+def contract_secrets(rng: random.Random) -> list[tuple[str, str]]:
+    """(kind, secret) pairs, one or more per kind."""
+    jwt = ".".join([base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode().rstrip("="),
+                    base64.urlsafe_b64encode(b'{"sub":"1234567890","name":"Ana"}').decode().rstrip("="),
+                    _r(rng, 43, ALNUM + "-_")])
+    return [
+        ("openai", "sk-" + _r(rng, 48)),
+        ("openai", "sk-proj-" + _r(rng, 40) + "T3BlbkFJ" + _r(rng, 40)),
+        ("anthropic", "sk-ant-api03-" + _r(rng, 86, ALNUM + "-_") + "AA"),
+        ("aws_access_key_id", "AKIA" + _r(rng, 16, string.ascii_uppercase + string.digits)),
+        ("aws_access_key_id", "ASIA" + _r(rng, 16, string.ascii_uppercase + string.digits)),
+        ("aws_secret_access_key", _r(rng, 40, ALNUM + "/+")),
+        ("github", "ghp_" + _r(rng, 36)),
+        ("github", "gho_" + _r(rng, 36)),
+        ("github", "ghu_" + _r(rng, 36)),
+        ("github", "ghs_" + _r(rng, 36)),
+        ("github", "ghr_" + _r(rng, 36)),
+        ("github", "github_pat_" + _r(rng, 22) + "_" + _r(rng, 59)),
+        ("gitlab", "glpat-" + _r(rng, 20, ALNUM + "-_")),
+        ("slack", "xoxb-" + _r(rng, 11, string.digits) + "-" + _r(rng, 12, string.digits) + "-" + _r(rng, 24)),
+        ("slack", "xoxp-" + _r(rng, 11, string.digits) + "-" + _r(rng, 12, string.digits) + "-" + _r(rng, 32, HEX)),
+        ("slack_webhook", "https://hooks.slack.com/services/T" + _r(rng, 8, string.ascii_uppercase + string.digits)
+         + "/B" + _r(rng, 8, string.ascii_uppercase + string.digits) + "/" + _r(rng, 24)),
+        ("stripe", "sk_live_" + _r(rng, 24)),
+        ("stripe", "rk_live_" + _r(rng, 24)),
+        ("google_api_key", "AIza" + _r(rng, 35, ALNUM + "-_")),
+        ("private_key", _pem(rng, "RSA PRIVATE KEY")),
+        ("private_key", _pem(rng, "EC PRIVATE KEY")),
+        ("private_key", _pem(rng, "OPENSSH PRIVATE KEY")),
+        ("private_key", _pem(rng, "PRIVATE KEY")),
+        ("private_key", _pem(rng, "ENCRYPTED PRIVATE KEY")),
+        ("private_key", _pem(rng, "DSA PRIVATE KEY")),
+        ("private_key", _pem(rng, "PGP PRIVATE KEY BLOCK")),
+        ("jwt", jwt),
+        ("bearer", _r(rng, 32, ALNUM + "._-")),
+        ("basic_auth", base64.b64encode(f"deploy:{_r(rng, 16)}".encode()).decode()),
+        ("url_password", _r(rng, 14)),
+        ("twilio", "SK" + _r(rng, 32, HEX)),
+        ("sendgrid", "SG." + _r(rng, 22, ALNUM + "-_") + "." + _r(rng, 43, ALNUM + "-_")),
+        ("npm", "npm_" + _r(rng, 36)),
+        ("pypi", "pypi-AgEIcHlwaS5vcmc" + _r(rng, 60, ALNUM + "-_")),
+        ("huggingface", "hf_" + _r(rng, 34)),
+        ("azure_storage", _r(rng, 86, ALNUM + "+/") + "=="),
+        ("credential_assignment", _r(rng, 18, ALNUM + "!@#%^&*")),
+    ]
+
+
+def _contexts(kind: str, secret: str) -> list[str]:
+    """The same secret in chat text, JSON, code, env/YAML and a log line."""
+    if kind == "bearer":
+        return [f"curl -H 'Authorization: Bearer {secret}' https://api.example.com",
+                json.dumps({"headers": {"X-Trace": "1", "Note": f"Bearer {secret}"}}),
+                f'log: sending Bearer {secret} to upstream']
+    if kind == "basic_auth":
+        return [f"Authorization: Basic {secret}", f"headers = {{'Authorization': 'Basic {secret}'}}"]
+    if kind == "url_password":
+        return [f"connect to postgres://app_user:{secret}@db.internal:5432/prod please",
+                f'DATABASE_URL="mysql://root:{secret}@127.0.0.1/app"',
+                json.dumps({"dsn": f"redis://default:{secret}@cache:6379/0"})]
+    if kind == "aws_secret_access_key":
+        return [f"aws_secret_access_key = {secret}", f"AWS_SECRET_ACCESS_KEY={secret}",
+                json.dumps({"SecretAccessKey": "x", "aws_secret_access_key": secret})]
+    if kind == "azure_storage":
+        return [f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={secret};EndpointSuffix=core.windows.net"]
+    if kind == "credential_assignment":
+        return [f"password={secret}", f"db:\n  password: '{secret}'\n", f'client_secret = "{secret}"',
+                json.dumps({"user": "ana", "password": secret}), f"export API_TOKEN={secret}",
+                f"2026-11-20 ERROR login failed secret={secret} retrying"]
+    if kind == "private_key":
+        return [f"here is the key:\n{secret}\nthanks",
+                json.dumps({"type": "service_account", "project_id": "p", "private_key": secret + "\n",
+                            "client_email": "svc@p.iam.gserviceaccount.com"})]
+    return [f"My key is {secret}, please keep it safe.", json.dumps({"config": {"key": secret, "retries": 3}}),
+            f'client = Client(token="{secret}")', f"2026-11-20T10:00:00Z INFO using credential {secret}"]
+
+
+LOOKALIKES = [
+    "123e4567-e89b-12d3-a456-426614174000",
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8 fixed it",
+    "sha256: 2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "send it to 0x52908400098527886E0F7030069857D2E4169EE7 on mainnet",
+    "see https://docs.example.com/guide?page=2#auth and https://user@example.com/x",
+    "set OPENAI_API_KEY=sk-... before running",
+    "api_key: <YOUR_KEY>",
+    "Use sk-xxxxxxxxxxxxxxxxxxxxxxxx as a placeholder",
+    "password: changeme",
+    "password: ${DB_PASSWORD}",
+    "Authorization: Bearer <token>",
+    "Authorization: Bearer YOUR_TOKEN_HERE",
+    "AKIAXXXXXXXXXXXXXXXX is the example id format",
+    "the token expired yesterday, and the password reset link works",
+    "my secret is that I like pineapple pizza",
+    "ghp_ prefixes mark GitHub personal tokens",
+    "request id req_8f14e45fceea167a5a36dedd4bea2543 took 20ms",
+    "postgres://localhost:5432/app has no credentials",
+    "the basic idea is simple",
+]
+
+
+def contract_corpus(seed: int = 7) -> list[Sample]:
+    """Every kind CONTRACT §10 lists, in chat text, JSON, code, env files and logs, plus fixed
+    look-alikes: the test suite's corpus, where every sample must come out right."""
+    rng = random.Random(seed)
+    out = [Sample(kind, secret, text, "mixed", False) for kind, secret in contract_secrets(rng)
+           for text in _contexts(kind, secret)]
+    out += [Sample("lookalike", text, text, "mixed", False) for text in LOOKALIKES]
+    return out
+
+
+def evaluate(redactor) -> dict[str, dict[str, float]]:
+    """The contract corpus per kind: samples, found (secret gone and a marker present), recall; look-alikes: changed, FP rate."""
+    report: dict[str, dict[str, float]] = {}
+    for sample in contract_corpus():
+        row = report.setdefault(sample.kind, {"samples": 0, "ok": 0})
+        row["samples"] += 1
+        if sample.kind == "lookalike":
+            out, _ = redactor.text(sample.text)
+            row["ok"] += out == sample.text
+        else:
+            out = redacted(redactor, sample.text)
+            row["ok"] += sample.secret not in out and "[redacted:" in out
+    for kind, row in report.items():
+        row["rate"] = row["ok"] / row["samples"]
+    return report
+
+
+# -- the quality corpus (bench) --
 
 def _jwt(rng: random.Random) -> str:
     head = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode().rstrip("=")
@@ -72,9 +220,9 @@ GENERATORS = {
                                                      f"B{_r(r, 8, UPPER)}/{_r(r, 24)}"),
     "stripe": ("STRIPE_SECRET_KEY", lambda r: r.choice(["sk_live_", "rk_live_", "sk_test_"]) + _r(r, 24)),
     "google_api_key": ("GOOGLE_API_KEY", lambda r: "AIza" + _r(r, 35, ALNUM + "-_")),
-    "private_key_rsa": ("SSH_KEY", lambda r: _pem(r, "RSA PRIVATE KEY")),
-    "private_key_openssh": ("SSH_KEY", lambda r: _pem(r, "OPENSSH PRIVATE KEY")),
-    "private_key_pkcs8": ("TLS_KEY", lambda r: _pem(r, r.choice(["PRIVATE KEY", "EC PRIVATE KEY",
+    "private_key_rsa": ("SSH_KEY", lambda r: _pem5(r, "RSA PRIVATE KEY")),
+    "private_key_openssh": ("SSH_KEY", lambda r: _pem5(r, "OPENSSH PRIVATE KEY")),
+    "private_key_pkcs8": ("TLS_KEY", lambda r: _pem5(r, r.choice(["PRIVATE KEY", "EC PRIVATE KEY",
                                                                   "ENCRYPTED PRIVATE KEY"]))),
     "jwt": ("ID_TOKEN", _jwt),
     "bearer": ("TOKEN", lambda r: _r(r, 32, ALNUM + "._-")),
@@ -208,7 +356,8 @@ def _lookalikes(rng: random.Random) -> list[tuple[str, str]]:
     return out
 
 
-def corpus(seed: int = 11, per_kind: int = 16) -> list[Sample]:
+def quality_corpus(seed: int = 11, per_kind: int = 16) -> list[Sample]:
+    """The large corpus (`bench/redaction_quality.py`): every kind in seven contexts, a third held out."""
     rng = random.Random(seed)
     out: list[Sample] = []
     n = 0

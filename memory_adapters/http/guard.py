@@ -1,0 +1,41 @@
+"""Loopback is not an identity (DESIGN.md, "Local defaults"): web pages in the operator's
+browser are loopback callers too."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from memplane_core.local_trust import (
+    HOST_REFUSED_STATUS,
+    cross_site,
+    is_json_content_type,
+    is_loopback_host,
+    is_loopback_ip,
+)
+
+from .errors import json_error
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def local_guard(tokenless: bool):
+    """Refused before auth or parsing: a request a browser made for another site (403), a
+    tokenless service reached under a name that is not loopback's (421: DNS rebinding), and a
+    body that is not `application/json` (415: a cross-site form or `text/plain` fetch needs no
+    CORS preflight)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        host = request.headers.get("Host")
+        if tokenless and is_loopback_ip(request.remote) and not is_loopback_host(host):
+            return json_error(HOST_REFUSED_STATUS, "this service answers loopback callers only under a loopback "
+                                                   "name (localhost, 127.0.0.1, [::1]); set a token to serve others",
+                              "Host")
+        why = cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"), host)
+        if why is not None:
+            return json_error(403, f"cross-site browser requests are refused ({why})", "Origin")
+        if request.method in BODY_METHODS and not is_json_content_type(request.headers.get("Content-Type")):
+            return json_error(415, "the body must be sent as Content-Type: application/json", "Content-Type")
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,125 @@
+"""The REST API's request bodies, typed: what a person or tool may send to /api/memories.
+`memplane memory import` validates exported rows with `StoreBody` before it sends them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from memplane_core.ids import AGENT_ID_PATTERN
+from memplane_core.instants import Instant, OutOfRange, parse_instant
+
+Scope = Literal["session", "agent", "global"]
+
+MAX_TTL_S = 100 * 365 * 86_400
+
+
+class StoreBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    scope: Literal["session", "agent", "global"] = "agent"
+    session_id: str | None = None
+    key: str = Field(min_length=1, max_length=256)
+    value: str = Field(min_length=1, max_length=65536)
+    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    ttl: int | str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    # restoring an export (`memplane memory import`): when it was said and made, and from which turns
+    # times out of range (say 0001-01-01T00:00:00+14:00) are refused here, naming the field
+    said_at: Instant | None = None
+    created_at: Instant | None = None
+    source_entry_ids: list[str] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _session_needs_id(self) -> "StoreBody":
+        if self.scope == "session" and not self.session_id:
+            raise ValueError("session_id is required when scope is 'session'")
+        return self
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, v: int | str | None) -> int | str | None:
+        return ttl_check(v)
+
+    def expires_at(self) -> float | None:
+        return None if self.ttl is None else expiry(self.ttl)
+
+
+def ttl_check(v: int | str | None) -> int | str | None:
+    """A TTL is seconds (1 s to 100 years) or an RFC 3339 time a date can show."""
+    if isinstance(v, int) and not 0 < v <= MAX_TTL_S:
+        raise ValueError(f"ttl seconds must be from 1 to {MAX_TTL_S}")
+    if isinstance(v, str):
+        try:
+            parse_instant(v)
+        except OutOfRange as exc:
+            raise ValueError(f"ttl: {exc}") from None
+        except ValueError:
+            raise ValueError("ttl must be seconds or an RFC 3339 time") from None
+    return v
+
+
+def expiry(ttl: int | str) -> float:
+    """The epoch a TTL ends at."""
+    return time.time() + ttl if isinstance(ttl, int) else parse_instant(ttl).timestamp()
+
+
+class PatchBody(BaseModel):
+    """An edit: only the fields sent change; `"ttl": null` makes the memory permanent again."""
+    model_config = ConfigDict(extra="forbid")
+    value: str | None = Field(default=None, min_length=1, max_length=65536)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    ttl: int | str | None = None
+    pinned: bool | None = None
+    reason: str | None = Field(default=None, max_length=1000)
+    actor: str | None = Field(default=None, min_length=1, max_length=200)  # honoured for the admin token only
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, v: int | str | None) -> int | str | None:
+        return ttl_check(v)
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> "PatchBody":
+        if not self.model_fields_set & {"value", "importance", "ttl", "pinned"}:
+            raise ValueError("nothing to change: send value, importance, ttl or pinned")
+        return self
+
+
+class SearchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    query: str = Field(min_length=1)
+    top_k: int = Field(default=10, ge=1, le=100)
+    type_filter: list[str] | str | None = None
+    min_importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    session_id: str | None = None
+
+
+class _Query(BaseModel):
+    """Query parameters: an empty one counts as absent; unknown ones are ignored."""
+    agent_id: str = Field(min_length=1)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_absent(cls, v: Any) -> Any:
+        return None if v == "" else v
+
+
+class ListQuery(_Query):
+    """`GET /api/memories`: one agent's memories, newest change first, a page at a time."""
+    limit: int = Field(default=50, ge=1, le=500)
+    scope: Scope | None = None
+    type: str | None = None
+    session_id: str | None = None
+    cursor: str | None = None
+    since: Instant | None = None  # changed at or after
+    until: Instant | None = None  # changed before
+
+
+class AuditQuery(_Query):
+    """`GET /api/audit`: one agent's audit trail, newest first."""
+    limit: int = Field(default=100, ge=1, le=1000)
