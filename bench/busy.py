@@ -36,7 +36,7 @@ from proxy.testing.fake_provider import FakeProvider
 
 from .burner import burners, load_average
 from .harness import mongo, redis_url, role, table, write_results
-from .quality.locomo import CATEGORIES, DATASET, evidence_found, load, memory_elements, scores
+from .quality.locomo import CATEGORIES, DATASET, evidence_found, feed_conversations, load, memory_elements, scores
 
 _RECALL = re.compile(r"^(\w+); blocks=(\d+); removed=\d+; latency_ms=([\d.]+)")
 
@@ -87,13 +87,8 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
                 await r.read()
                 return r.headers
 
-        async def feed(conv: dict) -> None:
-            for t in conv["turns"]:
-                await ask(conv["name"], t["message"])
-
         started = time.perf_counter()
-        await asyncio.gather(*(feed(c) for c in convs))
-        fed_s = time.perf_counter() - started
+        fed_s = await feed_conversations(ask, convs)
         while (await metric(http, px_url, 'memplane_memory_ops_total{op="retain",status="succeeded"}') < turns
                or await metric(http, px_url, "memplane_retain_backlog_entries") > 0):
             await asyncio.sleep(0.2)

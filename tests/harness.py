@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import signal
+import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,3 +68,27 @@ class Stack:
     async def settle(self, timeout: float = 60.0) -> None:
         """Every turn answered and every retain delivered; generous, as the Mongo stand-in is slow."""
         await self.state.settle(timeout)
+
+
+async def wait_port(port: int, timeout: float = 20) -> None:
+    """Until something accepts connections on 127.0.0.1:port (a server process we started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
+    """Signal a server process we started and wait for it (killed if it has not gone in 30 s)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -147,24 +147,11 @@ async def test_a_pinned_memory_survives_the_cap_and_consolidation_that_remove_it
 
 async def test_the_curator_never_supersedes_a_memory_the_operator_pinned(aiohttp_server, tmp_path, llm):
     """The model says the new job replaces the old; the operator pinned the old one: it stays current."""
-    import orjson
-
-    from tests.test_curator import embedded, entry, excerpt, memories, post, retain, settings
+    from tests.test_curator import embedded, entry, job_change_model, memories, post, retain, settings
 
     fake, base = llm
 
-    def script(body):
-        if body["response_format"]["json_schema"]["name"] == "memplane_consolidation":
-            lines = body["messages"][-1]["content"].splitlines()
-            old = next(x for x in lines if "Acme" in x).split()[0][1:]
-            new = next(x for x in lines if "Globex" in x).split()[0][1:]
-            return orjson.dumps({"duplicates": [], "superseded": [{"old": old, "new": new}], "prune": [old]}).decode()
-        first = excerpt(body)[0][1]
-        fact = ("employer", "The user works at Acme.") if "Acme" in first else ("job", "The user now works at Globex.")
-        return orjson.dumps({"summary": "work", "directives": [], "facts": [
-            {"topic": fact[0], "text": fact[1], "sources": ["m1"], "importance": 0.7}]}).decode()
-
-    fake.script = script
+    fake.script = job_change_model(prune_old=True)
     url, service, _ = await embedded(aiohttp_server, tmp_path, settings(base))
     async with aiohttp.ClientSession() as s:
         await retain(s, url, "ana", [entry(f"hist1_{i}", t) for i, t in enumerate(["I work at Acme.", "a", "b", "c"])])

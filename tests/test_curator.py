@@ -263,22 +263,28 @@ async def test_i_moved_from_lisbon_to_porto(aiohttp_server, tmp_path, llm):
         assert "The user lives in Lisbon." not in texts
 
 
-async def test_the_model_catches_an_update_the_words_miss(aiohttp_server, tmp_path, llm):
-    """Two facts under different topics: only the model knows the newer replaces the older."""
-    fake, base = llm
 
+def job_change_model(*, prune_old: bool = False):
+    """A model that extracts "works at Acme" and later "now works at Globex" under different topics,
+    and, asked to consolidate, says the newer fact replaces the older (and to prune it, if told)."""
     def script(body):
         if body["response_format"]["json_schema"]["name"] == "memplane_consolidation":
             lines = body["messages"][-1]["content"].splitlines()
             old = next(x for x in lines if "Acme" in x).split()[0][1:]
             new = next(x for x in lines if "Globex" in x).split()[0][1:]
-            return orjson.dumps({"duplicates": [], "superseded": [{"old": old, "new": new}], "prune": []}).decode()
+            return orjson.dumps({"duplicates": [], "superseded": [{"old": old, "new": new}],
+                                 "prune": [old] if prune_old else []}).decode()
         first = excerpt(body)[0][1]
         fact = ("employer", "The user works at Acme.") if "Acme" in first else ("job", "The user now works at Globex.")
         return orjson.dumps({"summary": "work", "directives": [], "facts": [
             {"topic": fact[0], "text": fact[1], "sources": ["m1"], "importance": 0.7}]}).decode()
+    return script
 
-    fake.script = script
+async def test_the_model_catches_an_update_the_words_miss(aiohttp_server, tmp_path, llm):
+    """Two facts under different topics: only the model knows the newer replaces the older."""
+    fake, base = llm
+
+    fake.script = job_change_model()
     url, service, _ = await embedded(aiohttp_server, tmp_path, settings(base))
     async with aiohttp.ClientSession() as s:
         await retain(s, url, "ana", [entry(f"hist1_{i}", t) for i, t in enumerate(

@@ -25,34 +25,13 @@ from memplane_core.contract import RETAIN_BATCH_PATH
 from proxy.ledger.files import Ledger
 from memplane_cli.runner import free_port
 from tests.conftest import url_of
+from tests.harness import stop, wait_port
 
 BIN = Path(sys.executable).parent / "memplane"
 
 
 def spawn(*args: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen([str(BIN), *args], stdout=open(log, "ab"), stderr=subprocess.STDOUT)
-
-
-async def wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, w = await asyncio.open_connection("127.0.0.1", port)
-            w.close()
-            return
-        except OSError:
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-def stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Chaos:

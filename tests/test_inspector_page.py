@@ -129,18 +129,11 @@ async def test_a_hostile_page_in_the_operators_browser_cannot_forget_or_write_me
         make_stack, aiohttp_server, tmp_path):
     from aiohttp import web
 
+    from tests.test_local_defaults import memory_with_a_turn
+
     stack = await make_stack()  # no admin token: loopback trust, as `memplane up` runs by default
-    stack.provider.reply = lambda body: "Sure."
-    memory = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
-                                                     telemetry=Telemetry(make_logger(io.StringIO()))))
-    stack.add_agent("ui-agent", url_of(memory), service="embedded")
-    await stack.openai("ui-agent").chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "My cat is called Miso."}])
-    await stack.settle()
-    async with aiohttp.ClientSession() as s:
-        async with s.get(url_of(memory) + "/api/memories", params={"agent_id": "ui-agent"}) as r:
-            [m] = (await r.json())["memories"]
-    html = ATTACK_PAGE.format(proxy=stack.proxy_url, memory=url_of(memory), memory_id=m["id"],
+    memory_url, m = await memory_with_a_turn(stack, aiohttp_server, tmp_path)
+    html = ATTACK_PAGE.format(proxy=stack.proxy_url, memory=memory_url, memory_id=m["id"],
                               entry_id=m["source_entry_ids"][0])
     attacker = web.Application()
     async def page(request: web.Request) -> web.Response:
@@ -152,9 +145,9 @@ async def test_a_hostile_page_in_the_operators_browser_cannot_forget_or_write_me
     shown = await asyncio.to_thread(visit, url_of(site) + "/", stack.proxy_url, tmp_path)
 
     async with aiohttp.ClientSession() as s:
-        async with s.get(url_of(memory) + "/api/memories", params={"agent_id": "ui-agent", "scope": "global"}) as r:
+        async with s.get(memory_url + "/api/memories", params={"agent_id": "ui-agent", "scope": "global"}) as r:
             assert (await r.json())["memories"] == []  # no "constraint" for every agent's prompt
-        async with s.get(url_of(memory) + "/api/memories", params={"agent_id": "ui-agent"}) as r:
+        async with s.get(memory_url + "/api/memories", params={"agent_id": "ui-agent"}) as r:
             assert [x["id"] for x in (await r.json())["memories"]] == [m["id"]]  # the cat is not forgotten
     assert not (stack.history_root / "ui-agent" / "tombstones.jsonl").exists()
     assert "Cross-site requests to operator routes are refused" in shown

@@ -31,6 +31,8 @@ from pymongo import MongoClient
 from manifests.agents import memory_manifest, write_agent
 from proxy.ledger.redis_streams import GROUP, RedisLedger
 from memplane_cli.runner import free_port
+from tests.harness import stop
+from tests.harness import wait_port as wait_for_listener
 
 BIN = Path(sys.executable).parent / "memplane"
 CLAIM_IDLE_S = 5.0  # the default is 30 s; short here, long enough for a box at load 8
@@ -43,15 +45,7 @@ def spawn(*args: str, log: Path, env: dict[str, str] | None = None) -> subproces
 
 
 async def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, w = await asyncio.open_connection("127.0.0.1", port)
-            w.close()
-            return
-        except OSError:
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port}")
+    await wait_for_listener(port, timeout)
 
 
 @pytest.fixture
@@ -77,16 +71,6 @@ def aof_redis(tmp_path):
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(10)
-
-
-def stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each_dies(

@@ -120,6 +120,17 @@ def bm25_baseline(convs: list[dict], k: int = 8) -> dict[str, float]:
     return scores(results)
 
 
+async def feed_conversations(ask, convs: list[dict]) -> float:
+    """Each conversation's turns in order, the conversations side by side (one agent each, as the
+    protocol feeds them); `ask(agent, text)` sends one turn. Returns the seconds it took."""
+    async def feed(conv: dict) -> None:
+        for t in conv["turns"]:
+            await ask(conv["name"], t["message"])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(feed(c) for c in convs))
+    return time.perf_counter() - started
+
 async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool) -> dict:
     provider = FakeProvider(reply=lambda body: "OK.")  # the protocol's provider answers "OK."
     log = io.StringIO()
@@ -144,13 +155,8 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
                     assert r.status == 200, await r.text()
                     await r.read()
 
-            async def feed(conv: dict) -> None:
-                for t in conv["turns"]:
-                    await ask(conv["name"], t["message"])
-
             started = time.perf_counter()
-            await asyncio.gather(*(feed(c) for c in convs))
-            fed_s = time.perf_counter() - started
+            fed_s = await feed_conversations(ask, convs)
             state = app[STATE]
             await state.settle(timeout=900)
             while not state.retain.caught_up():
