@@ -116,7 +116,9 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             await watcher
         load_samples.append(load_average())
         async with http.get(ad_url + "/health") as r:
-            before = (await r.json()).get("recall_scheduling") or {}
+            got = await r.json()
+            before = {**(got.get("recall_scheduling") or {}), **{
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
         slots = asyncio.Semaphore(in_flight)
         asked: list[tuple[dict, dict, str, object]] = []
 
@@ -133,7 +135,9 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         asked_s = time.perf_counter() - q_started
         load_samples.append(load_average())
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
-            after = (await r.json()).get("recall_scheduling") or {}
+            got = await r.json()
+            after = {**(got.get("recall_scheduling") or {}), **{
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
         scheduling = {k: round(v - before.get(k, 0), 3) for k, v in after.items()}  # the questions' own
         rankings: Counter = Counter()
         ranking_latency: dict[str, list[float]] = {}

@@ -205,6 +205,9 @@ class QueryBatcher:
         self._workers: set[asyncio.Task] = set()
         self._running = 0  # encoder calls under way
         self.call_s = 0.01  # moving average of one encoder call, as this machine runs it now
+        # where a question's wait goes (/health): calls, their time on the worker thread, and the
+        # same calls as the event loop saw them (thread hand-off, GIL, a loop busy ranking)
+        self.stats = {"calls": 0, "questions": 0, "in_thread_s": 0.0, "call_s": 0.0}
         # recall's own threads: never queued behind background work on a shared default executor;
         # two, so that a question arriving during a call is encoded at once on the other core
         # instead of behind it (ONNX Runtime runs one session from several threads)
@@ -250,6 +253,13 @@ class QueryBatcher:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _timed(self, texts: list[str]) -> list["np.ndarray"]:
+        started = time.perf_counter()
+        try:
+            return self.embedder.embed_queries(texts)
+        finally:
+            self.stats["in_thread_s"] += time.perf_counter() - started
+
     async def _drain(self) -> None:
         while self._waiting or self._spare:
             if self._waiting:
@@ -263,7 +273,7 @@ class QueryBatcher:
             self._running += 1
             try:
                 vecs = await asyncio.get_running_loop().run_in_executor(
-                    self._pool, self.embedder.embed_queries, [t for t, _ in batch])
+                    self._pool, self._timed, [t for t, _ in batch])
             except Exception as exc:  # every waiter learns why; the next batch tries again
                 for _, f in batch:
                     if not f.done():
@@ -272,6 +282,9 @@ class QueryBatcher:
             finally:
                 self._running -= 1
                 self.call_s = 0.7 * self.call_s + 0.3 * (time.perf_counter() - started)
+                self.stats["calls"] += 1
+                self.stats["questions"] += len(batch)
+                self.stats["call_s"] += time.perf_counter() - started
             for (_, f), vec in zip(batch, vecs):
                 if not f.done():
                     f.set_result(vec)
