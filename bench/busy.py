@@ -110,6 +110,10 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         if ask_when == "embedded":
             await watcher
         load_samples.append(load_average())
+        async with http.get(ad_url + "/health") as r:
+            got = await r.json()
+            before = {**(got.get("recall_scheduling") or {}), **{
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
         slots = asyncio.Semaphore(in_flight)
         asked: list[tuple[dict, dict, str, object]] = []
 
@@ -125,6 +129,11 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         await asyncio.gather(*(question(c, i, q) for c, i, q in todo))
         asked_s = time.perf_counter() - q_started
         load_samples.append(load_average())
+        async with http.get(ad_url + "/health") as r:  # where the service's recall time went
+            got = await r.json()
+            after = {**(got.get("recall_scheduling") or {}), **{
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
+        scheduling = {k: round(v - before.get(k, 0), 3) for k, v in after.items()}  # the questions' own
         rankings: Counter = Counter()
         ranking_latency: dict[str, list[float]] = {}
         for _, _, _, headers in asked:  # the turn's explanation says which ranking answered
@@ -163,7 +172,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "fed_s": round(fed_s, 1), "retained_s": round(retained_s, 1), "asked_s": round(asked_s, 1),
             "backlog_at_retained": backlog_at_retained,
             "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
-            "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
+            "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
 
 
@@ -198,7 +207,8 @@ async def main_async(args) -> None:
                                                n_burners, in_flight, args.ask_when, tmp, args.questions)
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
-                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}", flush=True)
+                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}; "
+                  f"service {r['recall_scheduling']}", flush=True)
     cats = [*CATEGORIES.values(), "all"]
     print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "backlog s", "rankings"],
                 [[name, f"{r['without_memories']}/{r['questions']}", r["recall_p50_ms"], r["recall_p99_ms"],

@@ -33,12 +33,14 @@ class SlowEncoder:
         self.engine, self.dim = real.engine, real.dim
         self.gate = threading.Event()
         self.calls = 0
+        self.batches: list[list[str]] = []  # the texts of each call, in the order they ran
         if not hold_s:
             self.gate.set()
 
     def encode(self, texts):
         self.calls += 1
         self.gate.wait(self.hold_s)
+        self.batches.append(list(texts))
         time.sleep(self.delay_s)
         return self.real.encode(texts)
 
@@ -268,3 +270,30 @@ async def test_a_stalled_moment_does_not_leave_later_recalls_without_memories(ai
             status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": q, "deadline_ms": 180})
             assert status == 200 and got["memories"] and not got["ranking"].startswith("none")
 
+
+
+async def test_questions_given_up_do_not_hold_the_line_for_the_next_one():
+    """A burst left the encoder behind and a dozen recalls answered by words. The question asked
+    next is encoded before those dozen — kept only for the cache, once no recall waits — so it is
+    not pushed past its own deadline by questions no one awaits any more."""
+    from memory_adapters.engine.dense import QueryBatcher
+    embedder, encoder = slow_embedder(hold_s=30)
+    queries = QueryBatcher(embedder)
+    held = [queries.submit(f"what did we plant in row {i}?") for i in range(2)]  # both encoder calls stuck
+    for _ in range(500):
+        if encoder.calls == 2:
+            break
+        await asyncio.sleep(0.01)
+    given_up = [queries.submit(f"who carried crate number {i}?") for i in range(12)]
+    in_line = queries.expected_wait()
+    for f in given_up:
+        queries.abandon(f)  # what a recall past its deadline does
+    assert queries.expected_wait() < in_line  # the next recall does not count them as ahead of it
+    fresh = queries.submit("Which pet did I adopt?")
+    encoder.gate.set()
+    assert (await asyncio.wait_for(fresh, 30)).shape == (embedder.dim,)
+    await asyncio.wait_for(asyncio.gather(*held, *given_up), 30)
+    order = [t for batch in encoder.batches for t in batch]
+    assert order.index("which pet did i adopt?") < min(order.index(f"who carried crate number {i}?") for i in range(12))
+    assert embedder.cached("Who carried crate number 7?") is not None  # still there for the next time it is asked
+    queries.close()

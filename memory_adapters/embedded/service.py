@@ -237,7 +237,9 @@ class EmbeddedMemory:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),
                 "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
-                "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted}
+                "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted,
+                "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
+                                  if self.queries is not None else None)}
 
     # -- REST operations (memory_adapters/http/rest_api.py) --
 

@@ -194,15 +194,24 @@ class QueryBatcher:
     """
 
     MAX_BATCH = 16
+    SPARE_BATCH = 4  # a cache-only call is short: a question arriving meanwhile waits little
+    SPARE = 64  # given-up questions kept for the cache; older ones are dropped
+    WORKERS = 2  # encoder calls at once
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
-        self._waiting: list[tuple[str, asyncio.Future]] = []
-        self._worker: asyncio.Task | None = None
-        self._running = False  # an encoder call is under way
+        self._waiting: list[tuple[str, asyncio.Future]] = []  # questions a recall still waits for
+        self._spare: list[tuple[str, asyncio.Future]] = []  # given up on: encoded for the cache when idle
+        self._workers: set[asyncio.Task] = set()
+        self._running = 0  # encoder calls under way
         self.call_s = 0.01  # moving average of one encoder call, as this machine runs it now
-        # recall's own thread: never queued behind background work on a shared default executor
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-query")
+        # where a question's wait goes (/health): calls, their time on the worker thread, and the
+        # same calls as the event loop saw them (thread hand-off, GIL, a loop busy ranking)
+        self.stats = {"calls": 0, "questions": 0, "in_thread_s": 0.0, "call_s": 0.0}
+        # recall's own threads: never queued behind background work on a shared default executor;
+        # two, so that a question arriving during a call is encoded at once on the other core
+        # instead of behind it (ONNX Runtime runs one session from several threads)
+        self._pool = ThreadPoolExecutor(max_workers=self.WORKERS, thread_name_prefix="memplane-query")
 
     def submit(self, text: str) -> asyncio.Future:
         """The query's vector as a future: done at once from the cache; else computed with the
@@ -213,9 +222,24 @@ class QueryBatcher:
             future.set_result(hit)
             return future
         self._waiting.append((text, future))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
+        if len(self._workers) < self.WORKERS:
+            worker = asyncio.create_task(self._drain())
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
         return future
+
+    def abandon(self, future: asyncio.Future) -> None:
+        """The recall stopped waiting for this vector (its deadline). Why: left in line, questions
+        no one awaits pushed every later question past its deadline in turn — under load the whole
+        line went lexical and stayed so. It moves to a spare line, encoded for the cache only while
+        no recall waits; past SPARE the oldest is dropped."""
+        for i, (text, f) in enumerate(self._waiting):
+            if f is future:
+                del self._waiting[i]
+                self._spare.append((text, f))
+                if len(self._spare) > self.SPARE:
+                    self._spare.pop(0)[1].cancel()
+                return
 
     async def vector(self, text: str) -> "np.ndarray":
         return await self.submit(text)
@@ -223,31 +247,44 @@ class QueryBatcher:
     def expected_wait(self) -> float:
         """How long the question submitted last will likely wait for its vector: the call under
         way, the full batches before it, its own."""
-        ahead = (len(self._waiting) - 1) // self.MAX_BATCH + (1 if self._running else 0)
+        ahead = (len(self._waiting) - 1) // self.MAX_BATCH + (1 if self._running >= self.WORKERS else 0)
         return (ahead + 1) * self.call_s
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _timed(self, texts: list[str]) -> list["np.ndarray"]:
+        started = time.perf_counter()
+        try:
+            return self.embedder.embed_queries(texts)
+        finally:
+            self.stats["in_thread_s"] += time.perf_counter() - started
+
     async def _drain(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting[:self.MAX_BATCH], self._waiting[self.MAX_BATCH:]
+        while self._waiting or self._spare:
+            if self._waiting:
+                batch, self._waiting = self._waiting[:self.MAX_BATCH], self._waiting[self.MAX_BATCH:]
+            else:
+                batch, self._spare = self._spare[-self.SPARE_BATCH:], self._spare[:-self.SPARE_BATCH]
             batch = [(t, f) for t, f in batch if not f.cancelled()]  # a cancelled caller costs nothing
             if not batch:
                 continue
             started = time.perf_counter()
-            self._running = True
+            self._running += 1
             try:
                 vecs = await asyncio.get_running_loop().run_in_executor(
-                    self._pool, self.embedder.embed_queries, [t for t, _ in batch])
+                    self._pool, self._timed, [t for t, _ in batch])
             except Exception as exc:  # every waiter learns why; the next batch tries again
                 for _, f in batch:
                     if not f.done():
                         f.set_exception(exc)
                 continue
             finally:
-                self._running = False
+                self._running -= 1
                 self.call_s = 0.7 * self.call_s + 0.3 * (time.perf_counter() - started)
+                self.stats["calls"] += 1
+                self.stats["questions"] += len(batch)
+                self.stats["call_s"] += time.perf_counter() - started
             for (_, f), vec in zip(batch, vecs):
                 if not f.done():
                     f.set_result(vec)

@@ -59,6 +59,12 @@ class SchedulerStats:
     shed_busy: int = 0  # an agent's own earlier recalls held every slot until the deadline
     background_pauses: int = 0  # background steps that waited for recalls
     background_paused_s: float = 0.0
+    lexical_estimate: int = 0  # of lexical_deadline: the encoder's expected wait was already too long
+    # where recalls' time went (sums over recalls, seconds): slot, index, query vector, ranking
+    slot_s: float = 0.0
+    index_s: float = 0.0
+    vector_s: float = 0.0
+    ranking_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -130,8 +136,9 @@ class RecallScheduler:
             left = deadline.left()
             if left is not None and queries.expected_wait() > left - self.reserve():
                 # the encoder is too far behind for this one: words now, not at the deadline
-                future.add_done_callback(_consume)
+                _give_up(queries, future)
                 self.stats.lexical_deadline += 1
+                self.stats.lexical_estimate += 1
                 return None, LEXICAL_DEADLINE
             try:
                 if left is None:
@@ -140,7 +147,7 @@ class RecallScheduler:
                     async with asyncio.timeout(max(0.0, left - self.reserve())):
                         await asyncio.shield(future)  # the encoder goes on; its vector is cached
             except TimeoutError:
-                future.add_done_callback(_consume)  # a late failure is not an unretrieved error
+                _give_up(queries, future)
                 self.stats.lexical_deadline += 1
                 return None, LEXICAL_DEADLINE
         if future.cancelled() or future.exception() is not None:
@@ -170,6 +177,14 @@ class RecallScheduler:
         except TimeoutError:
             pass
         self.stats.background_paused_s += time.monotonic() - started
+
+
+def _give_up(queries: Any, future: asyncio.Future) -> None:
+    """Stop waiting for a query vector: it no longer holds the line for the questions after it."""
+    future.add_done_callback(_consume)  # a late failure is not an unretrieved error
+    abandon = getattr(queries, "abandon", None)
+    if abandon is not None:
+        abandon(future)
 
 
 def _consume(future: asyncio.Future) -> None:
@@ -207,11 +222,17 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
 
     from .index import RecallAnswer, recall_with_shared
 
+    stats = scheduler.stats
+    t0 = time.perf_counter()
     held = await scheduler.enter(agent_id, deadline)
+    t1 = time.perf_counter()
+    stats.slot_s += t1 - t0
     try:
         if not held:
             return RecallAnswer([], NONE_BUSY)
         loaded, pair = await within(indexes(), deadline, scheduler.reserve())
+        t2 = time.perf_counter()
+        stats.index_s += t2 - t1
         suffix = ""
         if not loaded:
             pair = stale() if stale is not None else None
@@ -220,6 +241,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
             suffix = STALE_INDEX
         own, shared = pair
         vector, ranking = await scheduler.vector(queries, q.text, deadline)
+        stats.vector_s += time.perf_counter() - t2
         ranking += suffix
         if own.vectors is None:
             vector, ranking = None, LEXICAL
@@ -229,6 +251,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
         started = time.perf_counter()
         packed = (recall or recall_with_shared)(own, shared, replace(q, vector=vector, candidates=k), visible=visible)
         scheduler.ranked(time.perf_counter() - started)
+        stats.ranking_s += time.perf_counter() - started
         return RecallAnswer(packed, ranking)
     finally:
         scheduler.leave(agent_id, held)
