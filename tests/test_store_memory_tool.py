@@ -34,6 +34,14 @@ def remembering(*, also: str | None = None, args: dict | None = None):
     return model
 
 
+def noting_then_done(view):
+    """A model that says a few words and stores the editor in its first step, then says what the tool answered."""
+    if view.steps == 0:
+        return Answer(text="Let me note that.",
+                      tool_calls=[ToolCall("store_memory", {"key": "editor", "value": "The user's editor is Helix"})])
+    return Answer(text="Done. " + " | ".join(view.tool_results))
+
+
 @pytest.fixture
 async def setup(make_stack, aiohttp_server, tmp_path):
     stack = await make_stack()
@@ -238,10 +246,7 @@ async def test_an_openai_agents_agent_with_its_own_tool_remembers_through_mempla
 
 async def test_a_streamed_anthropic_message_flows_and_the_sdk_assembles_one_message(setup):
     stack, memory_url = setup
-    stack.provider.model = lambda view: (
-        Answer(text="Let me note that.", tool_calls=[ToolCall("store_memory", {"key": "editor",
-                                                                              "value": "The user's editor is Helix"})])
-        if view.steps == 0 else Answer(text="Done. " + " | ".join(view.tool_results)))
+    stack.provider.model = noting_then_done
     async with stack.anthropic("writer").messages.stream(
             model="c", max_tokens=200, messages=[{"role": "user", "content": REMEMBER}]) as stream:
         deltas = [t async for t in stream.text_stream]
@@ -271,10 +276,7 @@ async def test_a_streamed_anthropic_mixed_answer_gives_the_agent_its_own_tool_us
 
 async def test_a_streamed_responses_answer_flows_and_the_sdk_assembles_one_response(setup):
     stack, memory_url = setup
-    stack.provider.model = lambda view: (
-        Answer(text="Let me note that.", tool_calls=[ToolCall("store_memory", {"key": "editor",
-                                                                              "value": "The user's editor is Helix"})])
-        if view.steps == 0 else Answer(text="Done. " + " | ".join(view.tool_results)))
+    stack.provider.model = noting_then_done
     client = stack.openai("writer")
     async with client.responses.stream(model="m", input=REMEMBER, store=False) as stream:
         events = [e async for e in stream]
