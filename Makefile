@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/memplane up
 
+# -n: one pytest-xdist worker per core (at most 3: each gets its own Redis db, 13-15, tests/conftest.py);
+# -p no:langsmith_plugin: langsmith (pulled in by langgraph) registers a pytest plugin that costs 0.5 s per
+# worker and that memplane never uses. `.venv/bin/python -m pytest tests/x.py` still runs in one process.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=3 -p no:langsmith_plugin
 
 demo: $(STAMP)
 	$(BIN)/memplane demo

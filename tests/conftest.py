@@ -70,7 +70,9 @@ from pathlib import Path
 
 from memplane_cli.runner import free_port
 
-REDIS_TEST_DB = 13
+# Each pytest-xdist worker (gw0, gw1, ...) gets its own db, so one worker's flush never empties
+# another's keys; a run without xdist uses db 13.
+REDIS_TEST_DB = 13 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 
 def _port_open(host: str, port: int) -> bool:
