@@ -245,7 +245,7 @@ def export_cmd(service: str, agent: str, out: Path | None, url: str | None, auth
     """Write an agent's memories as JSONL, one memory per line, with everything needed to restore them."""
     from memplane_core.private_files import write_private
 
-    from proxy.memory_client import MemoryServiceError
+    from proxy.memory_service import MemoryServiceError
 
     base, headers = _rest_target(service, url, auth_token, context_root, agent)
 
@@ -289,7 +289,7 @@ def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token
     (memories are upserted by key). An import stays inside its agent: a global line needs
     --allow-global. A line that cannot be restored is reported as `line n: …` and the import goes
     on with the next; the exit status is 1 when any line was not imported."""
-    from proxy.memory_client import MemoryServiceError
+    from proxy.memory_service import MemoryServiceError
 
     base, headers = _rest_target(service, url, auth_token, context_root, agent)
 
@@ -324,11 +324,11 @@ def _with_client(base: str, headers: dict[str, str], agent: str, work):
     """Run `work(client)` with a memory-service client for one CLI command (30 s a call)."""
     import aiohttp
 
-    from proxy.memory_client import MemoryClient
+    from proxy.memory_service import MemoryService
 
     async def run():
         async with aiohttp.ClientSession() as session:
-            return await work(MemoryClient(session, base, headers, agent, timeout=aiohttp.ClientTimeout(total=30)))
+            return await work(MemoryService(session, base, headers, agent, timeout=aiohttp.ClientTimeout(total=30)))
     return asyncio.run(run())
 
 

@@ -49,6 +49,7 @@ class RecalledMemory(BaseModel):
     source: str | None = None
     ts: str | None = None
     id: str | None = None
+    title: str | None = None  # a heading for the block (Anthropic search_result placement); optional
 
 
 def _entry_time(ts: Any) -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
+from memplane_core.contract import RecalledMemory
 from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 
@@ -38,11 +38,7 @@ class PolicyResult:
         return self.removed + sum(self.redactions.values())
 
 
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: int,
+def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: int,
                  budget_tokens: int) -> PolicyResult:
     """Drop transcripts and blanks, redact secrets, keep the service's order within limits."""
     result = PolicyResult([])
@@ -55,12 +51,11 @@ def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: i
         result.decisions.append(reason)
 
     for item in raw:
-        kind, source = _str_or_none(item.get("kind")), _str_or_none(item.get("source"))
-        text = item.get("text")
+        kind, source, text = item.kind, item.source, item.text
         if (kind or "").casefold() in BLOCKED_KINDS or (source or "").casefold() in BLOCKED_KINDS:
             drop("transcript_kind")
             continue
-        if not isinstance(text, str) or not text.strip():
+        if not text.strip():
             drop("blank")
             continue
         if text.strip() in seen:
@@ -77,10 +72,6 @@ def apply_policy(raw: list[dict[str, Any]], redactor: Redactor, *, max_blocks: i
             continue
         used += cost
         result.decisions.append("injected")
-        score = item.get("score")
-        result.memories.append(InjectedMemory(
-            text=text, kind=kind, source=source, ts=_str_or_none(item.get("ts")),
-            score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-            id=_str_or_none(item.get("id")), title=_str_or_none(item.get("title")),
-        ))
+        result.memories.append(InjectedMemory(text=text, kind=kind, source=source, ts=item.ts, score=item.score,
+                                              id=item.id, title=item.title))
     return result

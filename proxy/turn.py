@@ -14,6 +14,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from memplane_core.clock import now_rfc3339
+from memplane_core.contract import RecallRequest
 from memplane_core.tokens import estimate_tokens
 
 from . import memory_tool
@@ -24,9 +26,9 @@ from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
-from .ledger.files import build_entry, now_rfc3339
+from .ledger.entry import LedgerEntry, build_entry
+from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
-from .recall import RecallOutcome, call_recall
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy
 from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
@@ -129,14 +131,14 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
-    payload = await _recall_payload(state, ctx, fmt, body, messages, query, session_id)
-    outcome = await call_recall(state.session, manifest, payload)
+    request = await _recall_request(state, ctx, fmt, body, messages, query, session_id)
+    outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod).recall(request)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
                                   status=outcome.status, status_code=outcome.status_code,
                                   latency_ms=outcome.latency_ms, error=outcome.error)
         return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
-                                   detail=RecallDetail(service=manifest.service, query=payload["query"],
+                                   detail=RecallDetail(service=manifest.service, query=request.query,
                                                        error=outcome.error)), None
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
@@ -149,7 +151,7 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     removed = policy.memory_removed + len(policy.memories) - len(memories)
     _report_recall(state, ctx.agent_id, manifest.service, outcome, policy, memories, block, tokens, repeated,
                    removed)
-    detail = _explain_recall(state, manifest.service, payload["query"], outcome, policy, block, placement, note,
+    detail = _explain_recall(state, manifest.service, request.query or "", outcome, policy, block, placement, note,
                              tokens, repeated)
     turn = TurnBlock(block or "", tuple(memories), placement or "", note,
                      state.redactor.text(question_of(messages, key))[0], detail.as_dict())
@@ -158,23 +160,21 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
 
-async def _recall_payload(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
-                          messages: Any, query: str, session_id: str | None) -> dict[str, Any]:
-    """The recall body (CONTRACT §5). Secrets never leave for a memory service: it is scrubbed like a retain."""
+async def _recall_request(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
+                          messages: Any, query: str, session_id: str | None) -> RecallRequest:
+    """The recall body (CONTRACT §5). Secrets never leave for a memory service: it is scrubbed like a
+    retain. Built, not validated: its parts were checked when the agent's context was loaded."""
     manifest = ctx.memory
     assert manifest is not None
     redact = state.redactor
-    payload: dict[str, Any] = {
-        "agent_id": ctx.agent_id, "pod": ctx.metadata.pod,
-        "messages": (await redact.json_async(messages))[0], "query": (await redact.text_async(query))[0],
-        "metadata": ctx.memory_metadata(fmt.name, body.get("model"), session_id),
-        # memplane's extension: how much the proxy will inject, so a service can pack to fit
-        "budget_tokens": manifest.budget_tokens, "max_blocks": manifest.max_blocks,
-    }
     system = fmt.recall_system(body)
-    if system is not None:
-        payload["system"] = (await redact.json_async(system))[0]
-    return payload
+    return RecallRequest.model_construct(
+        agent_id=ctx.agent_id, pod=ctx.metadata.pod,
+        messages=(await redact.json_async(messages))[0], query=(await redact.text_async(query))[0],
+        metadata=ctx.memory_metadata(fmt.name, body.get("model"), session_id),
+        # memplane's extension: how much the proxy will inject, so a service can pack to fit
+        budget_tokens=manifest.budget_tokens, max_blocks=manifest.max_blocks,
+        system=None if system is None else (await redact.json_async(system))[0])
 
 
 def _report_recall(state: ProxyState, agent_id: str, service: str, outcome: RecallOutcome, policy: PolicyResult,
@@ -203,10 +203,9 @@ def _explain_recall(state: ProxyState, service: str, query: str, outcome: Recall
     detail = RecallDetail(
         service=service, query=query, block=block, placement=placement, tokens=tokens, ranking=outcome.ranking,
         redactions=dict(policy.redactions),
-        memories=[{"kind": m.get("kind"), "source": m.get("source"), "score": m.get("score"),
-                   "id": m.get("id"), "decision": decision,
+        memories=[{"kind": m.kind, "source": m.source, "score": m.score, "id": m.id, "decision": decision,
                    "text": (next(kept).text if decision == "injected"
-                            else state.redactor.text(str(m.get("text"))[:2000])[0])[:500]}
+                            else state.redactor.text(m.text[:2000])[0])[:500]}
                   for m, decision in zip(outcome.memories, policy.decisions)])
     if note:
         detail.placement_note = note

@@ -47,9 +47,10 @@ def test_package_never_imports_a_layer_above_it(package):
 
 
 SUBSYSTEMS = {  # a newcomer finds each sub-system by its folder name (issue 26)
-    "proxy/retain": {"delivery.py", "delivery_redis.py", "lane.py", "sender.py", "files.py", "call.py"},
+    "proxy/retain": {"delivery.py", "delivery_redis.py", "lane.py", "sender.py", "files.py", "job.py"},
+    "proxy/memory_service": {"client.py", "answers.py", "errors.py"},
     "proxy/operator": {"ui.py", "explain.py", "metrics.py", "admin.py", "audit.py", "memory_ops.py"},
-    "proxy/ledger": {"files.py", "redis_streams.py"},
+    "proxy/ledger": {"files.py", "redis_streams.py", "entry.py"},
     "memplane_cli": {"main.py", "runner.py"},
 }
 
@@ -59,7 +60,7 @@ def test_each_subsystem_lives_in_its_own_folder(folder):
     present = {p.name for p in (ROOT / folder).glob("*.py")}
     assert SUBSYSTEMS[folder] <= present
     assert not [p.name for p in (ROOT / "proxy").glob("*.py")
-                if p.name.startswith(("retain", "delivery", "cli_", "ledger", "routing"))]
+                if p.name.startswith(("retain", "delivery", "cli_", "ledger", "routing", "memory_client", "recall."))]
 
 
 def test_old_console_script_entry_point_still_runs_the_cli():

@@ -87,7 +87,7 @@ async def test_proxy_retains_each_ledger_id_once_even_when_sent_twice(stack, ref
     await stack.openai("twice").chat.completions.create(model="m", messages=[{"role": "user", "content": "I am left-handed."}])
     await stack.settle()
     [entry_line] = stack.ledger("twice")
-    from proxy.retain.call import RetainJob, post_retain
+    from proxy.memory_service import MemoryService
     ctx = stack.state.contexts.get("twice")
-    assert await post_retain(stack.state.session, RetainJob("twice", "test-pod", ctx.memory, entry_line, {})) == 202
+    assert await MemoryService.of(stack.state.session, ctx.memory, "twice", "test-pod").retain({}, entry_line) == 202
     assert store.count("twice") == 1

@@ -7,6 +7,7 @@ import pytest
 
 from memplane_core.redact import Redactor
 from proxy.ledger.files import Ledger
+from proxy.memory_service import recalled_memories
 from proxy.recall_policy import apply_policy
 from proxy.retain.lane import BufferBudget, Lane
 from proxy.forward_policy import allowed, parse_allow_list
@@ -16,7 +17,8 @@ from proxy.sse import SSESplitter, parse_event
 
 
 def policy(raw, *, max_blocks=8, budget_tokens=3000):
-    return apply_policy(raw, Redactor(), max_blocks=max_blocks, budget_tokens=budget_tokens)
+    """The policy over `raw` items as the memory-service client reads them off a recall answer."""
+    return apply_policy(recalled_memories(raw), Redactor(), max_blocks=max_blocks, budget_tokens=budget_tokens)
 
 
 def test_transcripts_blanks_and_repeats_never_reach_the_prompt():

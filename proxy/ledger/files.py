@@ -1,8 +1,6 @@
 """The durable per-agent session ledger, `<history-root>/<agent-id>/history.jsonl` (CONTRACT §6).
 
-Entry ids are `hist1_` + SHA-256 of the entry serialized without `id` (orjson: compact,
-insertion order, UTF-8), so anyone can re-derive them: `orjson.loads(line)`, drop `id`,
-`orjson.dumps(...)`, hash. Writes go through one thread per ledger so the event loop never
+One line per entry (`entry.py`: the entry's type and id). Writes go through one thread per ledger so the event loop never
 blocks on disk and lines from concurrent turns never interleave. A torn last line (a crash
 mid-write) is skipped with a warning on read.
 """
@@ -11,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import hashlib
 import os
 import threading
 from collections.abc import Iterator
@@ -25,48 +22,19 @@ import orjson
 from memplane_core.clock import now_rfc3339
 from memplane_core.private_files import append_private, open_append, write_private
 
+from .entry import LedgerEntry, build_entry, entry_id  # noqa: F401 (build_entry, entry_id: imported from here too)
+
 LEDGER_FILE = "history.jsonl"
 INDEX_FILE = "history.idx"
 TOMBSTONE_FILE = "tombstones.jsonl"
 INDEX_EVERY = 512
 
 
-def entry_id(entry: dict[str, Any]) -> str:
-    body = {k: v for k, v in entry.items() if k != "id"}
-    return "hist1_" + hashlib.sha256(orjson.dumps(body)).hexdigest()
-
-
-def build_entry(*, agent_id: str, path: str, requested_model: str | None, provider: str,
-                effective_model: str | None, status_code: int, stream: bool,
-                request_original: Any, request_effective: Any, response: dict[str, Any],
-                usage: dict[str, Any] | None, ts: str | None = None,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ledger entry with its keys in contract order and its id filled in."""
-    entry: dict[str, Any] = {
-        "version": 1,
-        "ts": ts or now_rfc3339(),
-        "claw_id": agent_id,  # the contract's name for the agent on the wire
-        "path": path,
-        "requested_model": requested_model,
-        "effective_provider": provider,
-        "effective_model": effective_model,
-        "status_code": status_code,
-        "stream": stream,
-        "request_original": request_original,
-        "request_effective": request_effective,
-        "response": response,
-        "usage": usage,
-    }
-    if extra:
-        entry.update(extra)
-    return {"version": 1, "id": entry_id(entry), **{k: v for k, v in entry.items() if k != "version"}}
-
-
 @dataclass
 class LineRef:
     offset: int
     end: int
-    entry: dict[str, Any]
+    entry: LedgerEntry
 
 
 def _parse_lines(data: bytes, base_offset: int, *, final: bool) -> tuple[list[LineRef], int, int]:
@@ -125,7 +93,7 @@ class Ledger:
             os.fsync(fh.fileno())
         return start, start + len(line)
 
-    async def append(self, agent_id: str, entry: dict[str, Any]) -> tuple[int, int]:
+    async def append(self, agent_id: str, entry: LedgerEntry) -> tuple[int, int]:
         """Append one entry; returns its (start, end) byte offsets in the agent's ledger.
 
         Without fsync the line is one write() into the page cache (microseconds), cheaper than
@@ -141,7 +109,7 @@ class Ledger:
         self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
         return span
 
-    def append_blocking(self, agent_id: str, entry: dict[str, Any]) -> tuple[int, int]:
+    def append_blocking(self, agent_id: str, entry: LedgerEntry) -> tuple[int, int]:
         span = self._executor.submit(self._append_sync, agent_id, orjson.dumps(entry) + b"\n").result()
         self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
         return span

@@ -26,6 +26,7 @@ import redis.asyncio as aredis
 from memplane_core.clock import now_rfc3339
 
 from ..errors import ProxyError
+from .entry import LedgerEntry
 from .files import LineRef
 
 SHARDS = 8
@@ -111,7 +112,7 @@ class RedisLedger:
             self._append_sha = self._async.register_script(_APPEND)
         return self._async
 
-    async def append(self, agent_id: str, entry: dict[str, Any]) -> tuple[str, str]:
+    async def append(self, agent_id: str, entry: LedgerEntry) -> tuple[str, str]:
         """Ledger and queue one entry atomically; (id, id). Redis away: 503, the turn is not answered
         unrecorded (every model call is a recorded turn)."""
         line = orjson.dumps(entry)
@@ -126,7 +127,7 @@ class RedisLedger:
         sid = _s(sid)
         return sid, sid
 
-    def append_blocking(self, agent_id: str, entry: dict[str, Any]) -> tuple[str, str]:
+    def append_blocking(self, agent_id: str, entry: LedgerEntry) -> tuple[str, str]:
         k = self.keys
         sid = _s(self.sync.eval(_APPEND, 3, k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents(),
                                 agent_id, orjson.dumps(entry)))

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..memory_client import MemoryClient, MemoryServiceError
+from ..memory_service import MemoryService, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 MAX_METADATA_BYTES = 4096
@@ -65,7 +65,7 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
             "metadata": {**redact.json(metadata)[0], "via": "store_memory", "turn_id": turn_id}}
     if args.scope == "session":
         body["session_id"] = session_id
-    client = MemoryClient(state.session, manifest.base_url, manifest.headers(), ctx.agent_id, timeout=TIMEOUT)
+    client = MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod, timeout=TIMEOUT)
     try:
         created, _ = await client.upsert(body)
     except MemoryServiceError as exc:

@@ -2,7 +2,7 @@
 edit, forget, audit trail) as one small client, readable keys, and the ledger entry behind a memory.
 
 The inspector pages (ui.py) only render; every call to the memory service goes through
-`proxy/memory_client.py`, so a slow or broken service becomes one `CurateError` message on the page.
+the memory-service client (`proxy/memory_service/`), so a slow or broken service becomes one `CurateError` message on the page.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-
 from memplane_core.turn_text import assistant_text, user_text
 
-from ..memory_client import MemoryServiceError
+from ..ledger.entry import LedgerEntry
+from ..memory_service import MemoryServiceError
 from .admin import Operator
 
 KINDS = ("fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary")
@@ -25,7 +25,7 @@ SCOPES = ("agent", "session", "global")
 _DERIVED = re.compile(r"(?:[a-z_]+:)?[0-9a-f]{16,}\Z")  # "fact:<hex>", a bare hash
 
 
-# The inspector's name for what the memory-service client raises (one error map: memory_client.py).
+# The inspector's name for what the memory-service client raises (one error map: memory_service/client.py).
 CurateError = MemoryServiceError
 
 
@@ -74,7 +74,7 @@ def audit_view(e: dict[str, Any]) -> dict[str, Any]:
     return {**e, "when": _when(e.get("at")), "changed": changed, "before": before, "after": after}
 
 
-def find_entry(ledger: Any, agent_id: str, entry_id: str) -> dict[str, Any] | None:
+def find_entry(ledger: Any, agent_id: str, entry_id: str) -> LedgerEntry | None:
     """The ledger entry with this id (blocking: run it on a thread), or None."""
     for ref in ledger.read(agent_id):
         if ref.entry.get("id") == entry_id:
@@ -82,7 +82,7 @@ def find_entry(ledger: Any, agent_id: str, entry_id: str) -> dict[str, Any] | No
     return None
 
 
-def conversation(entry: dict[str, Any]) -> dict[str, str]:
+def conversation(entry: LedgerEntry) -> dict[str, str]:
     """What the user said in a turn and what the agent was answered."""
     return {"user": user_text(entry), "assistant": assistant_text(entry), "ts": str(entry.get("ts") or ""),
             "turn_id": str(entry.get("turn_id") or ""), "id": str(entry.get("id") or "")}

@@ -1,4 +1,5 @@
-"""Operator memory operations: forget (remote + local tombstone) and backfill (ledger replay)."""
+"""Operator memory operations: forget (remote + local tombstone) and backfill (ledger replay through
+live delivery's sender)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from manifests.models import MemoryManifest
-from memplane_core.contract import MAX_FORGET_IDS
 from memplane_core.ids import is_agent_id
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from ..config import ProxySettings
 from ..context_store import ContextStore
+from ..ledger.entry import LedgerEntry
 from ..ledger.redis_streams import open_ledger
-from ..retain.call import RetainJob, RetryableRetainError, post_retain, scrub_job_async
-from ..retain.sender import retain_job
-from ..transport_errors import TransportError, transport_errors
+from ..memory_service import MemoryService, MemoryServiceError
+from ..retain.job import RetainJob, scrub_job_async
+from ..retain.lane import BufferBudget, Lane
+from ..retain.sender import RetainSender, retain_job
 
 
 class OperatorError(Exception):
@@ -93,24 +95,10 @@ async def remote_forget(session: aiohttp.ClientSession, telemetry: Telemetry, ma
     if manifest.forget is None:
         return "service declares no forget endpoint; tombstone recorded locally only"
     started = time.perf_counter()
-    status_code = None
-    result = "ok"
-    # services refuse more than MAX_FORGET_IDS ids per call (400): a larger request goes in parts
-    for i in range(0, len(entry_ids), MAX_FORGET_IDS):
-        body = {"agent_id": agent_id, "pod": pod, "entry_ids": entry_ids[i:i + MAX_FORGET_IDS], "reason": reason}
-        try:
-            with transport_errors():
-                async with session.post(manifest.url(manifest.forget), data=orjson.dumps(body),
-                                        headers={**manifest.headers(), "Content-Type": "application/json"},
-                                        timeout=aiohttp.ClientTimeout(total=manifest.forget.timeout_ms / 1000)) as resp:
-                    status_code = resp.status
-                    await resp.read()
-            if not 200 <= status_code < 300:
-                result = f"failed: status {status_code}"
-        except TransportError as exc:
-            result = f"failed: {exc.name}"
-        if result != "ok":
-            break
+    try:
+        status_code, result = await MemoryService.of(session, manifest, agent_id, pod).forget(entry_ids, reason), "ok"
+    except MemoryServiceError as exc:
+        status_code, result = exc.status, f"failed: {exc.reason}"
     telemetry.memory_op(agent_id=agent_id, service=manifest.service, op="forget",
                         status="succeeded" if result == "ok" else "failed", status_code=status_code,
                         latency_ms=(time.perf_counter() - started) * 1000,
@@ -126,14 +114,70 @@ class BackfillStats:
     per_agent: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+ATTEMPTS = 6  # sends of one batch of a replay, while the service answers busy or not at all
+BACKOFF_S = 0.2  # doubled each time, unless the service said when to come back (Retry-After)
+MAX_WAIT_S = 30.0
+
+
+class BackfillSender(RetainSender):
+    """Live delivery's sender for a replay: each entry carries the metadata live retain sent (plus
+    `backfill: true`), goes in the same batches and is retried the same way. Outcomes are counted for
+    the operator rather than logged entry by entry, and an entry that cannot be sent is reported, not
+    parked: the operator is watching. `url`/`token`: another retain endpoint and its bearer token."""
+
+    def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor,
+                 history_root: Path, *, service: str, url: str | None, token: str | None, concurrency: int) -> None:
+        super().__init__(session, telemetry, redactor, history_root, max_in_flight=max(1, concurrency))
+        self.service, self.url, self.token = service, url, token
+        self.sent = self.failed = 0
+
+    def _service(self, job: RetainJob) -> MemoryService:
+        return MemoryService.of(self.session, job.manifest, job.agent_id, job.pod, token=self.token,
+                                retain_url=self.url)
+
+    def can_batch(self, manifest) -> bool:
+        return not self.url and super().can_batch(manifest)  # --url names a retain endpoint only
+
+    async def _job(self, lane: Lane, ctx, manifest, entry: LedgerEntry) -> RetainJob:
+        if ctx is not None:  # the metadata live delivery sent (session, timezone, model)
+            return await retain_job(self.redactor, lane.agent_id, ctx, manifest, entry, op="backfill",
+                                    extra={"backfill": True})
+        # a ledger without a context dir (--url): only what the ledger knows
+        return await scrub_job_async(self.redactor, RetainJob(lane.agent_id, "", manifest, entry,
+                                                              {"service": self.service, "backfill": True},
+                                                              op="backfill"))
+
+    def _log(self, lane: Lane, manifest, entry_id: str | None, status: str, **fields: Any) -> None:
+        if status == "succeeded":
+            self.sent += 1
+        elif not fields.get("will_retry"):
+            self.failed += 1
+            self.telemetry.warning("backfill_entry_failed", agent_id=lane.agent_id, entry_id=entry_id,
+                                   error=str(fields.get("error"))[:200])
+
+    def _park(self, agent_id: str, entry_id: str | None, reason: str) -> None:
+        pass
+
+    async def settle(self, lane: Lane, ctx, manifest, entries: list[LedgerEntry], attempts: int) -> int:
+        """Send until every entry is settled or `attempts` are spent; how many were not."""
+        todo = entries
+        for attempt in range(attempts):
+            todo = [e for e, ok in zip(todo, await self.send(lane, ctx, manifest, todo)) if not ok]
+            if not todo or attempt == attempts - 1:
+                break
+            await asyncio.sleep(min(MAX_WAIT_S, lane.retry_after or BACKOFF_S * 2 ** attempt))
+            lane.retry_after = 0.0
+        return len(todo)
+
+
 async def backfill(contexts: ContextStore, history_root: Path, service: str, *, after: str | None = None,
                    limit: int = 0, agents: tuple[str, ...] = (), url: str | None = None,
                    auth_token: str | None = None, concurrency: int = 8, redactor: Redactor,
                    telemetry: Telemetry, progress: Callable[[int], None] | None = None,
                    total_hint: Callable[[int], None] | None = None, dead_letters: bool = False) -> BackfillStats:
-    """Replay ledger entries into the retain endpoint with the ids live retain used, scrubbed by
-    the operator's redaction rules as live retain does. With `dead_letters`, only the entries
-    delivery parked in `retain.dead.jsonl` are replayed."""
+    """Replay ledger entries into the retain endpoint with the ids live retain used, through live
+    delivery's sender (`BackfillSender`). With `dead_letters`, only the entries delivery parked in
+    `retain.dead.jsonl` are replayed."""
     for agent_id in agents:
         if not is_agent_id(agent_id):
             raise OperatorError(f"invalid agent id {agent_id!r}")
@@ -145,59 +189,32 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
     if not targets:
         raise OperatorError(f"no agent subscribes to memory service '{service}'; use --agent and --url")
     stats = BackfillStats()
-    sem = asyncio.Semaphore(max(1, concurrency))
     async with aiohttp.ClientSession() as session:
+        sender = BackfillSender(session, telemetry, redactor, history_root, service=service, url=url,
+                                token=auth_token, concurrency=concurrency)
         for agent_id, manifest in targets.items():
             if manifest is None and not url:
                 raise OperatorError(f"agent '{agent_id}' has no memory.json for '{service}'; pass --url")
             if manifest is not None and manifest.retain is None and not url:
                 raise OperatorError(f"service '{service}' declares no retain endpoint for agent '{agent_id}'")
             manifest = manifest or MemoryManifest(service=service, base_url=url or "")
-            ctx = contexts.get(agent_id)
-            pod = ctx.metadata.pod if ctx else ""
-            tombstones = ledger.tombstones(agent_id)
-            counts = {"sent": 0, "skipped_tombstoned": 0, "failed": 0}
-            start = ledger.seek_offset(agent_id, after) if after else 0
-            jobs = []
-            parked = ledger.dead_letters(agent_id) if dead_letters else None
-            for ref in ledger.read(agent_id, start_offset=start):
-                entry = ref.entry
-                if parked is not None and entry.get("id") not in parked:
-                    continue
-                if after and str(entry.get("ts", "")) <= after:
-                    continue
-                if entry.get("id") in tombstones:
-                    counts["skipped_tombstoned"] += 1
-                    continue
-                jobs.append(entry)
-                if limit and len(jobs) >= limit:
-                    break
+            entries, skipped = _replayed(ledger, agent_id, after=after, limit=limit, dead_letters=dead_letters)
             if total_hint:
-                total_hint(len(jobs))
+                total_hint(len(entries))
             started = time.perf_counter()
-
-            async def send(entry, manifest=manifest, pod=pod, agent_id=agent_id, counts=counts, ctx=ctx):
-                async with sem:
-                    try:
-                        if ctx is not None:  # the metadata live delivery sent (session, timezone, model)
-                            job = await retain_job(redactor, agent_id, ctx, manifest, entry, op="backfill",
-                                                   extra={"backfill": True})
-                        else:  # a ledger without a context dir (--url): only what the ledger knows
-                            job = await scrub_job_async(redactor, RetainJob(agent_id, pod, manifest, entry,
-                                                        {"service": service, "backfill": True}, op="backfill"))
-                        status = await post_retain(session, job, url=url, token=auth_token)
-                        ok = 200 <= status < 300
-                    except RetryableRetainError:
-                        ok = False
-                    except Exception as exc:  # one entry that cannot be sent never stops the rest
-                        telemetry.warning("backfill_entry_failed", agent_id=agent_id, entry_id=entry.get("id"),
-                                          error=f"{type(exc).__name__}: {exc}"[:200])
-                        ok = False
-                counts["sent" if ok else "failed"] += 1
+            sender.sent = sender.failed = 0
+            lane, ctx = Lane(agent_id, BufferBudget(0)), contexts.get(agent_id)
+            size = ProxySettings.retain_batch_call if sender.can_batch(manifest) else max(1, concurrency)
+            attempts = ATTEMPTS
+            for i in range(0, len(entries), size):
+                part = entries[i:i + size]
+                given_up = await sender.settle(lane, ctx, manifest, part, attempts)
+                sender.failed += given_up
+                if given_up == len(part):
+                    attempts = 1  # nothing got through at all: the service is down; try the rest once each
                 if progress:
-                    progress(1)
-
-            await asyncio.gather(*(send(e) for e in jobs))
+                    progress(len(part))
+            counts = {"sent": sender.sent, "skipped_tombstoned": skipped, "failed": sender.failed}
             telemetry.memory_op(agent_id=agent_id, service=service, op="backfill",
                                 status="succeeded" if not counts["failed"] else "failed",
                                 latency_ms=(time.perf_counter() - started) * 1000, **counts)
@@ -207,3 +224,24 @@ async def backfill(contexts: ContextStore, history_root: Path, service: str, *, 
             stats.failed += counts["failed"]
     return stats
 
+
+def _replayed(ledger: Any, agent_id: str, *, after: str | None, limit: int,
+              dead_letters: bool) -> tuple[list[LedgerEntry], int]:
+    """The agent's entries a backfill sends, in ledger order, and how many tombstones skipped."""
+    tombstones = ledger.tombstones(agent_id)
+    parked = ledger.dead_letters(agent_id) if dead_letters else None
+    entries: list[LedgerEntry] = []
+    skipped = 0
+    for ref in ledger.read(agent_id, start_offset=ledger.seek_offset(agent_id, after) if after else 0):
+        entry = ref.entry
+        if parked is not None and entry.get("id") not in parked:
+            continue
+        if after and str(entry.get("ts", "")) <= after:
+            continue
+        if entry.get("id") in tombstones:
+            skipped += 1
+            continue
+        entries.append(entry)
+        if limit and len(entries) >= limit:
+            break
+    return entries, skipped

@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..memory_client import MemoryClient, MemoryServiceError
+from ..memory_service import MemoryService, MemoryServiceError
 from ..retain.files import dead_letter_path
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from .curate import KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, operator_name, view
@@ -213,13 +213,13 @@ async def agents(request: web.Request) -> web.Response:
     return render(request, operator, "agents.html", agents=rows, chart=_chart(points))
 
 
-def service_of(state: Any, agent_id: str) -> MemoryClient:
+def service_of(state: Any, agent_id: str) -> MemoryService:
     ctx = state.contexts.get(agent_id)
     if ctx is None:
         raise PageError(404, "No such agent.")
     if ctx.memory is None:
         raise PageError(404, "This agent has no memory service.")
-    return MemoryClient(state.session, ctx.memory.base_url, ctx.memory.headers(), agent_id)
+    return MemoryService.of(state.session, ctx.memory, agent_id, ctx.metadata.pod)
 
 
 async def agent(request: web.Request) -> web.Response:
@@ -361,7 +361,7 @@ async def forget(request: web.Request) -> web.Response:
     notice = "Forgotten."
     if memory_id:  # first, so that the service's audit trail records who forgot it and why
         try:
-            await service_of(state, agent_id).forget(memory_id, reason, operator_name(operator))
+            await service_of(state, agent_id).delete(memory_id, reason, operator_name(operator))
         except MemoryServiceError as exc:
             notice = str(exc)
     if entry_ids:  # the turns behind it: tombstoned here and forgotten by the service

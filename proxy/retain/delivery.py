@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import aiohttp
 
@@ -20,6 +19,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..context_store import ContextStore
+from ..ledger.entry import LedgerEntry
 from ..ledger.files import Ledger
 from .backlog import Backlog
 from .files import CursorStore
@@ -101,7 +101,7 @@ class RetainDelivery:
         if agent_id not in self.lanes:
             self._lane(agent_id, start_at=self.ledger.size(agent_id))
 
-    def submit(self, agent_id: str, start: int, end: int, entry: dict[str, Any]) -> None:
+    def submit(self, agent_id: str, start: int, end: int, entry: LedgerEntry) -> None:
         """Hand over a freshly ledgered entry; never blocks, never raises."""
         self.backlog.add(agent_id)
         self._lane(agent_id, start_at=start).offer((start, end, entry))

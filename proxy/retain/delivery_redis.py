@@ -32,6 +32,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..context_store import ContextStore
+from ..ledger.entry import LedgerEntry
 from ..ledger.redis_streams import GROUP, RedisLedger, _s
 from .backlog import Backlog
 from .lane import BufferBudget, Lane
@@ -112,7 +113,7 @@ class StreamRetainDelivery:
     def prepare(self, agent_id: str) -> None:
         """Nothing to do: the ledger append queues the entry in the same script."""
 
-    def submit(self, agent_id: str, start: Any, end: Any, entry: dict[str, Any]) -> None:
+    def submit(self, agent_id: str, start: Any, end: Any, entry: LedgerEntry) -> None:
         self.backlog.add(agent_id)
 
     @property
@@ -264,7 +265,7 @@ class StreamRetainDelivery:
         for _, lid in refs:
             pipe.xrange(key, min=lid, max=lid, count=1)
         rows = await pipe.execute()
-        todo: list[tuple[str, dict[str, Any]]] = []
+        todo: list[tuple[str, LedgerEntry]] = []
         settled: list[str] = []
         for (qid, _), row in zip(refs, rows):
             try:

@@ -11,11 +11,10 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
+from ..ledger.entry import LedgerEntry
 from ..ledger.files import Ledger
 
-Item = tuple[int, int, dict[str, Any]]  # (start offset, end offset, ledger entry)
+Item = tuple[int, int, LedgerEntry]  # (start offset, end offset, ledger entry)
 
 
 class BufferBudget:

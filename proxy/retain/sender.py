@@ -3,6 +3,8 @@
 Several entries go as one call to a service that offers `retain.batch_path`, else as concurrent
 single retains. Each entry gets its own `memory_op` line either way. An entry that cannot be
 prepared or sent at all is parked in the dead-letter file so the entries after it still go.
+Backfill sends through this too (`operator/memory_ops.py`), so a replayed entry carries the same
+metadata, goes in the same batches and is retried the same way as a live one.
 """
 
 from __future__ import annotations
@@ -18,15 +20,10 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..formats import format_for_path
-from .call import (
-    BatchUnsupported,
-    RetainJob,
-    RetryableRetainError,
-    post_retain,
-    post_retain_batch,
-    scrub_job_async,
-)
+from ..ledger.entry import LedgerEntry
+from ..memory_service import BatchUnsupported, MemoryService, RetryableRetainError
 from .files import append_dead_letter
+from .job import RetainJob, scrub_job_async
 from .lane import Lane
 
 
@@ -47,7 +44,10 @@ class RetainSender:
         url = manifest.batch_url() if manifest is not None else None
         return bool(url) and url not in self._no_batch
 
-    async def send(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
+    def _service(self, job: RetainJob) -> MemoryService:
+        return MemoryService.of(self.session, job.manifest, job.agent_id, job.pod)
+
+    async def send(self, lane: Lane, ctx, manifest, entries: list[LedgerEntry]) -> list[bool]:
         """Per entry: True when acknowledged, permanently refused or dead-lettered; False to retry."""
         if len(entries) > 1 and self.can_batch(manifest):
             try:
@@ -58,10 +58,10 @@ class RetainSender:
                                        detail="the service has no batch endpoint; retaining one entry per call")
         return list(await asyncio.gather(*(self._send_one(lane, ctx, manifest, e) for e in entries)))
 
-    async def _job(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> RetainJob:
+    async def _job(self, lane: Lane, ctx, manifest, entry: LedgerEntry) -> RetainJob:
         return await retain_job(self.redactor, lane.agent_id, ctx, manifest, entry)
 
-    async def _send_together(self, lane: Lane, ctx, manifest, entries: list[dict[str, Any]]) -> list[bool]:
+    async def _send_together(self, lane: Lane, ctx, manifest, entries: list[LedgerEntry]) -> list[bool]:
         """One call for many entries. An entry that cannot be prepared is dead-lettered alone; a
         batch that cannot be sent is sent entry by entry."""
         done: list[bool | None] = [None] * len(entries)
@@ -75,7 +75,8 @@ class RetainSender:
             async with self._slots:
                 started = time.perf_counter()
                 try:
-                    codes: list[int | None] | None = await post_retain_batch(self.session, [j for _, j in jobs])
+                    codes: list[int | None] | None = await self._service(jobs[0][1]).retain_batch(
+                        [(j.metadata, j.entry) for _, j in jobs])
                     error = ""
                 except RetryableRetainError as exc:
                     codes, error = [None] * len(jobs), str(exc)
@@ -94,7 +95,7 @@ class RetainSender:
                     done[i] = self._report(lane, manifest, job, code, error, latency_ms, batch_size=len(jobs))
         return [bool(d) for d in done]
 
-    async def _send_one(self, lane: Lane, ctx, manifest, entry: dict[str, Any]) -> bool:
+    async def _send_one(self, lane: Lane, ctx, manifest, entry: LedgerEntry) -> bool:
         try:
             job = await self._job(lane, ctx, manifest, entry)
         except Exception as exc:
@@ -104,7 +105,7 @@ class RetainSender:
         async with self._slots:
             started = time.perf_counter()
             try:
-                status = await post_retain(self.session, job)
+                status = await self._service(job).retain(job.metadata, job.entry)
             except RetryableRetainError as exc:
                 error = str(exc)
                 _note_retry_after(lane, exc)
@@ -118,16 +119,19 @@ class RetainSender:
         entry_id = job.entry.get("id")
         if status is None or status >= 500 or status == 429:
             lane.last_error = error or f"status {status}"
-            self.telemetry.memory_op(agent_id=lane.agent_id, service=manifest.service, op="retain", status="failed",
-                                     latency_ms=latency_ms, error=error or f"status {status}", entry_id=entry_id,
-                                     will_retry=True, **extra)
+            self._log(lane, manifest, entry_id, "failed", latency_ms=latency_ms, error=error or f"status {status}",
+                      will_retry=True, **extra)
             return False
         ok = 200 <= status < 300
-        self.telemetry.memory_op(agent_id=lane.agent_id, service=manifest.service, op="retain",
-                                 status="succeeded" if ok else "failed", status_code=status, latency_ms=latency_ms,
-                                 removed=job.metadata.get("policy_removed", 0),
-                                 error=None if ok else f"refused with status {status}", entry_id=entry_id, **extra)
+        self._log(lane, manifest, entry_id, "succeeded" if ok else "failed", status_code=status,
+                  latency_ms=latency_ms, removed=job.metadata.get("policy_removed", 0),
+                  error=None if ok else f"refused with status {status}", **extra)
         return True
+
+    def _log(self, lane: Lane, manifest, entry_id: str | None, status: str, **fields: Any) -> None:
+        """How one entry's retain went: its `memory_op` line (CONTRACT §11)."""
+        self.telemetry.memory_op(agent_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
+                                 status=status, entry_id=entry_id, **fields)
 
     def _dead_letter(self, lane: Lane, manifest, entry: Any, reason: str) -> bool:
         """Park one entry that cannot be delivered (it could not be scrubbed or serialised, or the
@@ -136,9 +140,7 @@ class RetainSender:
         self.dead_letters += 1
         if entry_id:
             self.dead_ids.add(entry_id)
-        self.telemetry.memory_op(agent_id=lane.agent_id, service=getattr(manifest, "service", None), op="retain",
-                                 status="failed", error=f"dead-lettered: {reason}"[:300], entry_id=entry_id,
-                                 dead_letter=True)
+        self._log(lane, manifest, entry_id, "failed", error=f"dead-lettered: {reason}"[:300], dead_letter=True)
         self._park(lane.agent_id, entry_id, reason)
         return True
 
@@ -156,7 +158,7 @@ def _note_retry_after(lane: Lane, exc: RetryableRetainError) -> None:
         lane.retry_after = max(lane.retry_after, exc.retry_after)
 
 
-def retain_metadata(ctx, entry: dict[str, Any]) -> dict[str, Any]:
+def retain_metadata(ctx, entry: LedgerEntry) -> dict[str, Any]:
     """The `metadata` every retain of `entry` carries (CONTRACT §6), live or backfilled: a memory
     rebuilt from the ledger is scoped, dated and attributed as the live one was."""
     fmt = format_for_path(entry.get("path", ""))
@@ -164,7 +166,7 @@ def retain_metadata(ctx, entry: dict[str, Any]) -> dict[str, Any]:
                                entry.get("session_id"))
 
 
-async def retain_job(redactor: Redactor, agent_id: str, ctx, manifest, entry: dict[str, Any], *,
+async def retain_job(redactor: Redactor, agent_id: str, ctx, manifest, entry: LedgerEntry, *,
                      op: str = "retain", extra: dict[str, Any] | None = None) -> RetainJob:
     """One entry ready to send: live metadata (plus `extra`), scrubbed by the operator's rules."""
     meta = {**retain_metadata(ctx, entry), **(extra or {})}

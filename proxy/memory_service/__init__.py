@@ -1,0 +1,10 @@
+"""The memory-service client: every call memplane makes to a memory service goes through
+`MemoryService` (client.py) — the proxy's recall, retain delivery and backfill, forget, the
+inspector, `store_memory` and the CLI's `memory export`/`import`."""
+
+from .answers import MAX_RECALL_BYTES, RecallOutcome, deadline_ms, recalled_memories
+from .client import MemoryService
+from .errors import BatchUnsupported, MemoryServiceError, RetryableRetainError
+
+__all__ = ["MAX_RECALL_BYTES", "BatchUnsupported", "MemoryService", "MemoryServiceError", "RecallOutcome",
+           "RetryableRetainError", "deadline_ms", "recalled_memories"]
