@@ -36,11 +36,16 @@ from . import runner
 def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin_token: str | None) -> None:
     """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
     from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry
 
     from proxy.app import build_app
 
+    try:
+        memory_settings = EmbeddedSettings.from_env()  # MEMPLANE_EMBEDDINGS and the rest, read here once
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
     for d in (home, context_root, history_root, data_dir):
         private_dir(d)  # turns, tokens and memories: 0700
@@ -73,7 +78,8 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
                    err=True)
 
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
-             runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry()),
+             runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(),
+                                            settings=memory_settings),
                          "127.0.0.1", adapter_port, "embedded")]
     runner.run(runner.serve(sites, on_ready=ready))
 
@@ -88,6 +94,7 @@ async def _demo() -> None:
     from openai import AsyncOpenAI
 
     from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry, make_logger
 
@@ -100,7 +107,8 @@ async def _demo() -> None:
         root = Path(tmp)
         prov_runner, prov_port = await runner.start_site(runner.Site(provider.app(), "127.0.0.1", 0))
         ref_runner, ref_port = await runner.start_site(
-            runner.Site(build_embedded_app(root / "memory", redactor=Redactor(), telemetry=Telemetry(make_logger(log))),
+            runner.Site(build_embedded_app(root / "memory", redactor=Redactor(), telemetry=Telemetry(make_logger(log)),
+                                           settings=EmbeddedSettings.from_env()),
                         "127.0.0.1", 0))
         token, _ = write_agent(root / "context", "demo-agent", pod="demo",
                                memory=memory_manifest("embedded", f"http://127.0.0.1:{ref_port}",

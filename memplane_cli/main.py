@@ -209,6 +209,7 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
                      curator_model: str | None) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
     from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
     from memory_adapters.http.auth import load_agent_tokens
     from memplane_core.redact import RedactionConfigError, Redactor
     from memplane_core.telemetry import Telemetry
@@ -217,12 +218,13 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
         redactor = Redactor.from_file(redaction_rules) if redaction_rules else Redactor()
         tokens = load_agent_tokens(agent_tokens)
         curator = _curator_settings(curator_base_url, curator_model)
+        settings = EmbeddedSettings.from_env()
     except (RedactionConfigError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _warn_if_open(host, token or tokens)
     click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
     app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens,
-                             max_retains_in_flight=max_retains_in_flight, curator=curator)
+                             settings=settings, max_retains_in_flight=max_retains_in_flight, curator=curator)
     runner.run(runner.serve([runner.Site(app, host, port)]))
 
 

@@ -31,12 +31,13 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
                        curator: CuratorSettings | None = None,
                        max_memories_per_agent: int | None = None, recalls_per_agent: int | None = None,
                        embedder: Any = None) -> web.Application:
-    """`settings`: the adapter's settings (`EmbeddedSettings.from_env()` when none are given: the
-    environment is read there, once); the keyword arguments of the same names override them.
+    """`settings`: the adapter's settings, built by the caller (the CLI: `EmbeddedSettings.from_env()`
+    and its flags); none given means the documented defaults — a builder never reads the
+    environment. The keyword arguments of the same names override them.
     `max_retains_in_flight`: retain calls in hand before the next is answered 503 + Retry-After.
     `curator`: the LLM curator's settings (default: MEMPLANE_CURATOR_*; off unless set).
     `embedder`: an `engine.dense.Embedder` to use instead of loading the packaged model."""
-    s = EmbeddedSettings.from_env() if settings is None else settings
+    s = EmbeddedSettings() if settings is None else settings
     overrides = {"embeddings": embeddings, "encoder_threads": encoder_threads,
                  "max_memories_per_agent": max_memories_per_agent, "recalls_per_agent": recalls_per_agent}
     s = replace(s, **{k: v for k, v in overrides.items() if v is not None})
