@@ -223,3 +223,29 @@ async def test_backfill_sends_the_metadata_live_retain_sent(stack, aiohttp_serve
                            redactor=Redactor(), telemetry=Telemetry())
     assert stats.sent == 1
     assert seen[1] == {**live, "backfill": True}
+
+
+async def test_backfill_waits_out_a_busy_service_as_live_delivery_does(stack, aiohttp_server):
+    """A service that answers 503 with Retry-After is busy, not broken: backfill comes back when it
+    said (live delivery's sender and retries) instead of counting the entries as failed."""
+    from aiohttp import web
+
+    busy = [2]
+    stored: list[str] = []
+
+    async def retain(request: web.Request) -> web.Response:
+        if busy[0]:
+            busy[0] -= 1
+            return web.json_response({"error": {"message": "busy"}}, status=503, headers={"Retry-After": "0"})
+        stored.append(orjson.loads(await request.read())["entry"]["id"])
+        return web.json_response({"status": "stored"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/retain", retain)
+    server = await aiohttp_server(app)
+    stack.add_agent("busy", f"http://127.0.0.1:{free_port()}")
+    entries = await _turns(stack, "busy", ["I keep bees", "I play the oboe"])
+    stats = await backfill(ContextStore(stack.context_root, Telemetry()), stack.history_root, "mem-svc",
+                           url=f"http://{server.host}:{server.port}/retain", redactor=Redactor(), telemetry=Telemetry())
+    assert (stats.sent, stats.failed) == (2, 0)
+    assert sorted(stored) == sorted(e["id"] for e in entries)
