@@ -26,7 +26,7 @@ from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
-from .ledger.entry import LedgerEntry, build_entry
+from .ledger.entry import build_entry
 from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy
