@@ -131,8 +131,10 @@ async def main_async() -> None:
     quiet = Telemetry(make_logger(io.StringIO()))
     rows = {}
     from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
     if os.environ.get("INGEST_EMBEDDED", "1") == "1":
-        rows["embedded"] = await run(build_embedded_app(tmp / "emb", redactor=Redactor(), telemetry=quiet),
+        rows["embedded"] = await run(build_embedded_app(tmp / "emb", redactor=Redactor(), telemetry=quiet,
+                                                        settings=EmbeddedSettings.from_env()),
                                      "emb", convs, agents, batch=True)
     rurl = redis_url()
     with mongo(tmp) as murl:

@@ -62,15 +62,18 @@ async def main_async() -> dict:
         print(f"reference 1 agent x {size}: {results[f'reference|1 agent x {size}']}", flush=True)
         await runner.cleanup()
     from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
     for size in sizes:
-        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
+        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                                 settings=EmbeddedSettings.from_env())
         runner, port = await start_site(Site(app, "127.0.0.1", 0))  # loads the model: its dimension seeds vectors
         embedder = app[EMBEDDED_SERVICE].embedder
         await runner.cleanup()
         t0 = time.perf_counter()
         await seed_embedded(tmp / f"emb{size}", {"one": size}, embedder.dim if embedder else None)
         seeded = time.perf_counter() - t0
-        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
+        app = build_embedded_app(tmp / f"emb{size}", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                                 settings=EmbeddedSettings.from_env())
         runner, port = await start_site(Site(app, "127.0.0.1", 0))
         row = await measure(f"http://127.0.0.1:{port}/recall", ["one"], n)
         row.update(seed_s=round(seeded, 1), embeddings=embedder is not None)

@@ -119,8 +119,10 @@ def main() -> None:
         app = build_reference_app(a.data_dir, redactor=Redactor())
     elif a.role == "embedded":
         from memory_adapters.embedded.app import build_embedded_app
+        from memory_adapters.embedded.config import EmbeddedSettings
         from memplane_core.telemetry import Telemetry, make_logger
-        app = build_embedded_app(a.data_dir, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())))
+        app = build_embedded_app(a.data_dir, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                                 settings=EmbeddedSettings.from_env())
     else:
         from memory_adapters.tiered.app import build_tiered_app
         from memory_adapters.tiered.config import TieredSettings

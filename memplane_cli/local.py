@@ -37,6 +37,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
     """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.embedded.config import EmbeddedSettings
+    from memory_adapters.engine.curator import CuratorSettings
     from memplane_core.redact import Redactor
     from memplane_core.telemetry import Telemetry
 
@@ -44,6 +45,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
 
     try:
         memory_settings = EmbeddedSettings.from_env()  # MEMPLANE_EMBEDDINGS and the rest, read here once
+        curator = CuratorSettings.from_env()  # MEMPLANE_CURATOR_*: off unless a model is set
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
@@ -79,7 +81,7 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
 
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
              runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(),
-                                            settings=memory_settings),
+                                            settings=memory_settings, curator=curator),
                          "127.0.0.1", adapter_port, "embedded")]
     runner.run(runner.serve(sites, on_ready=ready))
 

@@ -205,8 +205,10 @@ async def main_async(args) -> dict | None:
     quiet = Telemetry(make_logger(io.StringIO()))
     if "embedded" in args.adapters:
         from memory_adapters.embedded.app import build_embedded_app
+        from memory_adapters.embedded.config import EmbeddedSettings  # MEMPLANE_EMBEDDINGS=off etc. apply
         rows["embedded"] = await replay(convs, build_embedded_app(tmp / "embedded", redactor=Redactor(),
-                                                                  telemetry=quiet), tmp, "embedded", batch=True)
+                                                                  telemetry=quiet, settings=EmbeddedSettings.from_env()),
+                                            tmp, "embedded", batch=True)
     if "reference" in args.adapters:
         from memory_adapters.reference.app import build_reference_app
         rows["reference"] = await replay(convs, build_reference_app(tmp / "reference", redactor=Redactor()), tmp,

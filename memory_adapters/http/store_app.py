@@ -25,8 +25,8 @@ def build_store_app(service: Any, telemetry: Telemetry, *, start: Callable[[], A
                     max_retains_in_flight: int = DEFAULT_MAX_RETAINS_IN_FLIGHT) -> web.Application:
     """`service`: a store offering the contract and `MemoryRest`, with `close()`; `start`: what
     the store does before it serves (load indexes, start background work); `curator`: the
-    curator's settings, else `CuratorSettings.from_env()` (read here, once: off unless set)."""
-    service.curator = build_curator(service, telemetry, CuratorSettings.from_env() if curator is None else curator)
+    curator's settings, built by the caller (the CLI reads `MEMPLANE_CURATOR_*`); none: no curator."""
+    service.curator = build_curator(service, telemetry, CuratorSettings() if curator is None else curator)
     service.metric_collectors = service.curator.metrics.collectors() if service.curator else ()
     app = build_adapter_app(service, describe(retain_batch=True), token=token, agent_tokens=agent_tokens,
                             max_retains_in_flight=max_retains_in_flight)
