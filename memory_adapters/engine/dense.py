@@ -212,6 +212,7 @@ class QueryBatcher:
         # two, so that a question arriving during a call is encoded at once on the other core
         # instead of behind it (ONNX Runtime runs one session from several threads)
         self._pool = ThreadPoolExecutor(max_workers=self.WORKERS, thread_name_prefix="memplane-query")
+        self._started = threading.Event()  # set when a worker thread takes up a call
 
     def submit(self, text: str) -> asyncio.Future:
         """The query's vector as a future: done at once from the cache; else computed with the
@@ -253,7 +254,13 @@ class QueryBatcher:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def wait_started(self, timeout: float) -> None:
+        """Block (the interpreter released) until a worker thread has taken up the call just
+        handed to it, at most `timeout` s: the caller's own work then runs beside the encoder."""
+        self._started.wait(timeout)
+
     def _timed(self, texts: list[str]) -> list["np.ndarray"]:
+        self._started.set()
         started = time.perf_counter()
         try:
             return self.embedder.embed_queries(texts)
@@ -271,6 +278,7 @@ class QueryBatcher:
                 continue
             started = time.perf_counter()
             self._running += 1
+            self._started.clear()
             try:
                 vecs = await asyncio.get_running_loop().run_in_executor(
                     self._pool, self._timed, [t for t, _ in batch])
@@ -380,8 +388,8 @@ class VectorIndex:
         """The `k` best of `scores` (cosines of `rows`), best first, removed rows left out."""
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        ids = self.ids
-        return [(ids[rows[i]], float(scores[i])) for i in top.tolist() if ids[rows[i]] is not None]
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return [(ids[r], s) for r, s in zip(rows[top].tolist(), scores[top].tolist()) if ids[r] is not None]
 
     def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` by cosine with the mean and standard deviation of cosine over the live rows
