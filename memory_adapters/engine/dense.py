@@ -212,7 +212,6 @@ class QueryBatcher:
         # two, so that a question arriving during a call is encoded at once on the other core
         # instead of behind it (ONNX Runtime runs one session from several threads)
         self._pool = ThreadPoolExecutor(max_workers=self.WORKERS, thread_name_prefix="memplane-query")
-        self._started = threading.Event()  # set when a worker thread takes up a call
 
     def submit(self, text: str) -> asyncio.Future:
         """The query's vector as a future: done at once from the cache; else computed with the
@@ -254,13 +253,7 @@ class QueryBatcher:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def wait_started(self, timeout: float) -> None:
-        """Block (the interpreter released) until a worker thread has taken up the call just
-        handed to it, at most `timeout` s: the caller's own work then runs beside the encoder."""
-        self._started.wait(timeout)
-
     def _timed(self, texts: list[str]) -> list["np.ndarray"]:
-        self._started.set()
         started = time.perf_counter()
         try:
             return self.embedder.embed_queries(texts)
@@ -278,7 +271,6 @@ class QueryBatcher:
                 continue
             started = time.perf_counter()
             self._running += 1
-            self._started.clear()
             try:
                 vecs = await asyncio.get_running_loop().run_in_executor(
                     self._pool, self._timed, [t for t, _ in batch])

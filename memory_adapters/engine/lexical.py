@@ -63,8 +63,6 @@ class LexicalIndex:
         self.lengths = np.zeros(64)
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # term → (rows, counts), while unchanged
         self._acc = np.zeros(64)  # scratch scores, all zero between searches
-        self._version = 0  # changes with every add and remove
-        self._last: tuple | None = None  # (query, k, version, answer) of the last `scored`
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -72,7 +70,6 @@ class LexicalIndex:
     def add(self, doc_id: str, text: str) -> None:
         self.remove(doc_id)
         tf = Counter(terms(text))
-        self._version += 1
         row = len(self.ids)
         if row >= len(self.lengths):
             self.lengths = np.concatenate([self.lengths, np.zeros_like(self.lengths)])
@@ -91,7 +88,6 @@ class LexicalIndex:
         if old is None:
             return
         tf, row = old
-        self._version += 1
         self.ids[row] = None
         self.total_len -= int(self.lengths[row])
         for term in tf:
@@ -115,27 +111,17 @@ class LexicalIndex:
 
     def scored(self, query: str | list[str], k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` documents with the mean and standard deviation of BM25 over *all* documents
-        (those no query term found score 0), so a caller can put scores on a common scale.
-
-        The last answer is kept until the index changes: a recall computes its words' candidates
-        while the encoder computes its vector (engine/schedule.py), and ranks with them after."""
-        last = self._last
-        if last is not None and last[0] == query and last[1] == k and last[2] == self._version:
-            return last[3]
+        (those no query term found score 0), so a caller can put scores on a common scale."""
         q = terms(query) if isinstance(query, str) else query
         cand, scores = self._score(q)
         n = len(self.docs)
         if cand is None or not n:
-            answer: tuple[list[tuple[str, float]], float, float] = ([], 0.0, 0.0)
-        else:
-            mean = float(scores.sum()) / n
-            std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
-            order = np.lexsort((cand, -scores))[:k]
-            ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
-            answer = [(ids[c], s) for c, s in zip(cand[order].tolist(), scores[order].tolist())], mean, std
-        if isinstance(query, str):
-            self._last = (query, k, self._version, answer)
-        return answer
+            return [], 0.0, 0.0
+        mean = float(scores.sum()) / n
+        std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
+        order = np.lexsort((cand, -scores))[:k]
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return [(ids[c], s) for c, s in zip(cand[order].tolist(), scores[order].tolist())], mean, std
 
     def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not q or not self.docs:

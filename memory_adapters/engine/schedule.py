@@ -127,9 +127,8 @@ class RecallScheduler:
     def ranked(self, seconds: float) -> None:
         self.rank_s = 0.8 * self.rank_s + 0.2 * min(seconds, MAX_RESERVE_S)
 
-    async def vector(self, queries: Any, text: str, deadline: Deadline, meanwhile: Any = None) -> tuple[Any, str]:
-        """The query's vector if it is ready in time, with the ranking that will answer.
-        `meanwhile()`: work that does not need the vector, done on the loop while the encoder runs."""
+    async def vector(self, queries: Any, text: str, deadline: Deadline) -> tuple[Any, str]:
+        """The query's vector if it is ready in time, with the ranking that will answer."""
         if queries is None or not text.strip():
             return None, LEXICAL
         future = queries.submit(text)
@@ -141,9 +140,6 @@ class RecallScheduler:
                 self.stats.lexical_deadline += 1
                 self.stats.lexical_estimate += 1
                 return None, LEXICAL_DEADLINE
-            if meanwhile is not None:
-                await _beside_the_encoder(queries, meanwhile, lone=self.in_flight == 1)
-                left = deadline.left()
             try:
                 if left is None:
                     await asyncio.shield(future)
@@ -181,22 +177,6 @@ class RecallScheduler:
         except TimeoutError:
             pass
         self.stats.background_paused_s += time.monotonic() - started
-
-
-async def _beside_the_encoder(queries: Any, work: Any, lone: bool) -> None:
-    """Run `work()` on the loop while the encoder computes the query's vector on its thread
-    (ONNX Runtime releases the interpreter while it runs). Best effort: what fails here is done
-    again, and fails for real, in the ranking."""
-    await asyncio.sleep(0)  # the batcher hands the question to its thread
-    started = getattr(queries, "wait_started", None)
-    if lone and started is not None:
-        # let the encoder's thread take the interpreter first (it lets go at the model's run):
-        # else this work would hold the encoder back instead of running beside it
-        started(0.001)
-    try:
-        work()
-    except Exception:  # noqa: BLE001 - see above
-        pass
 
 
 def _give_up(queries: Any, future: asyncio.Future) -> None:
@@ -260,8 +240,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
                 return RecallAnswer([], NONE_LOADING)
             suffix = STALE_INDEX
         own, shared = pair
-        vector, ranking = await scheduler.vector(queries, q.text, deadline,
-                                                 meanwhile=lambda: own.lexical.scored(q.text, q.candidates))
+        vector, ranking = await scheduler.vector(queries, q.text, deadline)
         stats.vector_s += time.perf_counter() - t2
         ranking += suffix
         if own.vectors is None:
