@@ -380,8 +380,8 @@ class VectorIndex:
         """The `k` best of `scores` (cosines of `rows`), best first, removed rows left out."""
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        ids = self.ids
-        return [(ids[rows[i]], float(scores[i])) for i in top.tolist() if ids[rows[i]] is not None]
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return [(ids[r], s) for r, s in zip(rows[top].tolist(), scores[top].tolist()) if ids[r] is not None]
 
     def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` by cosine with the mean and standard deviation of cosine over the live rows

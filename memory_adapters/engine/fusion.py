@@ -10,6 +10,7 @@ On LoCoMo's dev set this beat both reciprocal-rank fusion and either signal alon
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -27,10 +28,9 @@ class Signal:
     weight: float = 1.0
 
     def z(self, doc_ids: list[str]) -> np.ndarray:
-        get, missing = self.scores.get, self.missing
-        raw = np.fromiter((get(d, missing) for d in doc_ids), dtype=np.float64, count=len(doc_ids))
+        raw = np.array(list(map(self.scores.get, doc_ids, repeat(self.missing, len(doc_ids)))), dtype=np.float64)
         if self.std <= 1e-12:  # one memory, or all alike: a match is all this signal can tell
-            return self.weight * (raw > missing)
+            return self.weight * (raw > self.missing)
         return self.weight * (raw - self.mean) / self.std
 
 
@@ -42,4 +42,4 @@ def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
         return []
     fused = sum(s.z(ids) for s in signals)
     order = np.argsort(-fused, kind="stable")
-    return list(zip((ids[i] for i in order), fused[order].tolist()))
+    return list(zip(map(ids.__getitem__, order.tolist()), fused[order].tolist()))

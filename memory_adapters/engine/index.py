@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
@@ -164,6 +166,12 @@ class AgentIndex:
              visible: Any = None, limit: int | None = None) -> list[tuple[StoredMemory, float]]:
         """Memories by fused z-score, best first (the best `limit` when given); expired ones and
         those `visible` refuses left out."""
+        return list(islice(self.ranked(text, vector, k, now, visible), limit))
+
+    def ranked(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
+               visible: Any = None) -> Iterator[tuple[StoredMemory, float]]:
+        """`rank`, lazily: a recall packs the best few dozen of several hundred candidates, so the
+        rest are never looked up or filtered (on a cold cache each lookup is a miss)."""
         now = now or time.time()
         lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
         signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
@@ -177,15 +185,12 @@ class AgentIndex:
                 cos = self.vectors.matrix[[r for _, r in todo]] @ vector
                 dense.update(zip((d for d, _ in todo), cos.tolist()))
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
-        out = []
+        memories = self.memories
         for doc_id, score in z_fuse(signals):
-            m = self.memories.get(doc_id)
+            m = memories.get(doc_id)
             if m is None or m.expired(now) or (visible is not None and not visible(m)):
                 continue
-            out.append((m, score))
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+            yield m, score
 
     def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
                type_filter: set[str] | None = None, min_importance: float | None = None
@@ -215,23 +220,23 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS)
-        if not ranked:
-            return []
-        seen: set[str] = set()
-        distinct = []
-        for m, s in ranked:  # a user who repeats small talk should not fill the block
-            norm = self.snippet(m).norm
-            if norm not in seen:
-                seen.add(norm)
-                distinct.append((m, s))
-                if len(distinct) >= MAX_HITS:
-                    break
+        ranked = islice(self.ranked(q.text, q.vector, k=q.candidates, visible=visible), 2 * MAX_HITS)
+
+        def distinct() -> Iterator[tuple[StoredMemory, float]]:
+            """A user who repeats small talk should not fill the block; taken as packing needs them."""
+            seen: set[str] = set()
+            for m, s in ranked:
+                norm = self.snippet(m).norm
+                if norm not in seen:
+                    seen.add(norm)
+                    yield m, s
+                    if len(seen) >= MAX_HITS:
+                        return
 
         def near(m: StoredMemory) -> list[StoredMemory]:
             return [n for n in self.neighbours(m) if visible is None or visible(n)]
 
-        return pack(distinct, near, self.position, self.snippet, budget_tokens=q.budget_tokens,
+        return pack(distinct(), near, self.position, self.snippet, budget_tokens=q.budget_tokens,
                     max_blocks=q.max_blocks)
 
 

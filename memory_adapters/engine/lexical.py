@@ -120,7 +120,8 @@ class LexicalIndex:
         mean = float(scores.sum()) / n
         std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
         order = np.lexsort((cand, -scores))[:k]
-        return [(self.ids[cand[i]], float(scores[i])) for i in order], mean, std
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return [(ids[c], s) for c, s in zip(cand[order].tolist(), scores[order].tolist())], mean, std
 
     def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not q or not self.docs:

@@ -10,9 +10,10 @@ blocks, each run under its date. Budget binds, not the block count.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import islice
 
 import orjson
 
@@ -83,30 +84,34 @@ def _render(runs: list[list[Snippet]]) -> str:
     return "\n\n".join(out)
 
 
-def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
+def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
          position: Callable[[StoredMemory], int], snippet: Callable[[StoredMemory], Snippet], *,
          budget_tokens: int, max_blocks: int, max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
-    """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`."""
+    """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`.
+    `ranked` may be lazy: it is read only until the budget is full."""
     budget_tokens = max(0, budget_tokens)
     max_blocks = max(1, max_blocks)
     # characters for text, leaving each block's date header and separators some room
     room = budget_tokens * 4 - max_blocks * 16
     chosen: dict[str, tuple[StoredMemory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
+    shown: dict[str, Snippet] = {}  # id → its snippet, looked up once
     used = 0
-    for rank, (hit, score) in enumerate(ranked[:MAX_HITS]):
+    for rank, (hit, score) in enumerate(islice(ranked, MAX_HITS)):
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
             if m.id in chosen:
                 continue
-            cost = len(snippet(m).line) + 2
+            sn = snippet(m)
+            cost = len(sn.line) + 2
             if used + cost > room:
                 continue
             chosen[m.id] = (m, score, rank)
+            shown[m.id] = sn
             used += cost
         if room - used < 40:
             break
     where = {memory_id: position(m) for memory_id, (m, _, _) in chosen.items()}  # in time order
     while chosen:
-        blocks = _group(list(chosen.values()), where, snippet, max_blocks)
+        blocks = _group(list(chosen.values()), where, shown, max_blocks)
         size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
         tokens = sum(estimate_tokens(b.text) for b in blocks)
         if size <= max_bytes and tokens <= budget_tokens:
@@ -116,16 +121,16 @@ def pack(ranked: list[tuple[StoredMemory, float]], neighbours: Callable[[StoredM
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
         for worst in sorted(chosen.values(), key=lambda c: (-c[2], c[1])):
             chosen.pop(worst[0].id)
-            excess -= len(snippet(worst[0]).line.encode()) + 1
+            excess -= len(shown[worst[0].id].line.encode()) + 1
             if excess <= 0:
                 break
     return []
 
 
 def _group(chosen: list[tuple[StoredMemory, float, int]], where: dict[str, int],
-           snippet: Callable[[StoredMemory], Snippet], max_blocks: int) -> list[Packed]:
+           shown: dict[str, Snippet], max_blocks: int) -> list[Packed]:
     """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
-    similar size; the blocks are returned best first."""
+    similar size; the blocks are returned best first. `shown`: each memory's snippet by id."""
     chosen.sort(key=lambda c: (where[c[0].id], c[0].id))
     runs: list[list[tuple[StoredMemory, float, int]]] = []
     for c in chosen:
@@ -133,7 +138,7 @@ def _group(chosen: list[tuple[StoredMemory, float, int]], where: dict[str, int],
             runs[-1].append(c)
         else:
             runs.append([c])
-    size_of = {c[0].id: len(snippet(c[0]).line) for c in chosen}
+    size_of = {c[0].id: len(shown[c[0].id].line) for c in chosen}
     total = sum(size_of.values())
     per_block = math.ceil(total / max_blocks)
     groups: list[list[list[tuple[StoredMemory, float, int]]]] = [[]]
@@ -151,7 +156,7 @@ def _group(chosen: list[tuple[StoredMemory, float, int]], where: dict[str, int],
         best = min(members, key=lambda c: (c[2], -c[1]))
         first = members[0][0]
         blocks.append(Packed(
-            text=_render([[snippet(c[0]) for c in run] for run in group]),
+            text=_render([[shown[c[0].id] for c in run] for run in group]),
             score=round(best[1], 4),
             kind="episode" if all(c[0].type == "episode" for c in members) else best[0].type,
             ts=iso(said_time(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))
