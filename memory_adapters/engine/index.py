@@ -15,6 +15,7 @@ from typing import Any
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
+from . import context
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
@@ -76,6 +77,8 @@ class AgentIndex:
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
     snippets: dict[str, Snippet] = field(default_factory=dict)  # id → what packing shows of it
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
+    around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
+    asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -87,7 +90,12 @@ class AgentIndex:
             self.pinned.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
-        bisect.insort(self.order, (*_order_key(m), m.id))
+        if m.type == "episode" and context.asks(m.value):
+            self.asking.add(m.id)
+        at = (*_order_key(m), m.id)
+        i = bisect.bisect_left(self.order, at)
+        self.order.insert(i, at)
+        self._relink(i)
         if vector is not None:
             self.add_vector(m.id, vector)
 
@@ -132,13 +140,31 @@ class AgentIndex:
             return None
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
+        self.asking.discard(memory_id)
+        self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
         if self.vectors is not None:
             self.vectors.remove(memory_id)
         i = bisect.bisect_left(self.order, (*_order_key(m), m.id))
         if i < len(self.order) and self.order[i][3] == m.id:
             del self.order[i]
+            self._relink(i)
         return m
+
+    def _relink(self, i: int) -> None:
+        """Refresh `around` for the turns at and beside position `i` of `order` (one changed there)."""
+        order, memories = self.order, self.memories
+        for j in range(max(0, i - 1), min(len(order), i + 2)):
+            m = memories.get(order[j][3])
+            if m is None:
+                continue
+            near = []
+            if m.type == "episode":
+                for k in (j - 1, j + 1):
+                    other = memories.get(order[k][3]) if 0 <= k < len(order) else None
+                    if other is not None and other.type == "episode" and other.session_id == m.session_id:
+                        near.append(other.id)
+            self.around[m.id] = tuple(near)
 
     def snippet(self, m: StoredMemory) -> Snippet:
         got = self.snippets.get(m.id)
@@ -161,9 +187,11 @@ class AgentIndex:
         return out
 
     def rank(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
-             visible: Any = None, limit: int | None = None) -> list[tuple[StoredMemory, float]]:
+             visible: Any = None, limit: int | None = None, in_context: bool = False
+             ) -> list[tuple[StoredMemory, float]]:
         """Memories by fused z-score, best first (the best `limit` when given); expired ones and
-        those `visible` refuses left out."""
+        those `visible` refuses left out. `in_context`: the head reordered with each turn's
+        neighbours (context.py), as recall ranks."""
         now = now or time.time()
         lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
         signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
@@ -185,6 +213,12 @@ class AgentIndex:
             out.append((m, score))
             if limit is not None and len(out) >= limit:
                 break
+        if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
+            around = self.around
+            reranked = context.rerank([m.id for m, _ in out], [score for _, score in out],
+                                      lambda d: around.get(d, ()), sum(s.floor() for s in signals),
+                                      self.asking.__contains__)
+            out = [(out[i][0], score) for i, score in reranked]
         return out
 
     def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
@@ -215,7 +249,7 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS)
+        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS, in_context=True)
         if not ranked:
             return []
         seen: set[str] = set()
