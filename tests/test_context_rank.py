@@ -53,12 +53,12 @@ def test_a_turn_asks_only_when_every_sentence_is_a_question():
 
 
 def test_rerank_reorders_only_the_head_and_a_memory_outside_a_conversation_is_its_own_context():
-    ids = ["fact", "question", "chance", "reply", "tail"]
-    scores = [5.0, 4.0, 1.0, 0.9, 0.5]
-    adjacent = {"question": ("reply",), "reply": ("question",), "chance": ("stranger",)}.get
-    order = context.rerank(ids, scores, lambda d: adjacent(d, ()), -0.5, lambda d: False, weight=0.25, depth=4)
-    ranked = [(ids[i], round(s, 3)) for i, s in order]
-    assert ranked == [("fact", 6.25), ("question", 4.225), ("reply", 1.9), ("chance", 0.875), ("tail", 0.5)]
+    ranked = [(said(i, name, "s"), score) for i, (name, score) in enumerate(
+        [("fact", 5.0), ("question", 4.0), ("chance", 1.0), ("reply", 0.9), ("tail", 0.5)])]
+    around = {"m1": ("m3",), "m3": ("m1",), "m2": ("stranger",)}  # question and reply said together
+    got = context.rerank(ranked, around, -0.5, set(), weight=0.25, depth=4)
+    assert [(m.value, round(s, 3)) for m, s in got] == [
+        ("fact", 6.25), ("question", 4.225), ("reply", 1.9), ("chance", 0.875), ("tail", 0.5)]
 
 
 def test_the_neighbours_ranking_uses_stay_those_packing_shows_through_inserts_and_deletes():

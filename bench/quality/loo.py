@@ -11,8 +11,9 @@ protocol does (`locomo.py`), each question is retained after it is asked, so lat
 find earlier ones (`--no-retained-questions`: the turns alone).
 
 Experiments:
-* `context`: how much a turn's best neighbour counts in its rank (context.WEIGHT) and how far a
-  turn that only asks moves down (context.ASKS_PENALTY).
+* `context`: how much a turn's best neighbour counts in its rank (context.WEIGHT), how far a
+  turn that only asks moves down (context.ASKS_PENALTY) and how many hits are reordered
+  (context.DEPTH); weight 0 and penalty 0 is the ranking without context.
 * `bm25`: the lexical index's k1 and b.
 * `neighbours`: how many of the best hits bring the turns next to them (packing.NEIGHBOURS_FOR).
 * `dense-skip`: skip the query encoder when BM25 is already confident (the best lexical hit's
@@ -122,6 +123,8 @@ def context_grid() -> dict:
             if (w, p) != (context.WEIGHT, context.ASKS_PENALTY):
                 out[f"weight {w}, asks penalty {p}"] = with_constants(
                     (context, "WEIGHT", w), (context, "ASKS_PENALTY", p))
+    for depth in (60, 150):
+        out[f"default, the best {depth} hits reordered"] = with_constants((context, "DEPTH", depth))
     return out
 
 

@@ -12,7 +12,9 @@ Leave-one-conversation-out on LoCoMo's dev set chose these values (bench/README.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Container, Mapping, Sequence
+from typing import Any
 
 from .episodes import sentences
 
@@ -23,35 +25,46 @@ ASKS_PENALTY = 8.0  # z units a turn that only asks moves down: below the head's
 
 def asks(text: str) -> bool:
     """Every sentence is a question: a turn that asks and says nothing else."""
+    if not text.rstrip().endswith("?"):  # most memories: no need to split them
+        return False
     said = sentences(text)
     return bool(said) and all(s.endswith("?") for s in said)
 
 
-def rerank(ids: list[str], scores: list[float], adjacent: Callable[[str], Sequence[str]], floor: float,
-           asking: Callable[[str], bool], *, weight: float | None = None, depth: int | None = None,
-           penalty: float | None = None) -> list[tuple[int, float]]:
-    """The ranking `ids` (best first, fused `scores`) with its head reordered in context, as
-    (index into `ids`, score) pairs; the rest after it unchanged. `adjacent(id)`: the turns said
-    just before and after it (none for a memory outside a conversation, which is then its own
-    context); `floor`: the fused score of a memory no signal found, which a neighbour outside
-    `ids` counts as. Unset weight, depth and penalty: the module's."""
+def rerank(ranked: list[tuple[Any, float]], around: Mapping[str, Sequence[str]], floor: float,
+           asking: Container[str], *, weight: float | None = None, depth: int | None = None,
+           penalty: float | None = None) -> list[tuple[Any, float]]:
+    """`ranked` (memory, fused score), best first, with its head reordered in context; the rest
+    after it unchanged. `around[id]`: the turns said just before and after it (none for a memory
+    outside a conversation, which is then its own context); `floor`: the fused score of a memory
+    no signal found, which a neighbour outside `ranked` counts as; `asking`: ids of turns that only
+    ask. Unset weight, depth and penalty: the module's."""
     weight = WEIGHT if weight is None else weight
     depth = DEPTH if depth is None else depth
     penalty = ASKS_PENALTY if penalty is None else penalty
     if weight == 0 and penalty == 0:
-        return list(enumerate(scores))
-    at = {doc: i for i, doc in enumerate(ids)}
-    todo: dict[int, Sequence[str]] = {}  # the head and the turns beside it that `ids` holds
-    for i in range(min(depth, len(ids))):
-        todo[i] = near = adjacent(ids[i])
+        return ranked
+    at = {m.id: i for i, (m, _) in enumerate(ranked)}
+    seat, near_of = at.get, around.get
+    todo: dict[int, Sequence[str]] = {}  # the head and the turns beside it that `ranked` holds
+    for i in range(min(depth, len(ranked))):
+        todo[i] = near = near_of(ranked[i][0].id, ())
         for other in near:
-            j = at.get(other)
+            j = seat(other)
             if j is not None and j not in todo:
-                todo[j] = adjacent(other)
-    out = []
+                todo[j] = near_of(other, ())
+    ordered = []
     for i, near in todo.items():
-        own = scores[i]
-        best = max([scores[at[n]] if n in at else floor for n in near]) if near else own
-        out.append((i, own + weight * best - (penalty if asking(ids[i]) else 0.0)))
-    out.sort(key=lambda pair: (-pair[1], ids[pair[0]]))
-    return out + [(i, scores[i]) for i in range(len(ids)) if i not in todo]
+        m, own = ranked[i]
+        best = own
+        if near:
+            best = -math.inf
+            for other in near:
+                j = seat(other)
+                got = ranked[j][1] if j is not None else floor
+                if got > best:
+                    best = got
+        ordered.append((-(own + weight * best - (penalty if m.id in asking else 0.0)), m.id, i))
+    ordered.sort()  # best first; equal scores by id, as fusion breaks ties
+    return ([(ranked[i][0], -neg) for neg, _, i in ordered]
+            + [pair for k, pair in enumerate(ranked) if k not in todo])

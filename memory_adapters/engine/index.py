@@ -214,11 +214,7 @@ class AgentIndex:
             if limit is not None and len(out) >= limit:
                 break
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
-            around = self.around
-            reranked = context.rerank([m.id for m, _ in out], [score for _, score in out],
-                                      lambda d: around.get(d, ()), sum(s.floor() for s in signals),
-                                      self.asking.__contains__)
-            out = [(out[i][0], score) for i, score in reranked]
+            out = context.rerank(out, self.around, sum(s.floor() for s in signals), self.asking)
         return out
 
     def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
