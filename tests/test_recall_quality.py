@@ -188,7 +188,8 @@ def test_lexical_search_after_upserts_and_removals_ranks_as_bm25_over_the_live_m
             for t in set(query) & tf.keys():
                 df = sum(1 for other in tfs.values() if t in other)
                 idf = math.log(1 + (len(tfs) - df + 0.5) / (df + 0.5))
-                score += idf * tf[t] * 2.2 / (tf[t] + 1.2 * (0.25 + 0.75 * sum(tf.values()) / avg))
+                k1, b = index.k1, index.b  # textbook BM25 with the index's own parameters
+                score += idf * tf[t] * (k1 + 1) / (tf[t] + k1 * (1 - b + b * sum(tf.values()) / avg))
             if score:
                 expected[d] = score
         got = index.search(query, k=10)

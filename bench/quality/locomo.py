@@ -192,6 +192,7 @@ async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch
             "recall_p50_ms": lat[len(lat) // 2] if lat else None,
             "recall_p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
             "recalls_unanswered": sum(r["memory_status"] != "succeeded" for r in recalls),
+            "rankings": dict(Counter(str(r.get("ranking")) for r in recalls)),  # which ranking answered
             "policy_removed": sum(int(r.get("memory_removed") or 0) for r in recalls), "misses": misses}
 
 
@@ -231,6 +232,9 @@ async def main_async(args) -> dict | None:
     print(table(["adapter", *cats, "turns/s", "recall p50 ms", "recall p99 ms"],
                 [[name, *[r["scores"].get(c) for c in cats], r.get("turns_per_s"), r.get("recall_p50_ms"),
                   r.get("recall_p99_ms")] for name, r in rows.items()]))
+    for name, r in rows.items():
+        if r.get("rankings"):
+            print(f"{name}: questions answered by {', '.join(f'{k} {v}' for k, v in sorted(r['rankings'].items()))}")
     path = write_results("locomo", {"dataset": str(DATASET), "conversations": [c["name"] for c in convs],
                                     "rows": rows})
     print(f"LoCoMo dev ({len(convs)} conversations, {sum(len(c['questions']) for c in convs)} questions): "

@@ -1,13 +1,21 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment dense-skip|deadline]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline]
+                                [--no-retained-questions]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
 overall score there, ties to the default) and scored on the third; all three splits are printed,
 with the default's score beside each. In-process over the engine's own index (no proxy, same
-episodes and the acceptance scoring of `locomo.py`), so a grid runs in a minute.
+episodes and the acceptance scoring of `locomo.py`), so a grid runs in a minute. As the
+protocol does (`locomo.py`), each question is retained after it is asked, so later questions
+find earlier ones (`--no-retained-questions`: the turns alone).
 
 Experiments:
+* `context`: how much a turn's best neighbour counts in its rank (context.WEIGHT), how far a
+  turn that only asks moves down (context.ASKS_PENALTY) and how many hits are reordered
+  (context.DEPTH); weight 0 and penalty 0 is the ranking without context.
+* `bm25`: the lexical index's k1 and b.
+* `neighbours`: how many of the best hits bring the turns next to them (packing.NEIGHBOURS_FOR).
 * `dense-skip`: skip the query encoder when BM25 is already confident (the best lexical hit's
   z-score at least T): a cheaper query path, if it keeps quality.
 * `deadline`: what the deadline path costs when it answers: every question by words alone
@@ -17,6 +25,7 @@ Experiments:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import replace
 
@@ -26,20 +35,30 @@ from ..harness import table, write_results
 from .locomo import CATEGORIES, DATASET, evidence_found, load, memory_elements, scores
 
 
+def turn_entry(n: int, message: str, prefix: str = "hist1", hour: int = 0) -> dict:
+    """A ledger entry as the proxy writes it for one protocol turn (the provider answers "OK.")."""
+    return {"id": f"{prefix}_{n}", "ts": f"2026-01-01T{hour:02d}:{n // 60 % 60:02d}:{n % 60:02d}.000Z",
+            "request_original": {"messages": [{"role": "user", "content": message}]},
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+
+
 def build(conv: dict, embedder) -> tuple:
-    from memory_adapters.engine.dense import VectorIndex
+    """The conversation's episodes and their vectors: an index is made of them per evaluation."""
     from memory_adapters.engine.episodes import episodes_from_entry
-    from memory_adapters.engine.index import AgentIndex
 
     redactor = Redactor()
-    idx = AgentIndex(vectors=VectorIndex(embedder.dim))
     memories = []
     for n, t in enumerate(conv["turns"]):
-        entry = {"id": f"hist1_{n}", "ts": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}.000Z",
-                 "request_original": {"messages": [{"role": "user", "content": t["message"]}]},
-                 "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
-        memories += episodes_from_entry(conv["name"], entry, {}, redactor)
-    vecs = embedder.embed([m.value for m in memories])
+        memories += episodes_from_entry(conv["name"], turn_entry(n, t["message"]), {}, redactor)
+    return memories, embedder.embed([m.value for m in memories])
+
+
+def index_of(corpus: tuple):
+    from memory_adapters.engine.dense import VectorIndex
+    from memory_adapters.engine.index import AgentIndex
+
+    memories, vecs = corpus
+    idx = AgentIndex(vectors=VectorIndex(vecs.shape[1]))
     for m, v in zip(memories, vecs):
         idx.put(m, v)
     return idx
@@ -49,19 +68,83 @@ def block_of(packed) -> str:
     return "".join(f"<memory>{p.text}</memory>" for p in packed)
 
 
-def evaluate(conv: dict, idx, qvecs: dict, setting) -> tuple[list[tuple[int, bool]], float]:
-    """Scores of one conversation under `setting(idx, question, vector) -> RecallQuery`; share of
-    questions that skipped the encoder."""
+def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True
+             ) -> tuple[list[tuple[int, bool]], float]:
+    """Scores of one conversation under `setting(idx, question, vector) -> RecallQuery` (and the
+    module constants its `patch` sets, if any); share of questions that skipped the encoder. With
+    `retained`, each question is retained after it is asked, as through the proxy."""
+    from memory_adapters.engine.episodes import episodes_from_entry
     from memory_adapters.engine.index import recall_with_shared
     by_id = {t["id"]: t for t in conv["turns"]}
     out, skipped = [], 0
-    for q in conv["questions"]:
-        rq = setting(idx, q["question"], qvecs[q["question"]])
-        skipped += rq.vector is None
-        elements = memory_elements(block_of(recall_with_shared(idx, None, rq)))
-        out.append((q["category"], all(evidence_found(by_id[e]["text"], elements)
-                                       for e in q["evidence"] if e in by_id)))
+    redactor = Redactor()
+    with patched(getattr(setting, "patch", ())):
+        idx = index_of(corpus)
+        for n, q in enumerate(conv["questions"]):
+            rq = setting(idx, q["question"], qvecs[q["question"]])
+            skipped += rq.vector is None
+            elements = memory_elements(block_of(recall_with_shared(idx, None, rq)))
+            out.append((q["category"], all(evidence_found(by_id[e]["text"], elements)
+                                           for e in q["evidence"] if e in by_id)))
+            if retained:
+                for m in episodes_from_entry(conv["name"], turn_entry(n, q["question"], "question", 1), {}, redactor):
+                    idx.put(m, qvecs[q["question"]])
     return out, skipped / max(1, len(conv["questions"]))
+
+
+@contextlib.contextmanager
+def patched(changes):
+    """Set `(owner, attribute, value)` for the duration; restore after."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    try:
+        for owner, name, value in changes:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def with_constants(*changes):
+    """The default query, with module constants (owner, name, value) set while it is scored."""
+    from memory_adapters.engine.index import RecallQuery
+
+    def setting(idx, text, vector):
+        return RecallQuery(text, vector=vector)
+    setting.patch = changes
+    return setting
+
+
+def context_grid() -> dict:
+    from memory_adapters.engine import context
+    out = {f"weight {context.WEIGHT}, asks penalty {context.ASKS_PENALTY} (default)": with_constants()}
+    for w in (0.0, 0.1, 0.2, 0.25, 0.3, 0.4):
+        for p in (0.0, 2.0, 8.0):
+            if (w, p) != (context.WEIGHT, context.ASKS_PENALTY):
+                out[f"weight {w}, asks penalty {p}"] = with_constants(
+                    (context, "WEIGHT", w), (context, "ASKS_PENALTY", p))
+    for depth in (60, 150):
+        out[f"default, the best {depth} hits reordered"] = with_constants((context, "DEPTH", depth))
+    return out
+
+
+def bm25_grid() -> dict:
+    from memory_adapters.engine.lexical import LexicalIndex
+    k1, b = LexicalIndex.__init__.__defaults__
+    out = {f"k1 {k1}, b {b} (default)": with_constants()}
+    for k1_ in (0.9, 1.2, 1.6):
+        for b_ in (0.4, 0.6, 0.75, 0.9):
+            if (k1_, b_) != (k1, b):
+                out[f"k1 {k1_}, b {b_}"] = with_constants((LexicalIndex.__init__, "__defaults__", (k1_, b_)))
+    return out
+
+
+def neighbours_grid() -> dict:
+    from memory_adapters.engine import packing
+    out = {f"neighbours for the best {packing.NEIGHBOURS_FOR} (default)": with_constants()}
+    for n in (0, 5, 15, 20):
+        out[f"neighbours for the best {n}"] = with_constants((packing, "NEIGHBOURS_FOR", n))
+    return out
 
 
 def dense_skip(threshold: float):
@@ -84,6 +167,9 @@ def deadline_path(lexical: bool, fewer: bool):
 
 
 EXPERIMENTS = {
+    "context": context_grid,
+    "bm25": bm25_grid,
+    "neighbours": neighbours_grid,
     "dense-skip": {"default (never skip)": dense_skip(float("inf")),
                    **{f"skip when top BM25 z >= {t}": dense_skip(t) for t in (12, 10, 8, 6)}},
     "deadline": {"default (dense+lexical)": deadline_path(False, False),
@@ -93,9 +179,16 @@ EXPERIMENTS = {
 }
 
 
+def three(score: float | None) -> str:
+    """Scores to three places: one question of 385 is 0.003, one multi-hop question of 74 is 0.014."""
+    return "-" if score is None else f"{score:.3f}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="dense-skip")
+    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="context")
+    p.add_argument("--no-retained-questions", dest="retained", action="store_false",
+                   help="score over the conversation's turns alone (the questions are not retained)")
     args = p.parse_args()
     if not DATASET.is_dir():
         print(f"leave-one-out skipped: no data set at {DATASET} (set LOCOMO_DIR)")
@@ -104,12 +197,14 @@ def main() -> None:
     embedder = Embedder.load()
     convs = load(DATASET)
     started = time.perf_counter()
-    idxs = {c["name"]: build(c, embedder) for c in convs}
+    corpora = {c["name"]: build(c, embedder) for c in convs}
     qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
                      embedder.embed([q["question"] for c in convs for q in c["questions"]])))
     settings = EXPERIMENTS[args.experiment]
+    settings = settings() if callable(settings) else settings
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, idxs[c["name"]], qvecs, s) for c in convs} for name, s in settings.items()}
+        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained) for c in convs}
+        for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}
     for held in convs:
@@ -119,19 +214,21 @@ def main() -> None:
             return scores([r for c in train for r in grid[name][c][0]])["all"]
         chosen = max(settings, key=lambda n: (train_score(n), n == default))
         got, base = scores(grid[chosen][held["name"]][0]), scores(grid[default][held["name"]][0])
-        rows.append([held["name"], chosen, train_score(chosen), got["all"], base["all"],
-                     got.get("multi-hop"), base.get("multi-hop"), round(grid[chosen][held["name"]][1], 2)])
+        rows.append([held["name"], chosen, *map(three, (train_score(chosen), got["all"], base["all"],
+                                                         got.get("multi-hop"), base.get("multi-hop"))),
+                     round(grid[chosen][held["name"]][1], 2)])
         doc[held["name"]] = {"chosen": chosen, "held_out": got, "default_held_out": base}
     print(table(["held out", "chosen on the other two", "train all", "held-out all", "default all",
                  "held-out multi-hop", "default multi-hop", "encoder skipped"], rows))
-    every = [[name, *[scores(grid[name][c["name"]][0])["all"] for c in convs],
-              scores([r for c in convs for r in grid[name][c["name"]][0]])["all"],
-              scores([r for c in convs for r in grid[name][c["name"]][0]]).get("multi-hop"),
+    every = [[name, *[three(scores(grid[name][c["name"]][0])["all"]) for c in convs],
+              three(scores([r for c in convs for r in grid[name][c["name"]][0]])["all"]),
+              three(scores([r for c in convs for r in grid[name][c["name"]][0]]).get("multi-hop")),
               round(sum(grid[name][c["name"]][1] for c in convs) / len(convs), 2)] for name in settings]
     print(table(["setting", *[c["name"] for c in convs], "all", "multi-hop", "encoder skipped"], every))
-    path = write_results(f"loo-{args.experiment}", {"splits": doc, "grid": {
+    path = write_results(f"loo-{args.experiment}", {"retained_questions": args.retained, "splits": doc, "grid": {
         name: {c: {"scores": scores(v[0]), "skipped": v[1]} for c, v in per.items()} for name, per in grid.items()}})
-    print(f"leave-one-conversation-out, {args.experiment}, {time.perf_counter() - started:.0f} s ({path.name}); "
+    print(f"leave-one-conversation-out, {args.experiment}, questions {'retained' if args.retained else 'not retained'}, "
+          f"{time.perf_counter() - started:.0f} s ({path.name}); "
           f"categories {', '.join(CATEGORIES.values())}")
 
 

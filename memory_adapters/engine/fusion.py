@@ -33,6 +33,12 @@ class Signal:
             return self.weight * (raw > self.missing)
         return self.weight * (raw - self.mean) / self.std
 
+    def floor(self) -> float:
+        """The z-score of a memory this signal has no score for."""
+        if self.std <= 1e-12:
+            return 0.0
+        return self.weight * (self.missing - self.mean) / self.std
+
 
 def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
     """Sum of per-signal z-scores over the union of every signal's candidates, best first

@@ -17,6 +17,7 @@ from typing import Any
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
+from . import context
 from .fusion import Signal, z_fuse
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
@@ -78,6 +79,8 @@ class AgentIndex:
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
     snippets: dict[str, Snippet] = field(default_factory=dict)  # id → what packing shows of it
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
+    around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
+    asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -89,7 +92,12 @@ class AgentIndex:
             self.pinned.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
-        bisect.insort(self.order, (*_order_key(m), m.id))
+        if m.type == "episode" and context.asks(m.value):
+            self.asking.add(m.id)
+        at = (*_order_key(m), m.id)
+        i = bisect.bisect_left(self.order, at)
+        self.order.insert(i, at)
+        self._relink(i)
         if vector is not None:
             self.add_vector(m.id, vector)
 
@@ -134,13 +142,31 @@ class AgentIndex:
             return None
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
+        self.asking.discard(memory_id)
+        self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
         if self.vectors is not None:
             self.vectors.remove(memory_id)
         i = bisect.bisect_left(self.order, (*_order_key(m), m.id))
         if i < len(self.order) and self.order[i][3] == m.id:
             del self.order[i]
+            self._relink(i)
         return m
+
+    def _relink(self, i: int) -> None:
+        """Refresh `around` for the turns at and beside position `i` of `order` (one changed there)."""
+        order, memories = self.order, self.memories
+        for j in range(max(0, i - 1), min(len(order), i + 2)):
+            m = memories.get(order[j][3])
+            if m is None:
+                continue
+            near = []
+            if m.type == "episode":
+                for k in (j - 1, j + 1):
+                    other = memories.get(order[k][3]) if 0 <= k < len(order) else None
+                    if other is not None and other.type == "episode" and other.session_id == m.session_id:
+                        near.append(other.id)
+            self.around[m.id] = tuple(near)
 
     def snippet(self, m: StoredMemory) -> Snippet:
         got = self.snippets.get(m.id)
@@ -163,16 +189,18 @@ class AgentIndex:
         return out
 
     def rank(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
-             visible: Any = None, limit: int | None = None) -> list[tuple[StoredMemory, float]]:
+             visible: Any = None, limit: int | None = None, in_context: bool = False
+             ) -> list[tuple[StoredMemory, float]]:
         """Memories by fused z-score, best first (the best `limit` when given); expired ones and
-        those `visible` refuses left out."""
-        return list(islice(self.ranked(text, vector, k, now, visible), limit))
+        those `visible` refuses left out. `in_context`: the head reordered with each turn's
+        neighbours (context.py), as recall ranks."""
+        signals = self._signals(text, vector, k)
+        out = list(islice(self._fused(signals, now or time.time(), visible), limit))
+        if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
+            out = context.rerank(out, self.around, sum(s.floor() for s in signals), self.asking)
+        return out
 
-    def ranked(self, text: str, vector: Any = None, k: int = CANDIDATES, now: float | None = None,
-               visible: Any = None) -> Iterator[tuple[StoredMemory, float]]:
-        """`rank`, lazily: a recall packs the best few dozen of several hundred candidates, so the
-        rest are never looked up or filtered (on a cold cache each lookup is a miss)."""
-        now = now or time.time()
+    def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
         lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
         signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
         if vector is not None and self.vectors is not None and len(self.vectors):
@@ -185,6 +213,11 @@ class AgentIndex:
                 cos = self.vectors.matrix[[r for _, r in todo]] @ vector
                 dense.update(zip((d for d, _ in todo), cos.tolist()))
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
+        return signals
+
+    def _fused(self, signals: list[Signal], now: float, visible: Any) -> Iterator[tuple[StoredMemory, float]]:
+        """Lazily: a caller that reads the best few of several hundred candidates never looks the
+        rest up (on a cold cache each lookup is a miss)."""
         memories = self.memories
         for doc_id, score in z_fuse(signals):
             m = memories.get(doc_id)
@@ -220,7 +253,7 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = islice(self.ranked(q.text, q.vector, k=q.candidates, visible=visible), 2 * MAX_HITS)
+        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS, in_context=True)
 
         def distinct() -> Iterator[tuple[StoredMemory, float]]:
             """A user who repeats small talk should not fill the block; taken as packing needs them."""
