@@ -28,7 +28,7 @@ import orjson
 
 from .harness import table, write_results
 from .quality.locomo import DATASET, load
-from .quality.loo import build
+from .quality.loo import build, index_of
 
 THRASH = np.ones(48 * 2**20 // 8)  # larger than this machine's L3 (32 MB)
 
@@ -103,7 +103,7 @@ def main() -> None:
 
     embedder = Embedder.load(1)
     convs = load(DATASET)
-    idxs = {c["name"]: build(c, embedder) for c in convs}
+    idxs = {c["name"]: index_of(build(c, embedder)) for c in convs}
     questions = [(c["name"], q["question"]) for c in convs for q in c["questions"]]
     vectors = {text: embedder.embed([text])[0] for _, text in questions}
     packed = {}
