@@ -22,12 +22,24 @@ HOSTILE = '<script>document.title="pwned"</script><img src=x onerror="document.t
 
 def go(browser, element) -> None:
     """Click, and wait for the next page (a click that loads one leaves the old page stale)."""
-    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = browser.find_element("tag name", "html")
     element.click()
-    WebDriverWait(browser, 15).until(EC.staleness_of(old))
+
+    def left(_) -> bool:
+        try:
+            old.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:  # chromium, mid-navigation: the old node's document is gone
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+
+    WebDriverWait(browser, 15).until(left)
 
 
 def curate(base: str, shots: Path) -> dict:
