@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memplane-installed
+TEST_STAMP := $(VENV)/.memplane-test-installed
 
 .PHONY: run test demo bench bench-quality clean
 
@@ -12,11 +13,20 @@ STAMP := $(VENV)/.memplane-installed
 # --no-compile: Python compiles only the modules memplane imports, when it first imports them, instead
 # of pip compiling every file of every package (~115 MB of .pyc, most never used; bench/README.md).
 
+# `make run` installs what memplane runs on (~325 MB); `make test` adds the test tools and the seven
+# client frameworks the suite drives (~580 MB in all).
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,speed]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[speed]"
 	touch $(STAMP)
+
+$(TEST_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,speed]"
+	touch $(STAMP) $(TEST_STAMP)
 
 run: $(STAMP)
 	$(BIN)/memplane up
@@ -24,16 +34,16 @@ run: $(STAMP)
 # -n: one pytest-xdist worker per core (at most 3: each gets its own Redis db, 13-15, tests/conftest.py);
 # -p no:langsmith_plugin: langsmith (pulled in by langgraph) registers a pytest plugin that costs 0.5 s per
 # worker and that memplane never uses. `.venv/bin/python -m pytest tests/x.py` still runs in one process.
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n auto --maxprocesses=3 -p no:langsmith_plugin
 
 demo: $(STAMP)
 	$(BIN)/memplane demo
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.run_all
 
-bench-quality: $(STAMP)
+bench-quality: $(TEST_STAMP)
 	$(BIN)/python -m bench.quality.locomo
 
 clean:
