@@ -13,7 +13,7 @@ TEST_STAMP := $(VENV)/.memplane-test-installed
 # --no-compile: Python compiles only the modules memplane imports, when it first imports them, instead
 # of pip compiling every file of every package (~115 MB of .pyc, most never used; bench/README.md).
 
-# `make run` installs what memplane runs on (~325 MB); `make test` adds the test tools and the seven
+# `make run` installs what memplane runs on (~256 MB); `make test` adds the test tools and the seven
 # client frameworks the suite drives (~580 MB in all).
 
 $(STAMP): pyproject.toml constraints.txt
