@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +82,17 @@ def _env(service: dict[str, Any]) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
-def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path,
-                    overrides: dict[str, str], source: Path) -> tuple[dict[str, Any], str]:
-    """Find and validate a memory service's descriptor; returns (descriptor, where it came from)."""
+class DescriptorUnavailable(Exception):
+    """A descriptor URL did not give a descriptor; the message says why, for the operator."""
+
+
+FetchDescriptor = Callable[[str], dict[str, Any]]  # a descriptor URL → its document
+
+
+def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path, overrides: dict[str, str],
+                    source: Path, fetch: FetchDescriptor | None = None) -> tuple[dict[str, Any], str]:
+    """Find and validate a memory service's descriptor; returns (descriptor, where it came from).
+    A URL is read by `fetch` (the CLI's: the memory-service client), which this layer cannot import."""
     candidates: list[str] = []
     if name in overrides:
         candidates.append(overrides[name])
@@ -98,20 +106,21 @@ def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path,
             candidates.append(str(context / DESCRIBE_FILE))
     for where in candidates:
         if where.startswith(("http://", "https://")):
+            if fetch is None:
+                raise _fail(source, f"service '{name}'", f"cannot fetch descriptor {where}: no fetcher given "
+                                                          "(`memplane compile` fetches URLs)")
             try:
-                with urllib.request.urlopen(where, timeout=5) as resp:  # noqa: S310 (operator-given URL)
-                    text = resp.read().decode()
-            except OSError as exc:
+                doc = fetch(where)
+            except DescriptorUnavailable as exc:
                 raise _fail(source, f"service '{name}'", f"cannot fetch descriptor {where}: {exc}") from None
         else:
             path = Path(where)
             if not path.is_file():
                 continue
-            text = path.read_text()
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _fail(source, f"service '{name}'", f"descriptor {where} is not valid JSON: {exc.msg}") from None
+            try:
+                doc = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise _fail(source, f"service '{name}'", f"descriptor {where} is not valid JSON: {exc.msg}") from None
         try:
             validate("describe", doc, where)
         except ManifestError as exc:
@@ -128,9 +137,9 @@ def _timeout(value: Any, source: Path, where: str) -> int:
     return value
 
 
-def plan(pod_file: Path, *, pod_dir: Path | None = None,
-         describe: dict[str, str] | None = None) -> CompileResult:
-    """Resolve and validate the whole pod without writing anything."""
+def plan(pod_file: Path, *, pod_dir: Path | None = None, describe: dict[str, str] | None = None,
+         fetch: FetchDescriptor | None = None) -> CompileResult:
+    """Resolve and validate the whole pod without writing anything; `fetch` reads descriptor URLs."""
     pod_file = Path(pod_file)
     pod_dir = Path(pod_dir) if pod_dir else pod_file.parent
     doc = _read_pod(pod_file)
@@ -153,7 +162,7 @@ def plan(pod_file: Path, *, pod_dir: Path | None = None,
             if not isinstance(mem_spec, dict):
                 raise _fail(pod_file, f"{where}.memory", f"agent '{agent_id}': memory must be a mapping")
             memory = _memory_for(agent_id, {**(defaults or {}), **mem_spec}, services, pod_dir, describe or {},
-                                 pod_file, f"{where}.memory", descriptors)
+                                 pod_file, f"{where}.memory", descriptors, fetch)
         result.agents.append(CompiledAgent(agent_id, name, _agent_extra(claw, name, agent_id, pod_file, where), memory))
     return result
 
@@ -215,7 +224,8 @@ def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path,
 
 def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], pod_dir: Path,
                 describe: dict[str, str], source: Path, where: str,
-                descriptors: dict[str, tuple[dict[str, Any], str]]) -> dict[str, Any]:
+                descriptors: dict[str, tuple[dict[str, Any], str]],
+                fetch: FetchDescriptor | None = None) -> dict[str, Any]:
     svc_name = spec.get("service")
     if not svc_name:
         raise _fail(source, f"{where}.service", f"agent '{agent_id}': no memory service named")
@@ -224,7 +234,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
         raise _fail(source, f"{where}.service",
                     f"agent '{agent_id}': memory service '{svc_name}' is not a service in this pod")
     if svc_name not in descriptors:
-        descriptors[svc_name] = load_descriptor(svc_name, svc, pod_dir, describe, source)
+        descriptors[svc_name] = load_descriptor(svc_name, svc, pod_dir, describe, source, fetch)
     desc, desc_where = descriptors[svc_name]
     caps = {k: v for k, v in (desc.get("memory") or {}).items() if k in ("recall", "retain", "forget")}
     if not caps:
@@ -253,9 +263,9 @@ OUT_MARKER = ".memplane-compiled"
 
 
 def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
-                describe: dict[str, str] | None = None) -> CompileResult:
+                describe: dict[str, str] | None = None, fetch: FetchDescriptor | None = None) -> CompileResult:
     """Plan, then write every agent dir into a staging dir that replaces `out` in one step."""
-    result = plan(pod_file, pod_dir=pod_dir, describe=describe)
+    result = plan(pod_file, pod_dir=pod_dir, describe=describe, fetch=fetch)
     out = Path(out)
     if out.resolve() in (Path.cwd().resolve(), Path(pod_file).resolve().parent) or out.name in ("", ".", ".."):
         raise CompileError(f"--out {out}: give a directory of its own for the compiled agents, "

@@ -39,7 +39,7 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
         name, path = item.split("=", 1)
         overrides[name] = path
     try:
-        result = compile_pod(pod_file, out, pod_dir=pod_dir, describe=overrides)
+        result = compile_pod(pod_file, out, pod_dir=pod_dir, describe=overrides, fetch=fetch_descriptor)
     except CompileError as exc:
         raise click.ClickException(str(exc)) from None
     for agent in result.agents:
@@ -54,6 +54,22 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
             click.echo(f"OPENAI_API_KEY={agent.token}")
             click.echo(f"ANTHROPIC_BASE_URL={proxy_url.rstrip('/')}")
             click.echo(f"ANTHROPIC_API_KEY={agent.token}")
+
+
+def fetch_descriptor(url: str) -> dict:
+    """A descriptor URL read by the one memory-service client (for the compiler, which cannot import it)."""
+    import aiohttp
+
+    from manifests.compiler import DescriptorUnavailable
+    from proxy.memory_service import MemoryService, MemoryServiceError
+
+    async def fetch() -> dict:
+        async with aiohttp.ClientSession() as session:
+            return await MemoryService(session, url, {}, agent_id="").describe(url)
+    try:
+        return asyncio.run(fetch())
+    except MemoryServiceError as exc:
+        raise DescriptorUnavailable(str(exc)) from None
 
 
 @click.group("memory")

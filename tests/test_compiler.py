@@ -195,3 +195,43 @@ def test_store_memory_is_opted_into_per_agent_or_for_the_pod(tmp_path):
     with pytest.raises(CompileError) as exc:  # a tool memplane does not have is named, not ignored
         compile_pod(pod(tmp_path, BASE.replace("timeout-ms: 5000", "timeout-ms: 5000, tools: [rm_rf]")), out)
     assert "analyst" in str(exc.value) and "rm_rf" in str(exc.value)
+
+
+async def test_a_descriptor_url_is_read_by_the_memory_service_client(tmp_path, aiohttp_server):
+    """`--describe SERVICE=URL`: the descriptor a running service publishes; a URL that gives none
+    is a one-line error naming the service, not a traceback."""
+    import asyncio
+    import sys
+
+    from aiohttp import web
+
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry
+
+    service = await aiohttp_server(build_embedded_app(tmp_path / "memdata", redactor=Redactor(),
+                                                      telemetry=Telemetry(), embeddings="off"))
+    broken = web.Application()
+    async def not_a_descriptor(request: web.Request) -> web.Response:
+        return web.json_response({"version": 2, "memory": "nope"})
+    broken.router.add_get("/d.json", not_a_descriptor)
+    broken_server = await aiohttp_server(broken)
+    pod_file = pod(tmp_path, BASE, describe=None)
+    memplane = str(Path(sys.executable).parent / "memplane")
+
+    async def compile_with(url: str, out: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            memplane, "compile", str(pod_file), "--out", str(tmp_path / out), "--describe", f"mem-svc={url}",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        return proc.returncode, err.decode()
+
+    code, err = await compile_with(str(service.make_url("/.claw-describe.json")), "out")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "analyst" / "memory.json").read_text())
+    assert manifest["retain"]["batch_path"] == "/retain/batch"  # what this service offers, read from it
+
+    code, err = await compile_with(str(broken_server.make_url("/d.json")), "out2")
+    assert code != 0 and "mem-svc" in err and "descriptor" in err and "Traceback" not in err
+    code, err = await compile_with("http://127.0.0.1:9/.claw-describe.json", "out3")
+    assert code != 0 and "mem-svc" in err and "did not answer" in err and "Traceback" not in err

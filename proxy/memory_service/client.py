@@ -173,21 +173,25 @@ class MemoryService:
                 raise MemoryServiceError(f"The memory service refused to forget (status {status}).", status=status)
         return status
 
-    async def describe(self) -> dict[str, Any]:
-        """The service's descriptor (`GET /.claw-describe.json`, CONTRACT §3), checked against its schema."""
-        _, doc = await self.call("GET", DESCRIBE_PATH, what="describe itself")
+    async def describe(self, url: str | None = None) -> dict[str, Any]:
+        """The service's descriptor (`GET /.claw-describe.json`, CONTRACT §3), checked against its
+        schema; `url`: one published elsewhere (the pod compiler's `--describe SERVICE=URL`)."""
+        url = url or self.base_url.rstrip("/") + DESCRIBE_PATH
+        _, doc = await self.call("GET", "", url=url, what="describe itself")
         try:
-            return validate("describe", doc, self.base_url + DESCRIBE_PATH)
+            return validate("describe", doc, url)
         except ManifestError as exc:
             raise MemoryServiceError(f"The memory service's descriptor is not valid: {exc}") from None
 
     # -- the REST API --
 
     async def call(self, method: str, path: str, *, what: str, ok: tuple[int, ...] = (200,),
-                   need_json: bool = True, json: Any = None, params: Any = None) -> tuple[int, Any]:
-        """(status, JSON answer) of one REST call; anything else raises `MemoryServiceError`."""
-        answer = await self._send(method, self.base_url.rstrip("/") + path, params=params, timeout=self.timeout,
-                                  body=None if json is None else orjson.dumps(json))
+                   need_json: bool = True, json: Any = None, params: Any = None,
+                   url: str | None = None) -> tuple[int, Any]:
+        """(status, JSON answer) of one REST call to `path` (or to a whole `url`); anything else
+        raises `MemoryServiceError`."""
+        answer = await self._send(method, url or self.base_url.rstrip("/") + path, params=params,
+                                  timeout=self.timeout, body=None if json is None else orjson.dumps(json))
         status, raw = answer.status, answer.body or b""
         try:
             doc = orjson.loads(raw) if raw else None
