@@ -231,7 +231,7 @@ async def test_a_spent_daily_budget_pauses_the_curator_until_the_next_day(aiohtt
         assert usage["agents"]["ana"]["paused"] is True and usage["agents"]["bo"]["paused"] is False
         _, metrics = await get(s, url, "/metrics")
         assert "memplane_curator_paused_agents 1.0" in metrics and 'agent' not in metrics.split("memplane_curator")[1]
-        assert f'memplane_curator_tokens_total{{direction="prompt"}}' in metrics
+        assert 'memplane_curator_tokens_total{direction="prompt"}' in metrics
 
         await service.curator.run_once()
         assert len(extractions(fake)) == 2 and len(events(log, "curator_paused")) == 1  # logged once, not every tick
