@@ -155,18 +155,10 @@ class AgentIndex:
 
     def _relink(self, i: int) -> None:
         """Refresh `around` for the turns at and beside position `i` of `order` (one changed there)."""
-        order, memories = self.order, self.memories
-        for j in range(max(0, i - 1), min(len(order), i + 2)):
-            m = memories.get(order[j][3])
-            if m is None:
-                continue
-            near = []
-            if m.type == "episode":
-                for k in (j - 1, j + 1):
-                    other = memories.get(order[k][3]) if 0 <= k < len(order) else None
-                    if other is not None and other.type == "episode" and other.session_id == m.session_id:
-                        near.append(other.id)
-            self.around[m.id] = tuple(near)
+        for j in range(max(0, i - 1), min(len(self.order), i + 2)):
+            m = self.memories.get(self.order[j][3])
+            if m is not None:
+                self.around[m.id] = tuple(n.id for n in self._beside(j, m, 1))
 
     def snippet(self, m: StoredMemory) -> Snippet:
         got = self.snippets.get(m.id)
@@ -177,9 +169,13 @@ class AgentIndex:
 
     def neighbours(self, m: StoredMemory, span: int = NEIGHBOURS) -> list[StoredMemory]:
         """Episodes said just before and after `m` in the same session (when sessions are known)."""
+        return self._beside(self.position(m), m, span) if m.type == "episode" else []
+
+    def _beside(self, i: int, m: StoredMemory, span: int) -> list[StoredMemory]:
+        """The episodes within `span` of position `i` of `order` (where `m` stands) in `m`'s session,
+        nearest first, before then after; none for a memory that is not an episode."""
         if m.type != "episode":
             return []
-        i = self.position(m)
         out = []
         for j in [*range(i - 1, i - span - 1, -1), *range(i + 1, i + span + 1)]:
             if 0 <= j < len(self.order):

@@ -42,10 +42,6 @@ STOPWORDS = frozenset(
 _STEMMER = Stemmer.Stemmer("english", 100_000)  # with a cache of the last 100k words
 
 
-def stem(word: str) -> str:
-    return _STEMMER.stemWord(word)
-
-
 def terms(text: str) -> list[str]:
     return _STEMMER.stemWords([w.replace("'", "") for w in _WORD.findall(text.lower())
                                if w not in STOPWORDS and len(w) > 1])
