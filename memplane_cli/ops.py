@@ -58,16 +58,11 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
 
 def fetch_descriptor(url: str) -> dict:
     """A descriptor URL read by the one memory-service client (for the compiler, which cannot import it)."""
-    import aiohttp
-
     from manifests.compiler import DescriptorUnavailable
-    from proxy.memory_service import MemoryService, MemoryServiceError
+    from proxy.memory_service import MemoryServiceError
 
-    async def fetch() -> dict:
-        async with aiohttp.ClientSession() as session:
-            return await MemoryService(session, url, {}, agent_id="").describe(url)
     try:
-        return asyncio.run(fetch())
+        return _with_client(url, {}, "", lambda client: client.describe(url), seconds=5)
     except MemoryServiceError as exc:
         raise DescriptorUnavailable(str(exc)) from None
 
@@ -336,15 +331,15 @@ def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token
         sys.exit(1)
 
 
-def _with_client(base: str, headers: dict[str, str], agent: str, work):
-    """Run `work(client)` with a memory-service client for one CLI command (30 s a call)."""
+def _with_client(base: str, headers: dict[str, str], agent: str, work, *, seconds: float = 30):
+    """Run `work(client)` with a memory-service client for one CLI command (`seconds` a call)."""
     import aiohttp
 
     from proxy.memory_service import MemoryService
 
     async def run():
         async with aiohttp.ClientSession() as session:
-            return await work(MemoryService(session, base, headers, agent, timeout=aiohttp.ClientTimeout(total=30)))
+            return await work(MemoryService(session, base, headers, agent, timeout=aiohttp.ClientTimeout(total=seconds)))
     return asyncio.run(run())
 
 
