@@ -141,7 +141,10 @@ async def test_one_agents_flood_of_recalls_does_not_cost_another_agent_its_memor
     server = await aiohttp_server(embedded(tmp_path / "mem", embedder, recalls_per_agent=2))
     url = url_of(server)
     stack.add_agent("greedy", url)
-    stack.add_agent("quiet", url)
+    # the quiet agent's recall may take 600 ms (deadline 360 ms): room for its own questions to be
+    # encoded in their turn on a slow or shared machine (a CI worker beside others), yet far too
+    # little to wait behind the flood's 48 questions, as it would without per-agent slots
+    stack.add_agent("quiet", url, recall={"path": "/recall", "timeout_ms": 600})
     async with aiohttp.ClientSession() as s:
         words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
         for start in range(0, 400, 200):
