@@ -121,12 +121,14 @@ class EmbeddingBacklog:
     `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept."""
 
     BATCH = 64  # memories taken per step (one store write of their vectors)
-    CHUNK = 16  # texts per encoder call: between calls the backlog yields to waiting recalls
+    CHUNK = 16  # texts per encoder call at most: between calls the backlog yields to waiting recalls
+    STEP_S = 0.05  # and about this long a call: a slow CPU takes fewer texts a call, not longer calls
 
     def __init__(self, embedder: Embedder, scheduler: Any = None) -> None:
         self.embedder = embedder
         self.scheduler = scheduler  # engine.schedule.RecallScheduler: pauses while recalls wait
         self.embedded = 0  # texts embedded so far (the bench's catch-up rate)
+        self.per_text_s = 0.004  # moving average of one text's encoder time on this machine
         self._queue: asyncio.Queue = asyncio.Queue()
         self._in_hand = 0
         self._stopping = False
@@ -140,16 +142,28 @@ class EmbeddingBacklog:
     def add(self, item: Any) -> None:
         self._queue.put_nowait(item)
 
+    def chunk(self) -> int:
+        """Texts for the next encoder call: as many as take about STEP_S here (CHUNK at most).
+        Why: on a CPU without int8 dot-product instructions a text costs several times what it
+        costs elsewhere, and a fixed 16-text call held the encoder for a quarter of a second —
+        recalls that arrived meanwhile waited for it, and the backlog rarely saw them to yield."""
+        return max(1, min(self.CHUNK, int(self.STEP_S / max(self.per_text_s, 1e-6))))
+
     async def embed(self, texts: list[str]) -> "np.ndarray":
-        """Vectors in encoder calls of CHUNK texts; before each, wait while recalls are in hand
+        """Vectors in short encoder calls (`chunk`); before each, wait while recalls are in hand
         (a recall's query then has the CPU and the encoder to itself)."""
         loop = asyncio.get_running_loop()
         parts = []
-        for start in range(0, len(texts), self.CHUNK):
+        start = 0
+        while start < len(texts):
             if self.scheduler is not None:
                 await self.scheduler.background_turn()
-            parts.append(await loop.run_in_executor(self._pool, self.embedder.embed, texts[start:start + self.CHUNK]))
+            part = texts[start:start + self.chunk()]
+            began = time.perf_counter()
+            parts.append(await loop.run_in_executor(self._pool, self.embedder.embed, part))
+            self.per_text_s = 0.7 * self.per_text_s + 0.3 * (time.perf_counter() - began) / len(part)
             self.embedded += len(parts[-1])
+            start += len(part)
         return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim), dtype=np.float32)
 
     def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
