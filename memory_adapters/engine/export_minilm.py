@@ -124,7 +124,9 @@ def quantize_blocked(fp32: Path, target: Path) -> None:
     activation tensor by one number, and BERT's activation outliers then flatten short texts —
     "Thanks!" kept cosine 0.974 to the fp32 model. Per-block scales keep every text ≥ 0.99
     (bench/README.md, "The shipped encoder"), at the same size, for ~0.25 ms more CPU per query and
-    ~1.7x the CPU per text of a background batch."""
+    ~1.7x the CPU per text of a background batch on an AVX-512 VNNI CPU. Without VNNI (AVX2 only)
+    onnxruntime's 8-bit MatMulNBits kernel is slower than fp32 for batches: hence the "smooth"
+    scheme (quantize_smooth), shipped since; this one stays as `--scheme blocked`."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
