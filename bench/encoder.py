@@ -1,15 +1,24 @@
 """The shipped MiniLM encoder: how faithful and how costly, measured in one run.
 
     python -m bench.encoder
+    python -m bench.encoder --compare OLD.onnx NEW.onnx [--threads 2]   # graphs side by side
+
 
 Agreement: cosine to the fp32 model's vectors stored in tests/fixtures/minilm_reference.json
 (sentence-transformers, made by the export script). Cost: CPU time of this thread (less sensitive
 to other processes than wall time) per short query and per text of a backlog batch, each also as a
 ratio to tokenising alone in the same run. Load: checksum verification and session start.
+
+--compare: each graph (an .onnx file; the shipped tokenizer) over the same texts, rounds
+interleaved so load from other processes falls on all of them alike; cosine to the fp32 reference
+one text at a time and in one batch; CPU per short query and per text of a 16-text batch (this
+thread's CPU time with one intra-op thread, the process's with more, since ONNX Runtime's other
+threads then do part of the work).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -17,7 +26,7 @@ from statistics import median
 
 import numpy as np
 
-from memory_adapters.engine.onnx_encoder import MODEL_DIR, OnnxEncoder, verified_manifest
+from memory_adapters.engine.onnx_encoder import GRAPH, MODEL_DIR, OnnxEncoder, verified_manifest
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "minilm_reference.json"
 QUERIES = ["When did I run the half marathon?", "What is my sister's name?", "Which herb do I dislike?"]
@@ -34,7 +43,56 @@ def cpu_ms(fn, repeat: int) -> float:
     return median(rounds)
 
 
+def compare(graphs: list[Path], threads: int, rounds: int = 60) -> None:
+    import onnxruntime as ort
+
+    shipped = OnnxEncoder.load(threads=threads)
+    encoders = {}
+    for graph in graphs:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
+        encoders[str(graph)] = OnnxEncoder(session, shipped.tokenizer, shipped.dim)
+    rows = json.loads(FIXTURE.read_text())["rows"]
+    texts = [r["text"] for r in rows]
+    reference = np.array([r["vector"] for r in rows], dtype=np.float32)
+    clock = time.thread_time if threads == 1 else time.process_time
+    batch = [texts[i % 13] for i in range(16)]  # chat-length fixture sentences
+    query_s: dict[str, list[float]] = {g: [] for g in encoders}
+    batch_s: dict[str, list[float]] = {g: [] for g in encoders}
+    for encoder in encoders.values():
+        encoder.encode(batch)
+    for r in range(rounds):
+        for graph, encoder in encoders.items():
+            for q in QUERIES:
+                start = clock()
+                encoder.encode([q])
+                query_s[graph].append(clock() - start)
+            if r % 4 == 0:
+                start = clock()
+                encoder.encode(batch)
+                batch_s[graph].append((clock() - start) / len(batch))
+    for graph, encoder in encoders.items():
+        alone = (np.array([encoder.encode([t])[0] for t in texts]) * reference).sum(axis=1)
+        together = (encoder.encode(texts) * reference).sum(axis=1)
+        print(json.dumps({
+            "graph": graph, "threads": threads, "mb": round(Path(graph).stat().st_size / 1e6, 1),
+            "cosine_min_alone": round(float(alone.min()), 4), "cosine_min_batched": round(float(together.min()), 4),
+            "cosine_mean": round(float(alone.mean()), 4), "worst": texts[int(alone.argmin())][:40],
+            "query_cpu_ms": round(median(query_s[graph]) * 1000, 2),
+            "batch_text_cpu_ms": round(median(batch_s[graph]) * 1000, 2)}))
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compare", nargs="+", type=Path, metavar="GRAPH",
+                        help=f"compare these .onnx graphs (e.g. an old {GRAPH} and a rebuilt one)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if args.compare:
+        compare(args.compare, args.threads)
+        return
     start = time.perf_counter()
     verified_manifest(MODEL_DIR)
     checksum_ms = (time.perf_counter() - start) * 1000
