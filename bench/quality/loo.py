@@ -1,7 +1,7 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query]
-                                [--no-retained-questions]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute]
+                                [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
 overall score there, ties to the default) and scored on the third; all three splits are printed,
@@ -20,6 +20,9 @@ Experiments:
   z-score at least T): a cheaper query path, if it keeps quality.
 * `deadline`: what the deadline path costs when it answers: every question by words alone
   (`lexical: deadline`) and with a quarter of the candidates, against the default.
+* `impute`: with `--lag` (the newest share of each conversation not embedded yet, as when the
+  backlog is behind), how much of a lexical candidate's z-score stands in for the dense z-score
+  it does not have yet (index.IMPUTE_DENSE; 0 is the mean cosine, i.e. no dense evidence).
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
   vector is the mean of its WordPiece tokens' vectors, each token run through the shipped MiniLM
   alone once (model2vec's idea, without its distillation), plain or weighted by the token's idf over
@@ -72,11 +75,13 @@ def block_of(packed) -> str:
     return "".join(f"<memory>{p.text}</memory>" for p in packed)
 
 
-def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True
+def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True, lag: float = 0.0
              ) -> tuple[list[tuple[int, bool]], float]:
     """Scores of one conversation under `setting(idx, question, vector) -> RecallQuery` (and the
     module constants its `patch` sets, if any); share of questions that skipped the encoder. With
-    `retained`, each question is retained after it is asked, as through the proxy."""
+    `retained`, each question is retained after it is asked, as through the proxy. `lag`: the
+    newest share of the turns (and the retained questions) have no vector yet, as when the
+    embedding backlog is behind."""
     from memory_adapters.engine.episodes import episodes_from_entry
     from memory_adapters.engine.index import recall_with_shared
     by_id = {t["id"]: t for t in conv["turns"]}
@@ -84,6 +89,9 @@ def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = T
     redactor = Redactor()
     with patched(getattr(setting, "patch", ())):
         idx = index_of(corpus)
+        memories = corpus[0]
+        for m in memories[int(len(memories) * (1 - lag)):] if lag else ():
+            idx.vectors.remove(m.id)
         for n, q in enumerate(conv["questions"]):
             rq = setting(idx, q["question"], qvecs[q["question"]])
             skipped += rq.vector is None
@@ -92,7 +100,7 @@ def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = T
                                            for e in q["evidence"] if e in by_id)))
             if retained:
                 for m in episodes_from_entry(conv["name"], turn_entry(n, q["question"], "question", 1), {}, redactor):
-                    idx.put(m, qvecs[q["question"]])
+                    idx.put(m, None if lag else qvecs[q["question"]])
     return out, skipped / max(1, len(conv["questions"]))
 
 
@@ -149,6 +157,13 @@ def neighbours_grid(*_) -> dict:
     for n in (0, 5, 15, 20):
         out[f"neighbours for the best {n}"] = with_constants((packing, "NEIGHBOURS_FOR", n))
     return out
+
+
+def impute_grid(*_) -> dict:
+    from memory_adapters.engine import index
+    return {f"impute {share} of the lexical z (default {index.IMPUTE_DENSE})" if share == index.IMPUTE_DENSE
+            else f"impute {share} of the lexical z": with_constants((index, "IMPUTE_DENSE", share))
+            for share in dict.fromkeys([index.IMPUTE_DENSE, 0.0, 0.25, 0.5, 0.75, 1.0])}
 
 
 def dense_skip(threshold: float):
@@ -214,6 +229,7 @@ EXPERIMENTS = {
                  "lexical: deadline": deadline_path(True, False),
                  "lexical, fewer candidates": deadline_path(True, True)},
     "static-query": static_query,
+    "impute": impute_grid,
 }
 
 
@@ -225,6 +241,8 @@ def three(score: float | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="context")
+    p.add_argument("--lag", type=float, default=0.0,
+                   help="share of each conversation's newest turns not embedded yet (a backlog behind)")
     p.add_argument("--no-retained-questions", dest="retained", action="store_false",
                    help="score over the conversation's turns alone (the questions are not retained)")
     args = p.parse_args()
@@ -241,7 +259,7 @@ def main() -> None:
     settings = EXPERIMENTS[args.experiment]
     settings = settings(embedder, convs) if callable(settings) else settings
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained) for c in convs}
+        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag) for c in convs}
         for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}

@@ -26,6 +26,7 @@ from .record import StoredMemory, is_pinned, iso
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
 IMPORTANCE_Z = 0.5  # REST search: how far importance 0 or 1 moves a memory, in standard deviations
+IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share of its lexical z
 
 
 
@@ -208,6 +209,15 @@ class AgentIndex:
             if todo:
                 cos = self.vectors.matrix[[r for _, r in todo]] @ vector
                 dense.update(zip((d for d, _ in todo), cos.tolist()))
+            if IMPUTE_DENSE and lex_std > 1e-12:
+                # the lexical candidates still without a vector (the embedding backlog is behind, as
+                # after a burst of retains on a slow CPU): their cosine is unknown, and the mean would
+                # rank a matching new memory below an embedded one that matches as well; the two
+                # signals agree more often than not, so guess part of the way from its words
+                scale = IMPUTE_DENSE * d_std / lex_std
+                for d, s in lex_hits:
+                    if d not in dense:
+                        dense[d] = d_mean + scale * (s - lex_mean)
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
         return signals
 

@@ -1,0 +1,63 @@
+"""A memory retained a moment ago has no vector until the embedding backlog reaches it (seconds
+after a burst of retains on a slow CPU). Recall ranks it on its words meanwhile — not as if its
+meaning were average, which put a new fact that matches the question below older turns that
+match it no better (bench/README.md, "A backlog behind")."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memory_adapters.engine import index
+from memory_adapters.engine.dense import VectorIndex
+from memory_adapters.engine.index import AgentIndex
+from memory_adapters.engine.record import StoredMemory
+
+START = 1_700_000_000.0
+DIM = 384
+QUESTION = "When is the dentist appointment?"
+
+
+def said(i: int, text: str) -> StoredMemory:
+    return StoredMemory(agent_id="a", scope="agent", key=f"episode:{i}", value=text, type="episode",
+                        session_id=f"s{i}", id=f"m{i:02d}", said_at=START + i, created_at=START + i)
+
+
+def at_cosine(query: np.ndarray, cos: float, rng: np.random.Generator) -> np.ndarray:
+    """A unit vector whose cosine to `query` is `cos`."""
+    other = rng.standard_normal(DIM)
+    other -= (other @ query) * query
+    other /= np.linalg.norm(other)
+    return (cos * query + np.sqrt(1 - cos * cos) * other).astype(np.float32)
+
+
+def ranking() -> list[str]:
+    rng = np.random.default_rng(7)
+    query = np.zeros(DIM, dtype=np.float32)
+    query[0] = 1.0
+    idx = AgentIndex(vectors=VectorIndex(DIM))
+    for i in range(40):  # the rest of the conversation: other topics, cosines spread around 0
+        idx.put(said(i + 10, f"Ben: the budget meeting on day {i} ran long"), at_cosine(query, rng.uniform(-0.2, 0.2), rng))
+    # two turns that say the same words: one embedded long ago, its meaning no closer than average…
+    idx.put(said(1, "Ana: the dentist appointment"), at_cosine(query, 0.0, rng))
+    # …and one retained a moment ago, still waiting in the embedding backlog
+    idx.put(said(2, "Ana: the dentist appointment"))
+    return [m.id for m, _ in idx.rank(QUESTION, query)]
+
+
+def test_a_memory_not_embedded_yet_is_ranked_on_its_words_not_as_an_average_meaning(monkeypatch):
+    got = ranking()
+    assert got.index("m02") < got.index("m01")
+    monkeypatch.setattr(index, "IMPUTE_DENSE", 0.0)  # as before: the mean cosine, a tie broken by id
+    got = ranking()
+    assert got.index("m01") < got.index("m02")
+
+
+def test_a_memory_not_embedded_yet_that_does_not_match_the_words_gains_nothing():
+    rng = np.random.default_rng(3)
+    query = np.zeros(DIM, dtype=np.float32)
+    query[0] = 1.0
+    idx = AgentIndex(vectors=VectorIndex(DIM))
+    for i in range(20):
+        idx.put(said(i + 10, f"Ben: the dentist appointment on day {i}"), at_cosine(query, rng.uniform(0.0, 0.3), rng))
+    idx.put(said(1, "Ana: I repainted the garden fence"))  # not embedded, shares no word with the question
+    assert "m01" not in [m.id for m, _ in idx.rank(QUESTION, query)]
