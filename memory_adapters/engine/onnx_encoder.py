@@ -5,11 +5,12 @@ committed, so a user's install needs only onnxruntime, tokenizers and numpy — 
 first-start export, no network. Loading checks each file's SHA-256 against `model.json` and
 refuses a file that does not match (a truncated download, an edited file) with a clear error.
 
-Why int8 ONNX: embedding a recall query is on the agent's hot path, and the background backlog
-embeds every retained turn. The shipped graph (SmoothQuant + per-channel int8 MatMulInteger, the
-feed-forward outputs fp32; `export_minilm.py`) keeps cosine ≥ 0.99 to the fp32 model on every text
-(tests/test_shipped_encoder.py) and on a 2-core AVX2 EPYC takes ~15 % less CPU per short query and
-about half the CPU per backlog text of the earlier blocked-int8 graph (bench/README.md).
+Why int8 ONNX, and two graphs: embedding a recall query is on the agent's hot path, and the
+background backlog embeds every retained turn. Both shipped graphs keep cosine ≥ 0.99 to the fp32
+model on every text (tests/test_shipped_encoder.py); which one loads depends on the CPU
+(`graph_for_cpu`): the blocked-int8 graph takes ~1 ms per short query on a CPU with VNNI but ~7 ms
+on a 2-core AVX2-only EPYC, where the SmoothQuant graph takes ~15 % less per query and half the
+CPU per backlog text (bench/README.md, "The shipped encoder").
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from typing import Any
 import numpy as np
 
 MODEL_DIR = Path(__file__).with_name("model")
-GRAPH = "all-MiniLM-L6-v2-int8.onnx"
+# two int8 graphs of the same model, each fast where the other is not (bench/README.md):
+# "blocked" (MatMulNBits) on CPUs with int8 dot-product instructions (AVX-512 VNNI, AVX-VNNI, Arm),
+# "smooth" (SmoothQuant + MatMulInteger, some MatMuls fp32) on x86 CPUs with plain AVX2, where
+# ONNX Runtime's 8-bit MatMulNBits kernel took ~7x the time
+GRAPHS = {"blocked": "all-MiniLM-L6-v2-int8.onnx", "smooth": "all-MiniLM-L6-v2-int8-smooth.onnx"}
+GRAPH = GRAPHS["blocked"]
 TOKENIZER = "tokenizer.json"
 MANIFEST = "model.json"
 BATCH = 32
@@ -40,14 +46,29 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verified_manifest(model_dir: Path) -> dict[str, Any]:
-    """The manifest, once every file it lists has the checksum it records."""
+def graph_for_cpu(cpuinfo: str | None = None) -> str:
+    """Which graph runs fast here: "smooth" on an x86 CPU without int8 dot-product instructions,
+    "blocked" otherwise (also when the CPU cannot be read: the graph measured longest)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return "blocked"
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags")), None)
+    if flags is None or "avx2" not in flags:  # not x86 (Arm has its own kernels), or an unknown CPU
+        return "blocked"
+    return "blocked" if {"avx512_vnni", "avx_vnni"} & set(flags) else "smooth"
+
+
+def verified_manifest(model_dir: Path, graph: str = GRAPH) -> dict[str, Any]:
+    """The manifest, once the graph to load and the tokenizer have the checksums it records."""
     try:
         manifest = json.loads((model_dir / MANIFEST).read_text())
         files = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelIntegrityError(f"cannot read the model manifest {model_dir / MANIFEST}: {exc}") from exc
-    for name in (GRAPH, TOKENIZER):
+    for name in (graph, TOKENIZER):
         path = model_dir / name
         if name not in files:
             raise ModelIntegrityError(f"the model manifest lists no checksum for {name}")
@@ -64,34 +85,36 @@ class OnnxEncoder:
     """Tokenize with the model's own fast tokenizer, run the int8 graph, return unit vectors
     (mean pooling and L2 normalisation are inside the graph, as sentence-transformers does them)."""
 
-    engine = "onnxruntime-int8"
-
-    def __init__(self, session: Any, tokenizer: Any, dim: int) -> None:
+    def __init__(self, session: Any, tokenizer: Any, dim: int, graph: str = "blocked") -> None:
         self.session = session
         self.tokenizer = tokenizer
         self.dim = dim
+        self.engine = f"onnxruntime-int8-{graph}"  # which graph: /health and the start-up log say
 
     @classmethod
-    def load(cls, model_dir: Path | None = None, threads: int = 1) -> "OnnxEncoder":
+    def load(cls, model_dir: Path | None = None, threads: int = 1, graph: str | None = None) -> "OnnxEncoder":
         """`model_dir`: the shipped model unless given. `threads`: ONNX Runtime intra-op threads; one
         by default, so that query embedding, background embedding and the event loop never
-        oversubscribe a 2-core machine."""
+        oversubscribe a 2-core machine. `graph`: a key of GRAPHS, else the one for this CPU."""
         model_dir = model_dir or MODEL_DIR
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        manifest = verified_manifest(model_dir)
+        graph = graph or graph_for_cpu()
+        if graph not in GRAPHS:
+            raise ValueError(f"unknown encoder graph {graph!r}; one of {', '.join(GRAPHS)}")
+        manifest = verified_manifest(model_dir, GRAPHS[graph])
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = max(1, int(threads))
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # a thread that has no work sleeps instead of spinning on a core that recall needs
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(model_dir / GRAPH), opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(model_dir / GRAPHS[graph]), opts, providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_file(str(model_dir / TOKENIZER))
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=int(manifest["max_seq_length"]))
-        return cls(session, tokenizer, int(manifest["dim"]))
+        return cls(session, tokenizer, int(manifest["dim"]), graph)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Texts of similar length are run together (as sentence-transformers does), and a batch
