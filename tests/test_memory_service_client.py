@@ -56,7 +56,7 @@ async def test_a_recall_body_is_one_services_accept_and_odd_answer_items_are_rea
         outcome = await client.recall(ask())
     [(auth, raw)] = seen
     sent = RecallRequest.model_validate_json(raw)  # what memplane's own services validate it with
-    assert auth == "Bearer svc-token" and sent.agent_id == "ann" and sent.deadline_ms == 180
+    assert auth == "Bearer svc-token" and sent.agent_id == "ann" and sent.deadline_ms == 150
     assert b"null" not in raw  # nothing unset goes on the wire (no `system`, no `top_k`)
     assert outcome.status == "succeeded" and outcome.status_code == 200
     assert outcome.ranking == "lexical: deadline?[31m"  # no control characters reach a log line

@@ -28,8 +28,10 @@ def deadline_ms(timeout_ms: int) -> int:
     """What the service is told it has (`deadline_ms`, CONTRACT §5): the recall timeout less a
     margin for the answer's way back — network, JSON, and on a busy host the wake-ups of two
     processes that wait for a core (bench.busy: with one core burning beside a loaded machine,
-    answers overshot a 225 ms deadline by more than 75 ms; words in time beat vectors too late)."""
-    return max(0, timeout_ms - max(10, timeout_ms * 2 // 5))
+    answers overshot a 225 ms deadline by more than 75 ms; words in time beat vectors too late).
+    Half: on a 2-core AVX2-only host with one core burning, a 180 ms deadline gave a recall p99 of
+    172 ms, 150 ms gave 140 ms with the same quality (bench/README.md, "Ninth session")."""
+    return max(0, timeout_ms - max(10, timeout_ms // 2))
 
 
 @dataclass
