@@ -136,7 +136,7 @@ async def test_a_service_with_a_damaged_model_says_why_and_still_recalls_by_word
             assert r.status == 200 and (await r.json())["results"][0]["status"] == "stored"
         async with s.post(url + "/recall", json={"agent_id": "m", "query": "kitten"}) as r:
             got = await r.json()
-    assert health["embeddings"] is False
+    assert health["embeddings"] is False and health["encoder"] is None
     assert "kitten" in got["memories"][0]["text"]
     events = [json.loads(line) for line in log.getvalue().splitlines() if line.startswith("{")]
     warning = next(e for e in events if e.get("event") == "embeddings_unavailable")

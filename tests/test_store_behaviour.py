@@ -131,6 +131,8 @@ async def test_a_retained_turn_is_found_by_its_words_at_once_and_by_its_meaning_
     async with aiohttp.ClientSession() as s:
         health = await caught_up(s, url)
         assert health.get("embeddings"), health
+        # which shipped graph this CPU runs (engine/onnx_encoder.py, graph_for_cpu)
+        assert health["encoder"] in ("onnxruntime-int8-blocked", "onnxruntime-int8-smooth"), health
         status, done = await post(s, url, "/retain/batch", {"agent_id": "m", "items": items})
         assert status == 200 and [r["status"] for r in done["results"]] == ["stored", "stored"]
         assert await only_line(s, url, "kitten") == ["I adopted a kitten last spring"]  # words: at once

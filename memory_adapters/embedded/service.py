@@ -235,7 +235,8 @@ class EmbeddedMemory:
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),
-                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
+                "embeddings": self.embedder is not None, "encoder": getattr(self.embedder, "engine", None),
+                "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted,
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}

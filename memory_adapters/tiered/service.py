@@ -323,7 +323,8 @@ class TieredMemory:
         mongo = await self.ltm.ping()
         redis_ok = await self.stm.version("_health") is not None
         return {"status": "ok" if mongo else "degraded", "adapter": "tiered", "mongo": mongo, "redis": redis_ok,
-                "embeddings": self.embedder is not None, "embedding_backlog": self.embedding_backlog,
+                "embeddings": self.embedder is not None, "encoder": getattr(self.embedder, "engine", None),
+                "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(),
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
