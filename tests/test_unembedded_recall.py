@@ -61,3 +61,42 @@ def test_a_memory_not_embedded_yet_that_does_not_match_the_words_gains_nothing()
         idx.put(said(i + 10, f"Ben: the dentist appointment on day {i}"), at_cosine(query, rng.uniform(0.0, 0.3), rng))
     idx.put(said(1, "Ana: I repainted the garden fence"))  # not embedded, shares no word with the question
     assert "m01" not in [m.id for m, _ in idx.rank(QUESTION, query)]
+
+
+async def test_a_turn_the_agent_just_asked_about_is_embedded_from_its_recall_query(aiohttp_server, tmp_path):
+    """The user's message is first the turn's recall query, then the turn's episode: its vector is
+    made once. A leading `[time stamp]` is metadata on both sides (the episode keeps it apart), so
+    it does not stop the match."""
+    import asyncio
+    import io
+
+    import aiohttp
+
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry, make_logger
+
+    server = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(),
+                                                     telemetry=Telemetry(make_logger(io.StringIO())),
+                                                     embeddings="auto"))
+    url = f"http://{server.host}:{server.port}"
+    said = [f"[1:56 pm on 8 May, 2023] Ana: I repotted fern number {i} on the balcony this morning." for i in range(6)]
+    async with aiohttp.ClientSession() as s:
+        for i, text in enumerate(said):
+            async with s.post(url + "/recall", json={"agent_id": "ana", "query": text, "deadline_ms": 5000}) as r:
+                assert r.status == 200
+            entry = {"id": f"hist1_{i}", "ts": "2026-01-10T10:00:00.000Z",
+                     "request_original": {"messages": [{"role": "user", "content": text}]},
+                     "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+            async with s.post(url + "/retain/batch", json={"agent_id": "ana", "items": [{"entry": entry}]}) as r:
+                assert r.status == 200
+        for _ in range(400):
+            async with s.get(url + "/health") as r:
+                health = await r.json()
+            if not health["embedding_backlog"]:
+                break
+            await asyncio.sleep(0.05)
+        async with s.post(url + "/recall", json={"agent_id": "ana", "query": "which plant went into a new pot?"}) as r:
+            got = await r.json()
+    assert health["embedded"] == 6 and health["embedded_from_queries"] == 6
+    assert got["ranking"] == "dense+lexical" and "fern" in got["memories"][0]["text"]

@@ -30,7 +30,7 @@ from memplane_core.turn_text import query_from
 
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, query_vector
-from ..engine.episodes import episodes_from_entry
+from ..engine.episodes import episodes_from_entry, recall_query
 from ..engine.index import AgentIndex, RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
@@ -215,7 +215,7 @@ class EmbeddedMemory:
         """Answered before `deadline_ms` with the best the engine has (engine/schedule.py); the
         answer says which ranking answered."""
         deadline = Deadline(req.deadline_ms)
-        text = req.query if req.query is not None else query_from(req.messages)
+        text = recall_query(req.query if req.query is not None else query_from(req.messages))
         if not text.strip():
             return RecallAnswer([], "none: no query")
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
@@ -238,6 +238,7 @@ class EmbeddedMemory:
                 "embeddings": self.embedder is not None, "encoder": getattr(self.embedder, "engine", None),
                 "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
+                "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "evicted": self.evicted,
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}

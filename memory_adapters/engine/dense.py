@@ -129,6 +129,7 @@ class EmbeddingBacklog:
         self.scheduler = scheduler  # engine.schedule.RecallScheduler: pauses while recalls wait
         self.embedded = 0  # texts embedded so far (the bench's catch-up rate)
         self.per_text_s = 0.004  # moving average of one text's encoder time on this machine
+        self.reused = 0  # of `embedded`: vectors a recall's query had already made (query cache)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._in_hand = 0
         self._stopping = False
@@ -151,20 +152,31 @@ class EmbeddingBacklog:
 
     async def embed(self, texts: list[str]) -> "np.ndarray":
         """Vectors in short encoder calls (`chunk`); before each, wait while recalls are in hand
-        (a recall's query then has the CPU and the encoder to itself)."""
+        (a recall's query then has the CPU and the encoder to itself). A text a recall already
+        asked (the user's message is the turn's recall query, then its episode) comes from the
+        query cache: encoding it twice was half the backlog's work."""
         loop = asyncio.get_running_loop()
-        parts = []
+        out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
+        todo = []
+        for i, text in enumerate(texts):
+            hit = self.embedder.cached(text)
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = hit
+                self.reused += 1
+        self.embedded += len(texts) - len(todo)
         start = 0
-        while start < len(texts):
+        while start < len(todo):
             if self.scheduler is not None:
                 await self.scheduler.background_turn()
-            part = texts[start:start + self.chunk()]
+            part = todo[start:start + self.chunk()]
             began = time.perf_counter()
-            parts.append(await loop.run_in_executor(self._pool, self.embedder.embed, part))
+            out[part] = await loop.run_in_executor(self._pool, self.embedder.embed, [texts[i] for i in part])
             self.per_text_s = 0.7 * self.per_text_s + 0.3 * (time.perf_counter() - began) / len(part)
-            self.embedded += len(parts[-1])
+            self.embedded += len(part)
             start += len(part)
-        return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return out
 
     def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
         """Hand each batch to `handle` until stopped; a batch that fails goes to `on_error` and the

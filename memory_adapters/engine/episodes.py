@@ -73,6 +73,14 @@ _STAMP_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on 
                   "%B %d, %Y", "%B %d %Y", "%a, %d %b %Y %H:%M:%S", "%d %b %Y %H:%M", "%d/%m/%Y %H:%M")
 
 
+def recall_query(text: str) -> str:
+    """A recall's query as memories are indexed: without the leading `[time stamp]` that episodes
+    keep apart from their text (the stamp's words match no memory's words). Its vector is then the
+    one the turn's own episode needs, and the embedding backlog takes it from the query cache
+    instead of encoding the same text again (dense.EmbeddingBacklog.embed)."""
+    return said_stamp(text)[0]
+
+
 def said_stamp(text: str) -> tuple[str, str | None, float | None]:
     """Split a leading `[time stamp]` that agents and chat logs put before a message.
 

@@ -284,7 +284,7 @@ class TieredMemory:
         packed to the proxy's budget; the two best matching global memories first. Answered
         before `deadline_ms` with the best it has (engine/schedule.py), saying which ranking."""
         deadline = Deadline(req.deadline_ms)
-        query = req.query if req.query is not None else query_from(req.messages)
+        query = recall_query(req.query if req.query is not None else query_from(req.messages))
         if not query.strip():
             return RecallAnswer([], "none: no query")
         session_id = req.metadata.get("session_id") if isinstance(req.metadata.get("session_id"), str) else None
@@ -326,6 +326,7 @@ class TieredMemory:
                 "embeddings": self.embedder is not None, "encoder": getattr(self.embedder, "engine", None),
                 "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
+                "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(),
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
