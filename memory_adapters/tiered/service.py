@@ -25,6 +25,7 @@ from memplane_core.turn_text import query_from
 
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
+from ..engine.episodes import recall_query
 from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
