@@ -136,12 +136,12 @@ async def test_the_proxy_sends_its_deadline_and_the_turn_explains_which_ranking_
 
 async def test_one_agents_flood_of_recalls_does_not_cost_another_agent_its_memories(
         aiohttp_server, tmp_path, stack):
-    # a machine whose encoder takes 30 ms more a call: in turn, the flood's 48 questions need > 300 ms of it
-    embedder, encoder = slow_embedder(delay_s=0.03)
+    # a machine whose encoder takes 60 ms more a call: in turn, the flood's 48 questions need > 300 ms of it
+    embedder, encoder = slow_embedder(delay_s=0.06)
     server = await aiohttp_server(embedded(tmp_path / "mem", embedder, recalls_per_agent=2))
     url = url_of(server)
     stack.add_agent("greedy", url)
-    # the quiet agent's recall may take 600 ms (deadline 360 ms): room for its own questions to be
+    # the quiet agent's recall may take 600 ms (deadline 300 ms): room for its own questions to be
     # encoded in their turn on a slow or shared machine (a CI worker beside others), yet far too
     # little to wait behind the flood's 48 questions, as it would without per-agent slots
     stack.add_agent("quiet", url, recall={"path": "/recall", "timeout_ms": 600})
@@ -156,7 +156,8 @@ async def test_one_agents_flood_of_recalls_does_not_cost_another_agent_its_memor
     quiet = stack.openai("quiet")
 
     async def flood(http, n):  # straight at the service, as fast as it answers, with the proxy's deadline
-        status, _ = await post(http, url + "/recall", {"agent_id": "greedy", "deadline_ms": 240,
+        # a later deadline than the quiet agent's: the flood's questions hold the line past it
+        status, _ = await post(http, url + "/recall", {"agent_id": "greedy", "deadline_ms": 1000,
                                                        "query": f"what did the note say about alpha bravo {n}?"})
         assert status == 200
 
