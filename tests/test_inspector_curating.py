@@ -105,7 +105,10 @@ async def test_an_operator_corrects_pins_and_forgets_memories_and_the_agent_noti
     stack.provider.reply = lambda body: "Sure."
     memory = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
                                                      telemetry=Telemetry(make_logger(io.StringIO()))))
-    stack.tokens["ui-agent"] = stack.add_agent("ui-agent", url_of(memory), service="embedded")
+    # a curation story, not a latency one: a recall budget a CI host running chromium beside other
+    # test workers keeps (at the default 300 ms the last turn's recall once came back empty there)
+    stack.tokens["ui-agent"] = stack.add_agent("ui-agent", url_of(memory), service="embedded",
+                                               recall={"path": "/recall", "timeout_ms": 3000})
     client = stack.openai("ui-agent")
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "My cat is called Miso."}])
     await stack.settle()
