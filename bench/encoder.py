@@ -26,7 +26,8 @@ from statistics import median
 
 import numpy as np
 
-from memory_adapters.engine.onnx_encoder import GRAPHS, MODEL_DIR, OnnxEncoder, graph_for_cpu, verified_manifest
+from memory_adapters.engine.onnx_encoder import (GRAPHS, MODEL_DIR, OnnxEncoder, graph_for_cpu, session_of,
+                                                 verified_manifest)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "minilm_reference.json"
 QUERIES = ["When did I run the half marathon?", "What is my sister's name?", "Which herb do I dislike?"]
@@ -44,16 +45,9 @@ def cpu_ms(fn, repeat: int) -> float:
 
 
 def compare(graphs: list[Path], threads: int, rounds: int = 60) -> None:
-    import onnxruntime as ort
-
     shipped = OnnxEncoder.load(threads=threads)
-    encoders = {}
-    for graph in graphs:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
-        encoders[str(graph)] = OnnxEncoder(session, shipped.tokenizer, shipped.dim)
+    encoders = {str(graph): OnnxEncoder(session_of(graph, threads), shipped.tokenizer, shipped.dim)
+                for graph in graphs}
     rows = json.loads(FIXTURE.read_text())["rows"]
     texts = [r["text"] for r in rows]
     reference = np.array([r["vector"] for r in rows], dtype=np.float32)

@@ -221,11 +221,12 @@ def smooth(fp32: Path, target: Path, amax: dict[str, Any], alpha: float) -> None
     for x in dict.fromkeys(n.input[0] for n in matmuls):
         wmax = np.max([np.abs(numpy_helper.to_array(inits[n.input[1]])).max(1) for n in matmuls if n.input[0] == x], 0)
         scale[x] = (np.maximum(amax[x], 1e-5) ** alpha / np.maximum(wmax, 1e-5) ** (1 - alpha)).astype(np.float32)
-    nodes = []
+    nodes, done = [], set()
     for node in model.graph.node:
         if node in matmuls:
             x = node.input[0]
-            if x + "_smoothed" not in {o for n in nodes for o in n.output}:
+            if x not in done:  # one Mul per input, shared by the MatMuls that read it
+                done.add(x)
                 model.graph.initializer.append(numpy_helper.from_array(1 / scale[x], x + "_smooth_inv"))
                 nodes.append(onnx.helper.make_node("Mul", [x, x + "_smooth_inv"], [x + "_smoothed"],
                                                    name=x + "_smooth"))

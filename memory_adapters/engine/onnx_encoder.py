@@ -28,7 +28,6 @@ MODEL_DIR = Path(__file__).with_name("model")
 # "smooth" (SmoothQuant + MatMulInteger, some MatMuls fp32) on x86 CPUs with plain AVX2, where
 # ONNX Runtime's 8-bit MatMulNBits kernel took ~7x the time
 GRAPHS = {"blocked": "all-MiniLM-L6-v2-int8.onnx", "smooth": "all-MiniLM-L6-v2-int8-smooth.onnx"}
-GRAPH = GRAPHS["blocked"]
 TOKENIZER = "tokenizer.json"
 MANIFEST = "model.json"
 BATCH = 32
@@ -61,7 +60,7 @@ def graph_for_cpu(cpuinfo: str | None = None) -> str:
     return "blocked" if {"avx512_vnni", "avx_vnni"} & set(flags) else "smooth"
 
 
-def verified_manifest(model_dir: Path, graph: str = GRAPH) -> dict[str, Any]:
+def verified_manifest(model_dir: Path, graph: str) -> dict[str, Any]:
     """The manifest, once the graph to load and the tokenizer have the checksums it records."""
     try:
         manifest = json.loads((model_dir / MANIFEST).read_text())
@@ -81,6 +80,20 @@ def verified_manifest(model_dir: Path, graph: str = GRAPH) -> dict[str, Any]:
     return manifest
 
 
+def session_of(graph: Path, threads: int = 1) -> Any:
+    """An ONNX Runtime session for `graph` with the options recall needs (bench.encoder times other
+    graphs with the same ones)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # a thread that has no work sleeps instead of spinning on a core that recall needs
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
+
+
 class OnnxEncoder:
     """Tokenize with the model's own fast tokenizer, run the int8 graph, return unit vectors
     (mean pooling and L2 normalisation are inside the graph, as sentence-transformers does them)."""
@@ -97,20 +110,13 @@ class OnnxEncoder:
         by default, so that query embedding, background embedding and the event loop never
         oversubscribe a 2-core machine. `graph`: a key of GRAPHS, else the one for this CPU."""
         model_dir = model_dir or MODEL_DIR
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         graph = graph or graph_for_cpu()
         if graph not in GRAPHS:
             raise ValueError(f"unknown encoder graph {graph!r}; one of {', '.join(GRAPHS)}")
         manifest = verified_manifest(model_dir, GRAPHS[graph])
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = max(1, int(threads))
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # a thread that has no work sleeps instead of spinning on a core that recall needs
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(model_dir / GRAPHS[graph]), opts, providers=["CPUExecutionProvider"])
+        session = session_of(model_dir / GRAPHS[graph], threads)
         tokenizer = Tokenizer.from_file(str(model_dir / TOKENIZER))
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=int(manifest["max_seq_length"]))
