@@ -1,7 +1,7 @@
 """The LoCoMo protocol on a busy machine: does every question still get its memories in time?
 
     python -m bench.busy [--adapters embedded,tiered] [--burners 0,1,2] [--in-flight 8]
-                         [--idle-c1] [--questions N] [--ask-when retained|embedded]
+                         [--idle-c1] [--questions N] [--ask-when retained|embedded] [--agents N]
 
 Each part runs as its own process, as users run them: the proxy (`bench.servers memplane`), the
 memory service (`bench.servers embedded|tiered`), and this process, which holds the fake provider
@@ -15,6 +15,11 @@ ranking answered (the turn's explanation), how long the embedding backlog took t
 the feed, and the acceptance scoring per category and per conversation. `--idle-c1` adds a row:
 no burner, one question at a time (the p50 ≤ 5 ms target). Load average is printed with each row:
 the machine is shared, so compare rows of one run.
+
+`--agents 10` runs the acceptance protocol's scale (ten agents, ~6,000 turns, ~1,300 questions):
+the three dev conversations are fed again as further agents. Each copy's messages end in a
+different number of zero-width spaces: the encoder and the word ranking see the same text, but no
+agent is served from the query-vector cache another agent filled, as distinct conversations are not.
 """
 
 from __future__ import annotations
@@ -52,6 +57,19 @@ async def metric(http: aiohttp.ClientSession, url: str, name: str) -> float:
     async with http.get(url + "/metrics") as r:
         text = await r.text()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def as_agents(convs: list[dict], n: int) -> list[dict]:
+    """`n` agents from the dev conversations: the first len(convs) as they are, then copies
+    (`conversation_26-2`, ...) whose messages and questions end in k zero-width spaces."""
+    out = list(convs)
+    for k in range(len(convs), max(n, len(convs))):
+        conv, copy = convs[k % len(convs)], k // len(convs) + 1
+        mark = "\u200b" * copy
+        out.append({**conv, "name": f"{conv['name']}-{copy}",
+                    "turns": [{**t, "message": t["message"] + mark} for t in conv["turns"]],
+                    "questions": [{**q, "question": q["question"] + mark} for q in conv["questions"]]})
+    return out
 
 
 async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
@@ -138,7 +156,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         ranking_latency: dict[str, list[float]] = {}
         for _, _, _, headers in asked:  # the turn's explanation says which ranking answered
             async with http.get(f"{px_url}/memplane/turns/{headers['X-Memplane-Turn-Id']}") as r:
-                doc = await r.json() if r.status == 200 else {}
+                doc = await r.json() if r.status == 200 else {"ranking": "(explanation no longer kept)"}
             ranking = doc.get("ranking") or doc.get("recall", {}).get("status", "?")
             rankings[ranking] += 1
             ranking_latency.setdefault(ranking, []).append(float(doc.get("recall", {}).get("latency_ms") or 0))
@@ -180,7 +198,7 @@ async def main_async(args) -> None:
     if not DATASET.is_dir() or not any(DATASET.glob("conversation_*.json")):
         print(f"busy bench skipped: no data set at {DATASET} (set LOCOMO_DIR)")
         return
-    convs = load(DATASET)
+    convs = as_agents(load(DATASET), args.agents)
     tmp = Path(tempfile.mkdtemp(prefix="memplane-busy-"))
     plan = [(b, args.in_flight) for b in args.burners]
     if args.idle_c1:
@@ -228,6 +246,7 @@ def main() -> None:
     p.add_argument("--idle-c1", action="store_true", help="add a run with no burner and one question at a time")
     p.add_argument("--questions", type=int, default=None, help="at most this many questions per conversation")
     p.add_argument("--ask-when", choices=["retained", "embedded"], default="retained")
+    p.add_argument("--agents", type=int, default=3, help="agents fed at once (10: the acceptance protocol's scale)")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -100,3 +100,82 @@ async def test_a_turn_the_agent_just_asked_about_is_embedded_from_its_recall_que
             got = await r.json()
     assert health["embedded"] == 6 and health["embedded_from_queries"] == 6
     assert got["ranking"] == "dense+lexical" and "fern" in got["memories"][0]["text"]
+
+
+async def test_turns_a_recall_already_embedded_are_stored_while_the_encoder_is_stuck_on_another(
+        aiohttp_server, tmp_path):
+    """Under load most turns' vectors are made by their own recall, while the backlog's encoder
+    works on a text no recall asked. Those turns do not queue behind it: they get their vectors at
+    once. (A first-come backlog kept 3,900 of 4,700 turns waiting at the end of a busy feed.)"""
+    import asyncio
+    import io
+    import threading
+
+    import aiohttp
+
+    from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
+    from memory_adapters.engine.dense import Embedder
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry, make_logger
+
+    class StuckOnOne:
+        """The real encoder, except that a call holding the stuck text waits for `gate`."""
+
+        def __init__(self, real):
+            self.real, self.engine, self.dim = real, real.engine, real.dim
+            self.gate = threading.Event()
+            self.stuck = threading.Event()
+
+        def encode(self, texts):
+            if any("harbour crane" in t for t in texts):
+                self.stuck.set()
+                self.gate.wait(60)
+            return self.real.encode(texts)
+
+    encoder = StuckOnOne(Embedder.load().encoder)
+    server = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(),
+                                                     telemetry=Telemetry(make_logger(io.StringIO())),
+                                                     embedder=Embedder(encoder)))
+    service = server.app[EMBEDDED_SERVICE]
+    url = f"http://{server.host}:{server.port}"
+
+    def entry(i: int, text: str) -> dict:
+        return {"entry": {"id": f"hist1_{i}", "ts": "2026-01-10T10:00:00.000Z",
+                          "request_original": {"messages": [{"role": "user", "content": text}]},
+                          "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}}
+
+    async def health(s) -> dict:
+        async with s.get(url + "/health") as r:
+            return await r.json()
+
+    async with aiohttp.ClientSession() as s:
+        # retained without a recall (a backfill, an import): only the backlog can embed it
+        async with s.post(url + "/retain/batch", json={"agent_id": "ana", "items": [
+                entry(0, "Ana: the harbour crane broke down again at noon.")]}) as r:
+            assert r.status == 200
+        for _ in range(500):
+            if encoder.stuck.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert encoder.stuck.is_set()
+        said = [f"Ana: I repotted fern number {i} on the balcony this morning." for i in range(1, 6)]
+        for i, text in enumerate(said, 1):  # each turn: its recall (which embeds it), then its retain
+            async with s.post(url + "/recall", json={"agent_id": "ana", "query": text, "deadline_ms": 5000}) as r:
+                assert r.status == 200
+            async with s.post(url + "/retain/batch", json={"agent_id": "ana", "items": [entry(i, text)]}) as r:
+                assert r.status == 200
+        for _ in range(400):
+            during = await health(s)
+            if during["embedded"] >= 5 and during["embedding_backlog"] == 1:  # their vectors stored
+                break
+            await asyncio.sleep(0.05)
+        with_vectors = len(service._indexes["ana"].vectors)
+        encoder.gate.set()
+        for _ in range(400):
+            after = await health(s)
+            if not after["embedding_backlog"]:
+                break
+            await asyncio.sleep(0.05)
+    assert during["embedded"] == 5 and during["embedding_backlog"] == 1  # only the stuck one waits
+    assert with_vectors == 5
+    assert after["embedding_backlog"] == 0 and after["embedded"] == 6 and len(service._indexes["ana"].vectors) == 6

@@ -66,8 +66,9 @@ class EmbeddedMemory:
     async def start(self, embedder: Any = None) -> None:
         """Open the store; `embedder` (engine.dense.Embedder), when given, turns dense recall on."""
         if embedder is not None:
-            self.embedder, self.queries = embedder, QueryBatcher(embedder)
+            self.embedder = embedder
             self.backlog = EmbeddingBacklog(embedder, self.scheduler)
+            self.queries = QueryBatcher(embedder, on_encoded=self.backlog.encoded)
         await self.store.open()
         if self.backlog is not None:
             self.backlog.start(self._embed_batch, self._embedding_failed)
@@ -108,7 +109,7 @@ class EmbeddedMemory:
                 if self.backlog is not None:
                     for m, vec in rows:
                         if vec is None and m.id in idx.memories:
-                            self.backlog.add((agent_id, m.id))
+                            self.backlog.add((agent_id, m.id), m.value)
                 self._tombstones[agent_id] = await self.store.tombstones(agent_id)
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
@@ -175,7 +176,7 @@ class EmbeddedMemory:
                 for m in put:
                     idx.put(m)
                     if self.backlog is not None:
-                        self.backlog.add((agent_id, m.id))
+                        self.backlog.add((agent_id, m.id), m.value)
                 await self._enforce_cap(agent_id, idx)
                 if self.curator is not None:  # counts only; the curator works in the background
                     self.curator.observe(agent_id, put)
@@ -258,7 +259,7 @@ class EmbeddedMemory:
             await self.store.write([m])
             idx.put(m)
             if self.backlog is not None:
-                self.backlog.add((m.agent_id, m.id))
+                self.backlog.add((m.agent_id, m.id), m.value)
             await self._enforce_cap(m.agent_id, idx)
             return m, old is None
 

@@ -116,11 +116,19 @@ def _yield_to_serving() -> None:
 
 
 class EmbeddingBacklog:
-    """What waits for its vector after a retain was acknowledged: drained in batches by one task,
-    embedded on one low-priority thread. `len()` — queued plus in hand — is what `/health` reports as
-    `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept."""
+    """What waits for its vector after a retain was acknowledged: drained by one task, embedded on
+    one low-priority thread. `len()` — waiting plus in hand — is what `/health` reports as
+    `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept.
 
-    BATCH = 64  # memories taken per step (one store write of their vectors)
+    Why two lines: a turn's user message is first its recall query, then its episode, so most
+    vectors are made by the query encoder (at recall's priority) moments before or after the
+    retain. An item whose vector is in the query cache is ready: it is stored at once, in batches,
+    without encoding. The rest wait in arrival order and are encoded a short call at a time. Under
+    load a first-come line stalled on the one text nobody had encoded while thousands behind it sat
+    ready in the cache (the acceptance scale, ten agents on a busy 2-core AVX2 host: 3,900 of 4,700
+    turns still waiting when the feed ended; bench/README.md)."""
+
+    BATCH = 64  # ready memories stored per step (one store write of their vectors)
     CHUNK = 16  # texts per encoder call at most: between calls the backlog yields to waiting recalls
     STEP_S = 0.05  # and about this long a call: a slow CPU takes fewer texts a call, not longer calls
 
@@ -130,18 +138,42 @@ class EmbeddingBacklog:
         self.embedded = 0  # texts embedded so far (the bench's catch-up rate)
         self.per_text_s = 0.004  # moving average of one text's encoder time on this machine
         self.reused = 0  # of `embedded`: vectors a recall's query had already made (query cache)
-        self._queue: asyncio.Queue = asyncio.Queue()
+        self._ready: list[Any] = []  # items whose vector is in the query cache
+        self._waiting: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # arrival → (item, cache key)
+        self._by_key: dict[str, list[int]] = {}  # cache key → arrivals waiting for that text
+        self._arrivals = 0
+        self._wake = asyncio.Event()  # something waits for encoding
+        self._wake_ready = asyncio.Event()  # something is ready to store
         self._in_hand = 0
         self._stopping = False
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-embed",
                                         initializer=_yield_to_serving)
 
     def __len__(self) -> int:
-        return self._queue.qsize() + self._in_hand
+        return len(self._ready) + len(self._waiting) + self._in_hand
 
-    def add(self, item: Any) -> None:
-        self._queue.put_nowait(item)
+    def add(self, item: Any, text: str) -> None:
+        """`item` needs the vector of `text` (what the store's batch handler will embed)."""
+        key = cache_key(text)
+        if self.embedder.cached(key) is not None:
+            self._ready.append(item)
+            self._wake_ready.set()
+        else:
+            self._arrivals += 1
+            self._waiting[self._arrivals] = (item, key)
+            self._by_key.setdefault(key, []).append(self._arrivals)
+            self._wake.set()
+
+    def encoded(self, texts: list[str]) -> None:
+        """The query encoder just cached these texts' vectors: items waiting for them are ready."""
+        moved = False
+        for text in texts:
+            for arrival in self._by_key.pop(cache_key(text), ()):
+                self._ready.append(self._waiting.pop(arrival)[0])
+                moved = True
+        if moved:
+            self._wake_ready.set()
 
     def chunk(self) -> int:
         """Texts for the next encoder call: as many as take about STEP_S here (CHUNK at most).
@@ -150,64 +182,92 @@ class EmbeddingBacklog:
         recalls that arrived meanwhile waited for it, and the backlog rarely saw them to yield."""
         return max(1, min(self.CHUNK, int(self.STEP_S / max(self.per_text_s, 1e-6))))
 
+    def _take_ready(self) -> list[Any]:
+        batch, self._ready = self._ready[:self.BATCH], self._ready[self.BATCH:]
+        return batch
+
+    def _take_waiting(self) -> list[Any]:
+        """The oldest waiting items, one encoder call's worth."""
+        batch = []
+        for _ in range(min(self.chunk(), len(self._waiting))):
+            arrival, (item, key) = self._waiting.popitem(last=False)
+            same = self._by_key.get(key)
+            if same is not None:
+                same.remove(arrival)
+                if not same:
+                    del self._by_key[key]
+            batch.append(item)
+        return batch
+
     async def embed(self, texts: list[str]) -> "np.ndarray":
         """Vectors in short encoder calls (`chunk`); before each, wait while recalls are in hand
         (a recall's query then has the CPU and the encoder to itself). A text a recall already
-        asked (the user's message is the turn's recall query, then its episode) comes from the
-        query cache: encoding it twice was half the backlog's work."""
+        asked comes from the query cache: encoding it twice was half the backlog's work."""
         loop = asyncio.get_running_loop()
         out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
-        todo = []
-        for i, text in enumerate(texts):
-            hit = self.embedder.cached(text)
-            if hit is None:
-                todo.append(i)
-            else:
-                out[i] = hit
-                self.reused += 1
-        self.embedded += len(texts) - len(todo)
-        start = 0
-        while start < len(todo):
+        todo = self._from_cache(texts, list(range(len(texts))), out)
+        while todo:
             if self.scheduler is not None:
                 await self.scheduler.background_turn()
-            part = todo[start:start + self.chunk()]
+                todo = self._from_cache(texts, todo, out)  # a recall may have asked it meanwhile
+                if not todo:
+                    break
+            part, todo = todo[:self.chunk()], todo[self.chunk():]
             began = time.perf_counter()
             out[part] = await loop.run_in_executor(self._pool, self.embedder.embed, [texts[i] for i in part])
             self.per_text_s = 0.7 * self.per_text_s + 0.3 * (time.perf_counter() - began) / len(part)
             self.embedded += len(part)
-            start += len(part)
         return out
 
-    def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
-        """Hand each batch to `handle` until stopped; a batch that fails goes to `on_error` and the
-        next one is handled as usual (its memories keep being found by their words)."""
-        self._task = asyncio.create_task(self._run(handle, on_error))
+    def _from_cache(self, texts: list[str], todo: list[int], out: "np.ndarray") -> list[int]:
+        left = []
+        for i in todo:
+            hit = self.embedder.cached(texts[i])
+            if hit is None:
+                left.append(i)
+            else:
+                out[i] = hit
+                self.reused += 1
+                self.embedded += 1
+        return left
 
-    async def _run(self, handle: Callable[[list[Any]], Awaitable[None]],
-                   on_error: Callable[[Exception], None]) -> None:
+    def start(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None]) -> None:
+        """Hand each batch to `handle` until stopped, in two lanes: ready items (stored without
+        encoding) never wait for an encoder call of the other lane. A batch that fails goes to
+        `on_error` and the next one is handled as usual (its memories keep being found by their words)."""
+        self._tasks = [asyncio.create_task(self._run(handle, on_error, self._take_ready, self._wake_ready)),
+                       asyncio.create_task(self._run(handle, on_error, self._take_waiting, self._wake))]
+
+    async def _run(self, handle: Callable[[list[Any]], Awaitable[None]], on_error: Callable[[Exception], None],
+                   take: Callable[[], list[Any]], wake: asyncio.Event) -> None:
         while not self._stopping:
-            batch = [await self._queue.get()]
-            while len(batch) < self.BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            self._in_hand = len(batch)
+            batch = take()
+            if not batch:
+                wake.clear()
+                await wake.wait()
+                continue
+            self._in_hand += len(batch)
             try:
                 await handle(batch)
             except Exception as exc:
                 on_error(exc)
             finally:
-                self._in_hand = 0
+                self._in_hand -= len(batch)
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        """Let the batch in hand finish — its vectors are saved, and a database write cancelled
-        halfway can leave the driver's connection in doubt — then stop; what is still queued is
+        """Let the batches in hand finish — their vectors are saved, and a database write cancelled
+        halfway can leave the driver's connection in doubt — then stop; what is still waiting is
         embedded at the next start (both stores find memories without a vector)."""
         self._stopping = True
-        task, self._task = self._task, None
-        if task is not None:
+        self._wake.set()
+        self._wake_ready.set()
+        tasks, self._tasks = self._tasks, []
+        if tasks:
             if self._in_hand:
-                await asyncio.wait([task], timeout=grace_s)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+                await asyncio.wait(tasks, timeout=grace_s)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -224,8 +284,9 @@ class QueryBatcher:
     SPARE = 64  # given-up questions kept for the cache; older ones are dropped
     WORKERS = 2  # encoder calls at once
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, on_encoded: Callable[[list[str]], None] | None = None) -> None:
         self.embedder = embedder
+        self.on_encoded = on_encoded  # told the texts of each call (EmbeddingBacklog.encoded)
         self._waiting: list[tuple[str, asyncio.Future]] = []  # questions a recall still waits for
         self._spare: list[tuple[str, asyncio.Future]] = []  # given up on: encoded for the cache when idle
         self._workers: set[asyncio.Task] = set()
@@ -314,6 +375,8 @@ class QueryBatcher:
             for (_, f), vec in zip(batch, vecs):
                 if not f.done():
                     f.set_result(vec)
+            if self.on_encoded is not None:
+                self.on_encoded([t for t, _ in batch])
 
 
 class VectorIndex:

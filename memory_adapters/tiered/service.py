@@ -62,8 +62,8 @@ class TieredMemory:
     async def load_embedder(self) -> None:
         self.embedder = await load_embedder(self.settings.embeddings, self.telemetry, self.settings.encoder_threads)
         if self.embedder is not None:
-            self.queries = QueryBatcher(self.embedder)
             self.backlog = EmbeddingBacklog(self.embedder, self.scheduler)
+            self.queries = QueryBatcher(self.embedder, on_encoded=self.backlog.encoded)
 
     def bad_row(self, memory_id: str, error: str) -> None:
         """A stored memory that cannot be read or indexed is skipped, and said so: the operator
@@ -87,7 +87,7 @@ class TieredMemory:
             await self.warm_up()
         if self.backlog is not None:
             for m in await self.ltm.unembedded():  # a process stopped before it embedded them
-                self.backlog.add(m)
+                self.backlog.add(m, m.value)
             self.backlog.start(self._embed_batch, self._embedding_failed)
 
     @property
@@ -262,7 +262,7 @@ class TieredMemory:
             await self.indexes.written(agent_id, episodes, removed)
         if self.backlog is not None:
             for m in episodes:
-                self.backlog.add(m)
+                self.backlog.add(m, m.value)
         if self.curator is not None:  # counts only; the curator works in the background
             self.curator.observe(agent_id, episodes)
         for m in keyed:
