@@ -116,11 +116,11 @@ def _yield_to_serving() -> None:
 
 
 class EmbeddingBacklog:
-    """What waits for its vector after a retain was acknowledged: drained by one task, embedded on
-    one low-priority thread. `len()` — waiting plus in hand — is what `/health` reports as
-    `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept.
+    """What waits for its vector after a retain was acknowledged: drained by two tasks (lanes),
+    embedded on one low-priority thread. `len()` — ready, waiting and in hand — is what `/health`
+    reports as `embedding_backlog`. Each store says what an item is and how a batch's vectors are kept.
 
-    Why two lines: a turn's user message is first its recall query, then its episode, so most
+    Why two lanes: a turn's user message is first its recall query, then its episode, so most
     vectors are made by the query encoder (at recall's priority) moments before or after the
     retain. An item whose vector is in the query cache is ready: it is stored at once, in batches,
     without encoding. The rest wait in arrival order and are encoded a short call at a time. Under
@@ -139,9 +139,9 @@ class EmbeddingBacklog:
         self.per_text_s = 0.004  # moving average of one text's encoder time on this machine
         self.reused = 0  # of `embedded`: vectors a recall's query had already made (query cache)
         self._ready: list[Any] = []  # items whose vector is in the query cache
-        self._waiting: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # arrival → (item, cache key)
-        self._by_key: dict[str, list[int]] = {}  # cache key → arrivals waiting for that text
-        self._arrivals = 0
+        # cache key → the items waiting for that text, in the order the texts first arrived
+        self._waiting: OrderedDict[str, list[Any]] = OrderedDict()
+        self._waiting_items = 0
         self._wake = asyncio.Event()  # something waits for encoding
         self._wake_ready = asyncio.Event()  # something is ready to store
         self._in_hand = 0
@@ -151,7 +151,7 @@ class EmbeddingBacklog:
                                         initializer=_yield_to_serving)
 
     def __len__(self) -> int:
-        return len(self._ready) + len(self._waiting) + self._in_hand
+        return len(self._ready) + self._waiting_items + self._in_hand
 
     def add(self, item: Any, text: str) -> None:
         """`item` needs the vector of `text` (what the store's batch handler will embed)."""
@@ -160,17 +160,18 @@ class EmbeddingBacklog:
             self._ready.append(item)
             self._wake_ready.set()
         else:
-            self._arrivals += 1
-            self._waiting[self._arrivals] = (item, key)
-            self._by_key.setdefault(key, []).append(self._arrivals)
+            self._waiting.setdefault(key, []).append(item)
+            self._waiting_items += 1
             self._wake.set()
 
     def encoded(self, texts: list[str]) -> None:
         """The query encoder just cached these texts' vectors: items waiting for them are ready."""
         moved = False
         for text in texts:
-            for arrival in self._by_key.pop(cache_key(text), ()):
-                self._ready.append(self._waiting.pop(arrival)[0])
+            items = self._waiting.pop(cache_key(text), None)
+            if items:
+                self._ready += items
+                self._waiting_items -= len(items)
                 moved = True
         if moved:
             self._wake_ready.set()
@@ -187,16 +188,11 @@ class EmbeddingBacklog:
         return batch
 
     def _take_waiting(self) -> list[Any]:
-        """The oldest waiting items, one encoder call's worth."""
+        """The items of the oldest waiting texts, one encoder call's worth of texts."""
         batch = []
         for _ in range(min(self.chunk(), len(self._waiting))):
-            arrival, (item, key) = self._waiting.popitem(last=False)
-            same = self._by_key.get(key)
-            if same is not None:
-                same.remove(arrival)
-                if not same:
-                    del self._by_key[key]
-            batch.append(item)
+            batch += self._waiting.popitem(last=False)[1]
+        self._waiting_items -= len(batch)
         return batch
 
     async def embed(self, texts: list[str]) -> "np.ndarray":
@@ -212,7 +208,8 @@ class EmbeddingBacklog:
                 todo = self._from_cache(texts, todo, out)  # a recall may have asked it meanwhile
                 if not todo:
                     break
-            part, todo = todo[:self.chunk()], todo[self.chunk():]
+            n = self.chunk()
+            part, todo = todo[:n], todo[n:]
             began = time.perf_counter()
             out[part] = await loop.run_in_executor(self._pool, self.embedder.embed, [texts[i] for i in part])
             self.per_text_s = 0.7 * self.per_text_s + 0.3 * (time.perf_counter() - began) / len(part)
