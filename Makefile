@@ -34,8 +34,11 @@ run: $(STAMP)
 # -n: one pytest-xdist worker per core (at most 3: each gets its own Redis db, 13-15, tests/conftest.py);
 # -p no:langsmith_plugin: langsmith (pulled in by langgraph) registers a pytest plugin that costs 0.5 s per
 # worker and that memplane never uses. `.venv/bin/python -m pytest tests/x.py` still runs in one process.
+# PYTHONDONTWRITEBYTECODE (set on some hosts) is lifted for the suite: every worker and every memplane
+# process a test starts would otherwise compile each module it imports from source again (~3-4 s of
+# CPU a process); with it lifted Python writes .pyc for the modules actually imported, once.
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses=3 -p no:langsmith_plugin
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --maxprocesses=3 -p no:langsmith_plugin
 
 demo: $(STAMP)
 	$(BIN)/memplane demo
