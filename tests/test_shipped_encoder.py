@@ -100,7 +100,7 @@ CPUINFO = "processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu sse sse2 {flags
 
 @pytest.mark.parametrize("vendor,flags,graph", [
     ("AuthenticAMD", "avx fma avx2 bmi2", "smooth"),  # Zen 2/3: AVX2, no VNNI
-    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni amx_int8", "smooth"),  # Sapphire Rapids: measured
+    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni amx_int8", "smooth"),  # a Xeon with VNNI and AMX: measured
     ("GenuineIntel", "avx fma avx2 avx_vnni", "smooth"),  # Alder Lake and later desktops
     ("GenuineIntel", "sse4_2 avx", "blocked"),  # no AVX2: neither kernel is fast; the one measured longest
 ])

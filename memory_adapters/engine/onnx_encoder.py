@@ -9,8 +9,8 @@ Why int8 ONNX, and two graphs: embedding a recall query is on the agent's hot pa
 background backlog embeds every retained turn. Both shipped graphs keep cosine ≥ 0.99 to the fp32
 model on every text (tests/test_shipped_encoder.py); which one loads depends on the CPU
 (`graph_for_cpu`): the SmoothQuant graph on x86 CPUs with AVX2 — on a 2-core AVX2-only EPYC it
-takes ~15 % less per query and half the CPU per backlog text; on a 2-core Sapphire Rapids (AVX-512
-VNNI, AMX) ~10 % more per query but 30 % less per backlog text, and at the acceptance scale (ten
+takes ~15 % less per query and half the CPU per backlog text; on a 2-core Xeon with AVX-512
+VNNI and AMX ~10 % more per query but 30 % less per backlog text, and at the acceptance scale (ten
 agents beside a busy core) the backlog then keeps up: 189-314 turns left unembedded when the feed
 ended instead of ~1,460, 0.885-0.889 against 0.869-0.875 on the dev set (bench/README.md, "The
 shipped encoder"). The blocked graph elsewhere (Arm, x86 without AVX2), where the smooth graph's
