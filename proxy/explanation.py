@@ -29,6 +29,7 @@ class RecallDetail:
     placement_note: str | None = _UNSET
     tokens: int = _UNSET
     ranking: str | None = _UNSET
+    deadline_ms: int | None = _UNSET  # what the service was told it had (less after late answers)
     redactions: dict[str, int] = _UNSET
     memories: list[dict[str, Any]] = _UNSET  # per recalled item: kind, source, score, id, decision, text
     repeated_lines_dropped: int = _UNSET

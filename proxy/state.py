@@ -14,6 +14,7 @@ from .config import ProxySettings
 from .context_store import ContextStore
 from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
 from .ledger.files import Ledger
+from .memory_service import RecallDeadlines
 from .operator.explain import TurnExplanations
 from .operator.metrics import ProxyMetrics
 from .rate_limit import RateLimiter
@@ -36,6 +37,7 @@ class ProxyState:
     explanations: TurnExplanations = field(default_factory=TurnExplanations)
     turn_blocks: TurnBlocks = field(default_factory=TurnBlocks)  # one block per user turn
     threads: Threads = field(default_factory=Threads)  # Anthropic message threads of agents with memory
+    recall_deadlines: RecallDeadlines = field(default_factory=RecallDeadlines)  # deadline_ms per service
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

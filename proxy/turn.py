@@ -132,14 +132,15 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                                   error=why)
         return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
     request = await _recall_request(state, ctx, fmt, body, messages, query, session_id)
-    outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod).recall(request)
+    outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod,
+                                     deadlines=state.recall_deadlines).recall(request)
     if outcome.status != "succeeded":
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall",
                                   status=outcome.status, status_code=outcome.status_code,
                                   latency_ms=outcome.latency_ms, error=outcome.error)
         return body, RecallSummary(outcome.status, latency_ms=outcome.latency_ms,
                                    detail=RecallDetail(service=manifest.service, query=request.query,
-                                                       error=outcome.error)), None
+                                                       error=outcome.error, deadline_ms=outcome.deadline_ms)), None
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
     memories, repeated = drop_repeated_lines(policy.memories)
@@ -202,7 +203,7 @@ def _explain_recall(state: ProxyState, service: str, query: str, outcome: Recall
     kept = iter(policy.memories)
     detail = RecallDetail(
         service=service, query=query, block=block, placement=placement, tokens=tokens, ranking=outcome.ranking,
-        redactions=dict(policy.redactions),
+        deadline_ms=outcome.deadline_ms, redactions=dict(policy.redactions),
         memories=[{"kind": m.kind, "source": m.source, "score": m.score, "id": m.id, "decision": decision,
                    "text": (next(kept).text if decision == "injected"
                             else state.redactor.text(m.text[:2000])[0])[:500]}

@@ -4,7 +4,8 @@ inspector, `store_memory`, the CLI's `memory export`/`import` and `compile --des
 
 from .answers import MAX_RECALL_BYTES, RecallOutcome, deadline_ms, recalled_memories
 from .client import MemoryService
+from .deadlines import RecallDeadlines
 from .errors import BatchUnsupported, MemoryServiceError, RetryableRetainError
 
-__all__ = ["MAX_RECALL_BYTES", "BatchUnsupported", "MemoryService", "MemoryServiceError", "RecallOutcome",
-           "RetryableRetainError", "deadline_ms", "recalled_memories"]
+__all__ = ["MAX_RECALL_BYTES", "BatchUnsupported", "MemoryService", "MemoryServiceError", "RecallDeadlines",
+           "RecallOutcome", "RetryableRetainError", "deadline_ms", "recalled_memories"]

@@ -42,6 +42,7 @@ class RecallOutcome:
     error: str | None = None
     latency_ms: float = 0.0
     ranking: str | None = None  # which ranking the service says answered (e.g. "lexical: deadline")
+    deadline_ms: int | None = None  # what the service was told it had (deadlines.py)
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -32,6 +32,7 @@ from memplane_core.contract import (
 
 from ..transport_errors import TransportError, transport_errors
 from .answers import MAX_RECALL_BYTES, RecallOutcome, batch_codes, deadline_ms, read_recall, retry_after
+from .deadlines import RecallDeadlines
 from .errors import BatchUnsupported, MemoryServiceError, RetryableRetainError
 
 REST_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -79,13 +80,14 @@ class MemoryService:
     manifest: MemoryManifest | None = None
     timeout: aiohttp.ClientTimeout = field(default=REST_TIMEOUT)  # one REST call's
     retain_url: str | None = None  # another retain endpoint than the manifest's (backfill --url)
+    deadlines: RecallDeadlines | None = None  # the proxy's: what recall tells the service it has
 
     @classmethod
     def of(cls, session: aiohttp.ClientSession, manifest: MemoryManifest, agent_id: str, pod: str = "", *,
            token: str | None = None, retain_url: str | None = None,
-           timeout: aiohttp.ClientTimeout = REST_TIMEOUT) -> MemoryService:
+           timeout: aiohttp.ClientTimeout = REST_TIMEOUT, deadlines: RecallDeadlines | None = None) -> MemoryService:
         headers = {"Authorization": f"Bearer {token}"} if token else manifest.headers()
-        return cls(session, manifest.base_url, headers, agent_id, pod, manifest, timeout, retain_url)
+        return cls(session, manifest.base_url, headers, agent_id, pod, manifest, timeout, retain_url, deadlines)
 
     async def _send(self, method: str, url: str, *, body: bytes | None = None, timeout: aiohttp.ClientTimeout,
                     params: Any = None, limit: int | None = None, deadline_s: float | None = None) -> Answer:
@@ -110,16 +112,22 @@ class MemoryService:
         that says why there are none. Never raises."""
         assert self.manifest is not None and self.manifest.recall is not None
         endpoint = self.manifest.recall
+        url = self.manifest.url(endpoint)
         started = time.perf_counter()
-        body = wire(request, deadline_ms=deadline_ms(endpoint.timeout_ms))
+        sent = (self.deadlines.deadline_ms(url, endpoint.timeout_ms) if self.deadlines is not None
+                else deadline_ms(endpoint.timeout_ms))
+        body = wire(request, deadline_ms=sent)
         try:
-            answer = await self._send("POST", self.manifest.url(endpoint), body=body, timeout=_NO_TIMEOUT,
+            answer = await self._send("POST", url, body=body, timeout=_NO_TIMEOUT,
                                       limit=MAX_RECALL_BYTES, deadline_s=endpoint.timeout_ms / 1000)
             outcome = read_recall(answer.status, answer.body)
         except MemoryServiceError as exc:
             outcome = (RecallOutcome("timed_out", error=f"no answer within {endpoint.timeout_ms} ms")
                        if exc.timed_out else RecallOutcome("failed", error=exc.reason))
         outcome.latency_ms = (time.perf_counter() - started) * 1000
+        outcome.deadline_ms = sent
+        if self.deadlines is not None and outcome.status != "failed":  # a refusal says nothing of the way back
+            self.deadlines.observe(url, sent, outcome.latency_ms, outcome.status == "timed_out")
         return outcome
 
     async def _write(self, url: str, request: BaseModel) -> Answer:
