@@ -18,7 +18,7 @@ from aiohttp import web
 from proxy.memory_service import RecallDeadlines
 from tests.conftest import url_of
 
-URL = "http://svc/recall"
+URL = RecallDeadlines.key_of("ann", "http://svc/recall")
 
 
 def test_late_answers_lower_the_next_deadline_and_timely_ones_restore_it():
@@ -34,7 +34,7 @@ def test_late_answers_lower_the_next_deadline_and_timely_ones_restore_it():
     for _ in range(5):
         d.observe(URL, sent_ms=lowered, latency_ms=300, timed_out=True)
     assert d.deadline_ms(URL, 300) == 60  # a fifth of the timeout at the least: time to rank by words
-    assert d.deadline_ms("http://other/recall", 300) == 150  # another service is judged on its own
+    assert d.deadline_ms(RecallDeadlines.key_of("bob", URL), 300) == 150  # another key on its own
     for _ in range(100):
         d.observe(URL, sent_ms=60, latency_ms=4, timed_out=False)
     assert d.deadline_ms(URL, 300) == 150  # forgotten
@@ -89,6 +89,10 @@ async def test_an_agent_whose_memory_answers_late_gets_its_memories_after_the_fi
         async with s.get(f"{stack.proxy_url}/memplane/turns/{later[-1][1]}") as r:
             explained = await r.json()
     assert explained["deadline_ms"] == service.deadlines[-1]
+    # another agent of the same service is judged on its own answers, not on ann's
+    stack.add_agent("bob", url_of(server), recall={"path": "/recall", "timeout_ms": 1000})
+    await stack.openai("bob").chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}])
+    assert service.deadlines[-1] == 500
 
     # the host is quiet again: answers come at once, and the deadline goes back to half the timeout
     service.late = 0

@@ -114,7 +114,8 @@ class MemoryService:
         endpoint = self.manifest.recall
         url = self.manifest.url(endpoint)
         started = time.perf_counter()
-        sent = (self.deadlines.deadline_ms(url, endpoint.timeout_ms) if self.deadlines is not None
+        key = RecallDeadlines.key_of(self.agent_id, url)
+        sent = (self.deadlines.deadline_ms(key, endpoint.timeout_ms) if self.deadlines is not None
                 else deadline_ms(endpoint.timeout_ms))
         body = wire(request, deadline_ms=sent)
         try:
@@ -127,7 +128,7 @@ class MemoryService:
         outcome.latency_ms = (time.perf_counter() - started) * 1000
         outcome.deadline_ms = sent
         if self.deadlines is not None and outcome.status != "failed":  # a refusal says nothing of the way back
-            self.deadlines.observe(url, sent, outcome.latency_ms, outcome.status == "timed_out")
+            self.deadlines.observe(key, sent, outcome.latency_ms, outcome.status == "timed_out")
         return outcome
 
     async def _write(self, url: str, request: BaseModel) -> Answer:

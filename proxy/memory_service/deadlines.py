@@ -7,8 +7,9 @@ host whose cores are all taken the wake-ups of two processes waiting for a core.
 that is ~1 ms and half the recall timeout is ample room (`answers.deadline_ms`); with several
 processes keeping both cores busy it reached 100-160 ms, and answers the service made "in time"
 reached the proxy after its 300 ms timeout: no memories at all (bench/README.md, "Heavier
-contention"). So the proxy remembers, per recall endpoint, how far past the deadline it sent the
-latest answers arrived, and tells the next recall that much less. A lower deadline costs nothing
+contention"). So the proxy remembers, per agent and recall endpoint, how far past the deadline it
+sent the latest answers arrived, and tells the next recall that much less. Per agent: one agent's
+slow recalls (a flood of its own, a huge index) never shorten another agent's deadline. A lower deadline costs nothing
 while the service is fast (it answers long before any deadline) and, when it is slow, trades the
 query vector for words — a word-ranked block instead of none.
 
@@ -24,37 +25,41 @@ from collections import OrderedDict
 from .answers import deadline_ms as usual_deadline_ms
 
 FALL = 0.05  # share of the way back towards a timely answer's lateness, per answer
-KEPT = 256  # recall endpoints remembered (a proxy talks to a handful)
+KEPT = 4096  # (agent, endpoint) pairs remembered while late; a timely one keeps no entry
 
 
 class RecallDeadlines:
-    """Per recall endpoint: the lateness of its answers (ms past the deadline sent), and from it the
-    deadline to send next. One per proxy process, on its event loop."""
+    """Per key (an agent's recall endpoint, `key_of`): the lateness of its answers (ms past the
+    deadline sent), and from it the deadline to send next. One per proxy process, on its event loop."""
 
     def __init__(self) -> None:
         self._late: OrderedDict[str, float] = OrderedDict()
 
-    def late_ms(self, url: str) -> float:
-        return self._late.get(url, 0.0)
+    @staticmethod
+    def key_of(agent_id: str, url: str) -> str:
+        return f"{agent_id} {url}"
 
-    def deadline_ms(self, url: str, timeout_ms: int) -> int:
+    def late_ms(self, key: str) -> float:
+        return self._late.get(key, 0.0)
+
+    def deadline_ms(self, key: str, timeout_ms: int) -> int:
         """Half the timeout (`answers.deadline_ms`), less how far recent answers overshot what they
         were told beyond the room that half leaves — never below a fifth of the timeout, which
         still lets a service rank by words."""
         usual = usual_deadline_ms(timeout_ms)
-        room = timeout_ms - max(10, timeout_ms // 15) - self._late.get(url, 0.0)  # what lateness leaves
+        room = timeout_ms - max(10, timeout_ms // 15) - self._late.get(key, 0.0)  # what lateness leaves
         return max(0, min(usual, max(timeout_ms // 5, int(room))))
 
-    def observe(self, url: str, sent_ms: int, latency_ms: float, timed_out: bool) -> None:
+    def observe(self, key: str, sent_ms: int, latency_ms: float, timed_out: bool) -> None:
         """One recall's outcome: told `sent_ms`, answered after `latency_ms` (or not within the
         timeout, `timed_out`: then it was at least that late)."""
         late = max(0.0, latency_ms - sent_ms)
-        before = self._late.pop(url, 0.0)
+        before = self._late.pop(key, 0.0)
         if timed_out:
             # how late is unknown, only later than that; past the whole timeout says nothing more
             late = min(max(late, before) + max(10.0, 0.1 * latency_ms), latency_ms)
         now = late if late >= before else before + FALL * (late - before)
         if now >= 0.5:  # an endpoint whose answers come in time needs no entry
-            self._late[url] = now
+            self._late[key] = now
             while len(self._late) > KEPT:
                 self._late.popitem(last=False)
