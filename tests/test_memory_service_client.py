@@ -78,6 +78,46 @@ async def test_a_recall_that_does_not_answer_in_time_is_timed_out(aiohttp_server
     assert outcome.status == "timed_out" and outcome.memories == [] and outcome.error == "no answer within 50 ms"
 
 
+async def test_an_answer_that_came_in_time_while_the_proxy_was_off_the_cpu_is_used():
+    """On a host whose cores are all taken the proxy's process can be off the CPU when the answer
+    comes; when it runs again, the answer and the timeout are due at once. The answer counts."""
+    import threading
+    import time
+
+    ready = threading.Event()
+    port = free_port()
+
+    def serve() -> None:  # the service in its own thread and event loop: it answers while ours stalls
+        async def recall(request: web.Request) -> web.Response:
+            await asyncio.sleep(0.2)
+            return web.json_response({"memories": [{"text": "Lives in Lyon."}]})
+
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_post("/recall", recall)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            ready.set()
+            await asyncio.sleep(5)  # long enough for this test
+            await runner.cleanup()
+        asyncio.run(main())
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert ready.wait(10)
+    manifest = MemoryManifest.from_doc(memory_manifest("mem", f"http://127.0.0.1:{port}", recall_timeout_ms=400))
+    async with aiohttp.ClientSession() as session:
+        client = MemoryService.of(session, manifest, "ann", "pod-1")
+
+        async def off_the_cpu() -> None:  # the proxy's process descheduled from 150 ms to 600 ms
+            await asyncio.sleep(0.15)
+            time.sleep(0.45)
+        stall = asyncio.create_task(off_the_cpu())
+        outcome = await client.recall(ask())
+        await stall
+    assert outcome.status == "succeeded" and [m.text for m in outcome.memories] == ["Lives in Lyon."]
+
+
 @pytest.mark.parametrize(("answer", "error"), [
     (web.json_response({"error": {"message": "busy"}}, status=503), "status 503"),
     (web.Response(body=b'{"memories": [{"text": "' + b"x" * MAX_RECALL_BYTES + b'"}]}',
