@@ -12,16 +12,18 @@ import os
 from collections.abc import Iterator
 
 
-def _spin() -> None:
+def _spin(parent: int) -> None:
     x = 0
-    while True:  # pure-Python arithmetic: one core, no memory traffic to speak of
-        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+    while os.getppid() == parent:  # a bench killed before it could stop us: stop by ourselves
+        for _ in range(1_000_000):  # pure-Python arithmetic: one core, no memory traffic to speak of
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
 @contextlib.contextmanager
 def burners(n: int) -> Iterator[list[int]]:
     """Keep `n` cores busy inside the block; yields the burners' process ids."""
-    procs = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True) for _ in range(n)]
+    procs = [multiprocessing.get_context("spawn").Process(target=_spin, args=(os.getpid(),), daemon=True)
+             for _ in range(n)]
     for p in procs:
         p.start()
     try:
