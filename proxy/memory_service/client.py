@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -90,6 +90,7 @@ async def _within(exchange: Awaitable[Answer], seconds: float) -> Answer:
                 break
     except BaseException:  # the turn itself was cancelled (the agent went away): so is the exchange
         task.cancel()
+        task.add_done_callback(_consume)
         raise
     if not task.done():
         task.cancel()

@@ -2,16 +2,18 @@
 how late its answers have lately come back.
 
 Why: the service keeps the deadline by its own clock, from when it reads the request until it
-writes the answer. Around that lie the request's and the answer's way — sockets, JSON, and on a
-host whose cores are all taken the wake-ups of two processes waiting for a core. On a quiet host
-that is ~1 ms and half the recall timeout is ample room (`answers.deadline_ms`); with several
-processes keeping both cores busy it reached 100-160 ms, and answers the service made "in time"
-reached the proxy after its 300 ms timeout: no memories at all (bench/README.md, "Heavier
-contention"). So the proxy remembers, per agent and recall endpoint, how far past the deadline it
-sent the latest answers arrived, and tells the next recall that much less. Per agent: one agent's
-slow recalls (a flood of its own, a huge index) never shorten another agent's deadline. A lower deadline costs nothing
-while the service is fast (it answers long before any deadline) and, when it is slow, trades the
-query vector for words — a word-ranked block instead of none.
+writes the answer. Around that lie the request's and the answer's way: sockets, JSON, a network
+between two hosts, and on a host whose cores are all taken the wake-ups of two processes waiting
+for a core (seven busy processes on two cores: 55-105 ms past the deadline at p99, more at worst;
+bench/README.md, "Heavier contention"). Half the recall timeout is kept for that way
+(`answers.deadline_ms`); when it takes more, every answer the service made "in time" reaches the
+proxy after its timeout: no memories at all, turn after turn. So the proxy remembers, per agent
+and recall endpoint, how far past the deadline it sent the latest answers arrived, and tells the
+next recall that much less. Per agent: one agent's slow recalls (a flood of its own, a huge index)
+never shorten another agent's deadline. A lower deadline costs nothing while the service is fast
+(it answers long before any deadline) and, when it is slow, trades the query vector for words: a
+word-ranked block instead of none. It helps where lateness lasts (a far service, a host that stays
+saturated); a lone stall it cannot foresee.
 
 The estimate rises at once to a late answer (one lost recall is already one too many) and falls
 back a twentieth of the way per timely answer, so a burst of contention is forgotten within a
