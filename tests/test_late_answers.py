@@ -34,7 +34,7 @@ def test_late_answers_lower_the_next_deadline_and_timely_ones_restore_it():
     for _ in range(5):
         d.observe(URL, sent_ms=lowered, latency_ms=300, timed_out=True)
     assert d.deadline_ms(URL, 300) == 60  # a fifth of the timeout at the least: time to rank by words
-    assert d.deadline_ms(RecallDeadlines.key_of("bob", URL), 300) == 150  # another key on its own
+    assert d.deadline_ms(RecallDeadlines.key_of("bob", "http://svc/recall"), 300) == 150  # bob on his own
     for _ in range(100):
         d.observe(URL, sent_ms=60, latency_ms=4, timed_out=False)
     assert d.deadline_ms(URL, 300) == 150  # forgotten
@@ -77,9 +77,11 @@ async def test_an_agent_whose_memory_answers_late_gets_its_memories_after_the_fi
             model="gpt-4o", messages=[{"role": "user", "content": f"Where does my sister live? ({n})"}])
         return raw.headers["X-Memplane-Recall"], raw.headers["X-Memplane-Turn-Id"]
 
-    # told 500 ms, the answer arrives at ~1,050 ms: past the 1 s timeout, as it would be every turn
+    # told 500 ms, the answer comes long after the 1 s timeout
+    service.late = 1.0
     first, _ = await ask(0)
     assert first.startswith("timed_out")
+    service.late = 0.55  # from now on at ~1,050 ms if told 500 ms again: past the timeout every turn
     # told less from then on, the same service's answers arrive in time
     later = [await ask(n) for n in range(1, 4)]
     assert all(header.startswith("succeeded") and "blocks=1" in header for header, _ in later), later

@@ -84,7 +84,7 @@ async def test_an_answer_that_came_in_time_while_the_proxy_was_off_the_cpu_is_us
     import threading
     import time
 
-    ready = threading.Event()
+    ready, done = threading.Event(), threading.Event()
     port = free_port()
 
     def serve() -> None:  # the service in its own thread and event loop: it answers while ours stalls
@@ -99,11 +99,12 @@ async def test_an_answer_that_came_in_time_while_the_proxy_was_off_the_cpu_is_us
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", port).start()
             ready.set()
-            await asyncio.sleep(5)  # long enough for this test
+            await asyncio.to_thread(done.wait, 30)
             await runner.cleanup()
         asyncio.run(main())
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     assert ready.wait(10)
     manifest = MemoryManifest.from_doc(memory_manifest("mem", f"http://127.0.0.1:{port}", recall_timeout_ms=400))
     async with aiohttp.ClientSession() as session:
@@ -115,6 +116,8 @@ async def test_an_answer_that_came_in_time_while_the_proxy_was_off_the_cpu_is_us
         stall = asyncio.create_task(off_the_cpu())
         outcome = await client.recall(ask())
         await stall
+    done.set()
+    server.join(10)
     assert outcome.status == "succeeded" and [m.text for m in outcome.memories] == ["Lives in Lyon."]
 
 

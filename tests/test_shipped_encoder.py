@@ -100,8 +100,9 @@ CPUINFO = "processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu sse sse2 {flags
 
 @pytest.mark.parametrize("vendor,flags,graph", [
     ("AuthenticAMD", "avx fma avx2 bmi2", "smooth"),  # Zen 2/3: AVX2, no VNNI
-    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni amx_int8", "smooth"),  # a Xeon with VNNI and AMX: measured
-    ("GenuineIntel", "avx fma avx2 avx_vnni", "smooth"),  # Alder Lake and later desktops
+    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni", "blocked"),  # Cascade Lake, Ice Lake servers
+    ("GenuineIntel", "avx fma avx2 avx512f avx512_vnni amx_tile amx_int8", "smooth"),  # Sapphire Rapids on
+    ("GenuineIntel", "avx fma avx2 avx_vnni", "blocked"),  # Alder Lake and later desktops
     ("GenuineIntel", "sse4_2 avx", "blocked"),  # no AVX2: neither kernel is fast; the one measured longest
 ])
 def test_the_graph_is_chosen_for_the_cpu(vendor, flags, graph):

@@ -8,13 +8,16 @@ refuses a file that does not match (a truncated download, an edited file) with a
 Why int8 ONNX, and two graphs: embedding a recall query is on the agent's hot path, and the
 background backlog embeds every retained turn. Both shipped graphs keep cosine ≥ 0.99 to the fp32
 model on every text (tests/test_shipped_encoder.py); which one loads depends on the CPU
-(`graph_for_cpu`): the SmoothQuant graph on x86 CPUs with AVX2 — on a 2-core AVX2-only EPYC it
-takes ~15 % less per query and half the CPU per backlog text; on a 2-core Xeon with AVX-512
-VNNI and AMX ~10 % more per query but 30 % less per backlog text, and at the acceptance scale (ten
-agents beside a busy core) the backlog then keeps up: 189-314 turns left unembedded when the feed
-ended instead of ~1,460, 0.885-0.889 against 0.869-0.875 on the dev set (bench/README.md, "The
-shipped encoder"). The blocked graph elsewhere (Arm, x86 without AVX2), where the smooth graph's
-kernels were never measured.
+(`graph_for_cpu`), by what was measured on each kind (bench/README.md, "The shipped encoder"):
+* an x86 CPU with AVX2 and no VNNI (a 2-core EPYC): the SmoothQuant graph, ~15 % less per query and
+  half the CPU per backlog text;
+* one with AVX-512 VNNI and AMX (a 2-core Xeon): the SmoothQuant graph too, ~10 % more per query but
+  30 % less per backlog text — at the acceptance scale (ten agents beside a busy core) the backlog
+  then keeps up: 189-314 turns unembedded when the feed ended instead of ~1,460, 0.885-0.889
+  against 0.869-0.875 on the dev set;
+* one with VNNI and no AMX (an AVX-512 VNNI Xeon): the blocked graph, ~1.1 ms per query there; the
+  smooth graph was never measured on such a CPU;
+* Arm and x86 without AVX2: the blocked graph (the smooth graph's kernels unmeasured there).
 """
 
 from __future__ import annotations
@@ -28,9 +31,8 @@ import numpy as np
 
 MODEL_DIR = Path(__file__).with_name("model")
 # two int8 graphs of the same model (bench/README.md, "The shipped encoder"):
-# "smooth" (SmoothQuant + MatMulInteger, some MatMuls fp32) on x86 CPUs with AVX2, VNNI or not: its
-# integer MatMuls run on ONNX Runtime's u8s8 kernels (AVX2, VNNI, AMX), cheapest per backlog text there;
-# "blocked" (MatMulNBits) elsewhere: Arm, and x86 CPUs without AVX2
+# "smooth" (SmoothQuant + MatMulInteger, some MatMuls fp32) on x86 CPUs with AVX2, unless they have
+# int8 dot products (VNNI) without AMX; "blocked" (MatMulNBits) on those, on Arm and on x86 without AVX2
 GRAPHS = {"blocked": "all-MiniLM-L6-v2-int8.onnx", "smooth": "all-MiniLM-L6-v2-int8-smooth.onnx"}
 TOKENIZER = "tokenizer.json"
 MANIFEST = "model.json"
@@ -50,17 +52,19 @@ def sha256(path: Path) -> str:
 
 
 def graph_for_cpu(cpuinfo: str | None = None) -> str:
-    """Which graph runs fast here: "smooth" on an x86 CPU with AVX2, "blocked" otherwise (also when
-    the CPU cannot be read: the graph measured longest)."""
+    """Which graph runs fast here: "smooth" on an x86 CPU with AVX2 — plain, or with AMX — and
+    "blocked" on one with VNNI but no AMX, on other CPUs, and when the CPU cannot be read."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
             return "blocked"
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines()
                   if line.startswith("flags")), None)
     if flags is None or "avx2" not in flags:  # not x86 (Arm has its own kernels), or an old or unknown CPU
         return "blocked"
+    if {"avx512_vnni", "avx_vnni"} & flags and "amx_int8" not in flags:
+        return "blocked"  # measured fast there (~1.1 ms a query); the smooth graph never was
     return "smooth"
 
 

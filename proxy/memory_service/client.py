@@ -69,22 +69,29 @@ def _write_timeout(endpoint: Any) -> aiohttp.ClientTimeout:
 
 
 GRACE_STEPS = 4  # event-loop turns an answer already in the socket gets to finish in (`_within`)
+STALLED_S = 0.005  # a timeout noticed this late: the proxy itself was held up (off the CPU, a long step)
 
 
 async def _within(exchange: Awaitable[Answer], seconds: float) -> Answer:
-    """`exchange` if it finishes within `seconds`, else TimeoutError — counting an answer that
-    arrived in time but was read late. Why: on a host whose cores are all taken the proxy's own
-    process can be off the CPU when the answer comes; when it runs again the answer and the timeout
-    are due in the same turn of the event loop, and a plain timeout (asyncio.timeout, wait_for)
-    wins that tie and throws the answer away (a loopback service that answered at 280 ms, the
-    proxy descheduled from 250 to 320 ms: timed out 10 times of 10). So the exchange runs as its
-    own task and, once the time is up, gets a few loop turns to finish from what already arrived;
-    an answer still on its way is timed out as before. The task costs ~10 µs a recall (16 against
-    7 µs for asyncio.timeout around a trivial exchange, measured)."""
+    """`exchange` if it finishes within `seconds`, else TimeoutError — except that an answer already
+    in hand when a held-up proxy notices the timeout is used. Why: on a host whose cores are all
+    taken the proxy's own process can be off the CPU when the answer comes; when it runs again the
+    answer and the timeout are due in the same turn of the event loop, and a plain timeout
+    (asyncio.timeout, wait_for) wins that tie and throws the answer away (a loopback service that
+    answered at 280 ms, the proxy descheduled from 250 to 320 ms: timed out 10 times of 10). The
+    timeout bounds how long memory makes the agent wait; an answer that is already there when the
+    proxy gets to look costs the agent nothing more. So the exchange runs as its own task and, when
+    the timeout was noticed late (by STALLED_S or more), gets a few loop turns to finish from what
+    already arrived. On a proxy that notices its timeout on time nothing changes: an answer still
+    on its way is timed out. The task costs ~10 µs a recall (16 against 7 µs for asyncio.timeout
+    around a trivial exchange, measured)."""
+    loop = asyncio.get_running_loop()
+    due = loop.time() + seconds
     task = asyncio.ensure_future(exchange)
     try:
         done, _ = await asyncio.wait((task,), timeout=seconds)
-        for _ in range(0 if done else GRACE_STEPS):
+        held_up = not done and loop.time() - due >= STALLED_S
+        for _ in range(GRACE_STEPS if held_up else 0):
             await asyncio.sleep(0)
             if task.done():
                 break
@@ -147,8 +154,9 @@ class MemoryService:
     # -- the contract (CONTRACT §5–§7) --
 
     async def recall(self, request: RecallRequest) -> RecallOutcome:
-        """Memories for one turn within the manifest's hard timeout; anything else is an outcome
-        that says why there are none. Never raises."""
+        """Memories for one turn within the manifest's hard timeout (or already in hand when a
+        held-up proxy notices it: `_within`); anything else is an outcome that says why there are
+        none. Never raises."""
         assert self.manifest is not None and self.manifest.recall is not None
         endpoint = self.manifest.recall
         url = self.manifest.url(endpoint)
