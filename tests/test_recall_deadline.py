@@ -210,6 +210,36 @@ async def test_background_embedding_pauses_while_recalls_are_in_hand(aiohttp_ser
     assert len(service._indexes["ann"].vectors) == 600
 
 
+async def test_a_vector_that_is_ready_when_a_held_up_service_notices_its_deadline_is_used():
+    """The service's event loop can be held up (a long ranking, the process off the CPU) past the
+    moment the vector came and past the deadline: both are then due in one loop turn, and the
+    vector is there — the recall ranks with it instead of by words."""
+    from memory_adapters.engine.schedule import DENSE_LEXICAL, Deadline, RecallScheduler
+
+    loop = asyncio.get_running_loop()
+
+    class Encoder:  # the query's vector is ready 20 ms after it is asked for
+        def submit(self, text):
+            future = loop.create_future()
+            loop.call_later(0.02, future.set_result, "the vector")
+            return future
+
+        def expected_wait(self):
+            return 0.0
+
+        def abandon(self, future):
+            pass
+
+    async def held_up():  # the loop busy from 10 ms to 150 ms: past the vector and the deadline
+        await asyncio.sleep(0.01)
+        time.sleep(0.14)
+
+    stall = asyncio.create_task(held_up())
+    vector, ranking = await RecallScheduler().vector(Encoder(), "where does my sister live?", Deadline(60))
+    await stall
+    assert (vector, ranking) == ("the vector", DENSE_LEXICAL)
+
+
 async def test_a_per_agent_memory_cap_evicts_the_oldest_episodes_and_nothing_else(aiohttp_server, tmp_path):
     app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
                              embeddings="off", max_memories_per_agent=50)

@@ -147,9 +147,10 @@ class RecallScheduler:
                     async with asyncio.timeout(max(0.0, left - self.reserve())):
                         await asyncio.shield(future)  # the encoder goes on; its vector is cached
             except TimeoutError:
-                _give_up(queries, future)
-                self.stats.lexical_deadline += 1
-                return None, LEXICAL_DEADLINE
+                if not _ready(future):  # a vector that came in the same loop turn as the deadline is used
+                    _give_up(queries, future)
+                    self.stats.lexical_deadline += 1
+                    return None, LEXICAL_DEADLINE
         if future.cancelled() or future.exception() is not None:
             return None, LEXICAL_ENCODER_FAILED
         return future.result(), DENSE_LEXICAL
@@ -192,6 +193,13 @@ def _consume(future: asyncio.Future) -> None:
         future.exception()
 
 
+def _ready(future: asyncio.Future) -> bool:
+    """Done with a result. Why ask after a timeout: when the event loop was held up (a long ranking,
+    the process off the CPU), the result and the timeout come due in the same loop turn, and the
+    timeout wins that tie although the result is there."""
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
 async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tuple[bool, Any]:
     """(True, result) if `awaitable` finishes `reserve` seconds before the deadline, else (False,
     None) while it goes on in the background (an index load another recall will use)."""
@@ -206,6 +214,8 @@ async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tu
         async with asyncio.timeout(max(0.0, left - reserve)):
             return True, await asyncio.shield(task)
     except TimeoutError:
+        if _ready(task):  # done in the same loop turn as the deadline
+            return True, task.result()
         task.add_done_callback(_consume)
         return False, None
 
