@@ -112,3 +112,4 @@ async def test_a_turn_is_explained_by_its_id(stack, aiohttp_server):
     import asyncio  # the CLI blocks: run it beside the loop that serves the proxy
     result = await asyncio.to_thread(CliRunner().invoke, main, ["explain", turn_id, "--url", stack.proxy_url])
     assert result.exit_code == 0 and "[transcript_kind]" in result.output and "Miso" in result.output
+    assert doc["deadline_ms"] == 150 and "told 150 ms" in result.output  # what the service was told it had

@@ -83,7 +83,8 @@ def render_text(doc: dict[str, Any]) -> str:
     """The explanation for people (what `memplane explain` prints), safe to print to a terminal."""
     lines = [f"turn {doc['turn_id']}  agent {doc['agent_id']}  {doc['ts']}  {doc['format']}",
              f"recall: {doc['recall']['status']}  latency {doc['recall'].get('latency_ms', 0):.1f} ms"
-             f"  service {doc.get('service') or '-'}" + (f"  ranking {doc['ranking']}" if doc.get("ranking") else "")]
+             f"  service {doc.get('service') or '-'}" + (f"  ranking {doc['ranking']}" if doc.get("ranking") else "")
+             + (f"  told {doc['deadline_ms']} ms" if isinstance(doc.get("deadline_ms"), int) else "")]
     if doc.get("query"):
         lines.append(f"query: {doc['query'][:200]!r}")
     for i, m in enumerate(doc.get("memories", []), 1):
