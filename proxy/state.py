@@ -37,7 +37,7 @@ class ProxyState:
     explanations: TurnExplanations = field(default_factory=TurnExplanations)
     turn_blocks: TurnBlocks = field(default_factory=TurnBlocks)  # one block per user turn
     threads: Threads = field(default_factory=Threads)  # Anthropic message threads of agents with memory
-    recall_deadlines: RecallDeadlines = field(default_factory=RecallDeadlines)  # deadline_ms per service
+    recall_deadlines: RecallDeadlines = field(default_factory=RecallDeadlines)  # deadline_ms per agent and service
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -18,26 +18,26 @@ from aiohttp import web
 from proxy.memory_service import RecallDeadlines
 from tests.conftest import url_of
 
-URL = RecallDeadlines.key_of("ann", "http://svc/recall")
+KEY = RecallDeadlines.key_of("ann", "http://svc/recall")
 
 
 def test_late_answers_lower_the_next_deadline_and_timely_ones_restore_it():
     d = RecallDeadlines()
-    assert d.deadline_ms(URL, 300) == 150  # half the timeout, as before
-    d.observe(URL, sent_ms=150, latency_ms=120, timed_out=False)  # early: nothing to learn
-    assert d.deadline_ms(URL, 300) == 150
-    d.observe(URL, sent_ms=150, latency_ms=290, timed_out=False)  # 140 ms past what it was told
-    assert d.deadline_ms(URL, 300) == 300 - 20 - 140
-    d.observe(URL, sent_ms=140, latency_ms=300, timed_out=True)  # later than that, by how much unknown
-    lowered = d.deadline_ms(URL, 300)
+    assert d.deadline_ms(KEY, 300) == 150  # half the timeout, as before
+    d.observe(KEY, sent_ms=150, latency_ms=120, timed_out=False)  # early: nothing to learn
+    assert d.deadline_ms(KEY, 300) == 150
+    d.observe(KEY, sent_ms=150, latency_ms=290, timed_out=False)  # 140 ms past what it was told
+    assert d.deadline_ms(KEY, 300) == 300 - 20 - 140
+    d.observe(KEY, sent_ms=140, latency_ms=300, timed_out=True)  # later than that, by how much unknown
+    lowered = d.deadline_ms(KEY, 300)
     assert 60 <= lowered < 140
     for _ in range(5):
-        d.observe(URL, sent_ms=lowered, latency_ms=300, timed_out=True)
-    assert d.deadline_ms(URL, 300) == 60  # a fifth of the timeout at the least: time to rank by words
+        d.observe(KEY, sent_ms=lowered, latency_ms=300, timed_out=True)
+    assert d.deadline_ms(KEY, 300) == 60  # a fifth of the timeout at the least: time to rank by words
     assert d.deadline_ms(RecallDeadlines.key_of("bob", "http://svc/recall"), 300) == 150  # bob on his own
     for _ in range(100):
-        d.observe(URL, sent_ms=60, latency_ms=4, timed_out=False)
-    assert d.deadline_ms(URL, 300) == 150  # forgotten
+        d.observe(KEY, sent_ms=60, latency_ms=4, timed_out=False)
+    assert d.deadline_ms(KEY, 300) == 150  # forgotten
 
 
 class LateService:

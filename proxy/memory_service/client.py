@@ -95,13 +95,11 @@ async def _within(exchange: Awaitable[Answer], seconds: float) -> Answer:
             await asyncio.sleep(0)
             if task.done():
                 break
-    except BaseException:  # the turn itself was cancelled (the agent went away): so is the exchange
-        task.cancel()
-        task.add_done_callback(_consume)
-        raise
+    finally:
+        if not task.done():  # out of time, or the turn itself was cancelled (the agent went away)
+            task.cancel()
+            task.add_done_callback(_consume)  # whatever it ends with now, no one waits for it
     if not task.done():
-        task.cancel()
-        task.add_done_callback(_consume)  # whatever it ends with now, no one waits for it
         raise TimeoutError
     return task.result()
 
