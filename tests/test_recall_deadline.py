@@ -235,7 +235,8 @@ async def test_a_vector_that_is_ready_when_a_held_up_service_notices_its_deadlin
         time.sleep(0.14)
 
     stall = asyncio.create_task(held_up())
-    vector, ranking = await RecallScheduler().vector(Encoder(), "where does my sister live?", Deadline(60))
+    scheduler = RecallScheduler()
+    vector, ranking = await scheduler.vector(scheduler.ask(Encoder(), "where does my sister live?"), Deadline(60))
     await stall
     assert (vector, ranking) == ("the vector", DENSE_LEXICAL)
 
@@ -286,6 +287,35 @@ async def test_tiered_answers_by_words_before_its_deadline_too(tiered):
     assert status == 200 and got["ranking"] == "lexical: deadline"
     assert "Miso" in got["memories"][0]["text"]
     service.queries.close()
+
+
+async def test_tiered_encodes_the_question_while_it_checks_the_agents_version(tiered):
+    """A tiered recall first asks Redis whether another replica wrote for the agent. When that
+    round trip is slow (a loaded Redis, a far one) and so is the encoder, the two overlap: the
+    question is still ranked with its vector, not by words alone at the deadline."""
+    from memory_adapters.engine.dense import QueryBatcher
+    url, service = tiered
+    if service.embedder is None:
+        pytest.skip("embeddings are off in this environment")
+    embedder, _ = slow_embedder(delay_s=0.12)
+    service.queries = QueryBatcher(embedder)
+    service.queries.call_s = 0.12  # the encoder's pace, as the batcher would have learnt it
+    real_versions = service.stm.versions
+
+    async def slow_versions(agent_ids):
+        await asyncio.sleep(0.12)
+        return await real_versions(agent_ids)
+
+    async with aiohttp.ClientSession() as s:
+        for i, t in enumerate(FACTS):
+            assert (await post(s, url + "/retain", {"agent_id": "ann", "entry": entry(f"hist1_{i}", t)}))[0] == 202
+        await post(s, url + "/recall", {"agent_id": "ann", "query": "warm the index"})
+        service.stm.versions = slow_versions
+        status, got = await post(s, url + "/recall", {"agent_id": "ann", "query": "Which pet did I adopt?",
+                                                      "deadline_ms": 200})
+    service.queries.close()
+    assert status == 200 and got["ranking"] == "dense+lexical"  # 120 + 120 ms in a row would not fit
+    assert "Miso" in got["memories"][0]["text"]
 
 
 async def test_a_stalled_moment_does_not_leave_later_recalls_without_memories(aiohttp_server, tmp_path):

@@ -70,6 +70,20 @@ class SchedulerStats:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+@dataclass
+class Asked:
+    """A query vector asked of the encoder (`QueryBatcher.submit`), and when it should be ready."""
+
+    queries: Any
+    future: asyncio.Future
+    ready_at: float  # on time.monotonic(): now plus the encoder's expected wait when asked
+
+    def give_up(self) -> None:
+        """Stop waiting (a no-op once the vector is there)."""
+        if not self.future.done():
+            _give_up(self.queries, self.future)
+
+
 class RecallScheduler:
     """One per service and event loop."""
 
@@ -127,16 +141,25 @@ class RecallScheduler:
     def ranked(self, seconds: float) -> None:
         self.rank_s = 0.8 * self.rank_s + 0.2 * min(seconds, MAX_RESERVE_S)
 
-    async def vector(self, queries: Any, text: str, deadline: Deadline) -> tuple[Any, str]:
-        """The query's vector if it is ready in time, with the ranking that will answer."""
+    def ask(self, queries: Any, text: str) -> "Asked | None":
+        """Start the query's vector now, so that the encoder works while the agent's index is
+        checked or loaded (tiered: a Redis round trip, a MongoDB load); None: no vector to ask for."""
         if queries is None or not text.strip():
-            return None, LEXICAL
+            return None
         future = queries.submit(text)
+        wait = 0.0 if future.done() else queries.expected_wait()
+        return Asked(queries, future, time.monotonic() + wait)
+
+    async def vector(self, asked: "Asked | None", deadline: Deadline) -> tuple[Any, str]:
+        """The asked vector if it is ready in time, with the ranking that will answer."""
+        if asked is None:
+            return None, LEXICAL
+        future = asked.future
         if not future.done():
             left = deadline.left()
-            if left is not None and queries.expected_wait() > left - self.reserve():
+            if left is not None and asked.ready_at - time.monotonic() > left - self.reserve():
                 # the encoder is too far behind for this one: words now, not at the deadline
-                _give_up(queries, future)
+                asked.give_up()
                 self.stats.lexical_deadline += 1
                 self.stats.lexical_estimate += 1
                 return None, LEXICAL_DEADLINE
@@ -148,7 +171,7 @@ class RecallScheduler:
                         await asyncio.shield(future)  # the encoder goes on; its vector is cached
             except TimeoutError:
                 if not _ready(future):  # a vector that came in the same loop turn as the deadline is used
-                    _give_up(queries, future)
+                    asked.give_up()
                     self.stats.lexical_deadline += 1
                     return None, LEXICAL_DEADLINE
         if future.cancelled() or future.exception() is not None:
@@ -236,10 +259,12 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
     t0 = time.perf_counter()
     held = await scheduler.enter(agent_id, deadline)
     t1 = time.perf_counter()
+    asked = None
     stats.slot_s += t1 - t0
     try:
         if not held:
             return RecallAnswer([], NONE_BUSY)
+        asked = scheduler.ask(queries, q.text)  # encoded while the index is checked or loaded
         loaded, pair = await within(indexes(), deadline, scheduler.reserve())
         t2 = time.perf_counter()
         stats.index_s += t2 - t1
@@ -250,7 +275,7 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
                 return RecallAnswer([], NONE_LOADING)
             suffix = STALE_INDEX
         own, shared = pair
-        vector, ranking = await scheduler.vector(queries, q.text, deadline)
+        vector, ranking = await scheduler.vector(asked, deadline)
         stats.vector_s += time.perf_counter() - t2
         ranking += suffix
         if own.vectors is None:
@@ -264,4 +289,6 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
         stats.ranking_s += time.perf_counter() - started
         return RecallAnswer(packed, ranking)
     finally:
+        if asked is not None:
+            asked.give_up()  # not awaited (no index in time, an error): encoded for the cache when idle
         scheduler.leave(agent_id, held)
