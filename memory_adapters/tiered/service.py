@@ -143,15 +143,6 @@ class TieredMemory:
 
     # -- writes --
 
-    async def _embed(self, memories: list[StoredMemory]) -> None:
-        """Embed on a worker thread: retain is off the agent's hot path, recall never waits on this."""
-        todo = [m for m in memories if m.embedding is None]
-        if self.embedder is None or not todo:
-            return
-        vecs = await asyncio.to_thread(self.embedder.embed, [m.value for m in todo])
-        for m, v in zip(todo, vecs):
-            m.embedding = [round(float(x), 5) for x in v]
-
     async def store(self, m: StoredMemory) -> tuple[StoredMemory, bool]:
         """Upsert one memory into both tiers and enforce the LTM cap.
 
@@ -163,13 +154,15 @@ class TieredMemory:
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if current is not None and (current.said_at or 0) > m.said_at:
                 return current, False
-        await self._embed([m])
         stored, created = await self.ltm.upsert(m)
         removed = await self.ltm.enforce_cap(stored.agent_id, self.settings.ltm_max_entries)
         await self.stm.put([stored])
         if removed:
             await self.stm.remove(stored.agent_id, removed)
         await self.indexes.written(stored.agent_id, [stored], removed)
+        if self.backlog is not None and stored.embedding is None:
+            # its vector comes as an episode's does: on the low-priority thread, after waiting recalls
+            self.backlog.add(stored, stored.value)
         return stored, created
 
     # -- the REST API's operations (memory_adapters/http/rest_api.py) --
