@@ -116,7 +116,10 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             async with http.get(ad_url + "/health") as r:
                 return int((await r.json()).get("embedding_backlog") or 0)
 
-        backlog_at_retained = await backlog()
+        async with http.get(ad_url + "/health") as r:  # how the turns got their vectors so far
+            got = await r.json()
+            backlog_at_retained = int(got.get("embedding_backlog") or 0)
+            vectors_at_retained = {k: got.get(k) for k in ("embedded", "embedded_from_queries")}
         caught_up: list[float] = []
 
         async def watch_backlog() -> None:
@@ -188,7 +191,8 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "latency_by_ranking_p50_p99": {k: [pct(v, 0.5), pct(v, 0.99)] for k, v in ranking_latency.items()},
             "recall_p50_ms": pct(latencies, 0.5), "recall_p99_ms": pct(latencies, 0.99),
             "fed_s": round(fed_s, 1), "retained_s": round(retained_s, 1), "asked_s": round(asked_s, 1),
-            "backlog_at_retained": backlog_at_retained,
+            "backlog_at_retained": backlog_at_retained, "vectors_at_retained": vectors_at_retained,
+            "feed_scheduling": before,  # the feed's recalls (the service's counters when it ended)
             "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
             "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
