@@ -23,13 +23,21 @@ def text_of(content: Any, part_types: tuple[str, ...] = ("text", "input_text")) 
 
 
 def latest_user_index(messages: list[Any], *, skip_tool_results: bool = False) -> int | None:
+    """The newest user message; with `skip_tool_results`, the newest that asks something: a message
+    that answers tool calls is a step of the loop its question started, even when it carries text
+    beside the results (a client's `<system-reminder>`, a note), so the question stays the question."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if isinstance(m, dict) and m.get("role") == "user":
-            if skip_tool_results and not text_of(m.get("content")):
+            if skip_tool_results and (not text_of(m.get("content")) or answers_tools(m.get("content"))):
                 continue
             return i
     return None
+
+
+def answers_tools(content: Any) -> bool:
+    """Anthropic: the message carries `tool_result` blocks (OpenAI's tool outputs are not user messages)."""
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "tool_result" for p in content)
 
 
 def query_from(messages: list[Any]) -> str:

@@ -64,10 +64,14 @@ def test_anthropic_tool_loop_stays_valid_in_every_placement(placement):
     placed, _ = placement_for(ANTHROPIC, placement, body)
     sent = ANTHROPIC.inject(body, BLOCK, MEMS, "svc", placed)
     assert anthropic_problem(sent) is None
-    last = sent["messages"][-1]["content"]
-    assert last[0]["type"] == "tool_result"
-    if placed == "trailing":  # after the client's own last block and its breakpoint; none added
-        assert last[:2] == ANTHROPIC_LOOP[2]["content"] and last[2] == {"type": "text", "text": BLOCK}
+    # the step's tool results (and the note beside them) go as sent: with extended thinking, any
+    # other content there would strip the loop's thinking and its cache
+    assert sent["messages"][1:] == ANTHROPIC_LOOP[1:]
+    question = sent["messages"][0]["content"]
+    if placed == "trailing":  # where the turn's first call put it: after the question
+        assert question == [{"type": "text", "text": "weather?"}, {"type": "text", "text": BLOCK}]
+    elif placed != "system":
+        assert question[-1] == {"type": "text", "text": "weather?"} and len(question) > 1
 
 
 def test_anthropic_search_results_fall_back_when_citations_cannot_be_on():
@@ -145,10 +149,12 @@ def test_automatic_caching_keeps_its_breakpoint_on_the_clients_last_block():
     assert sent["messages"][0]["content"] == [{"type": "text", "text": "q", "cache_control": eph},
                                               {"type": "text", "text": BLOCK}]
     assert anthropic_problem(sent) is None
-    already = {**body, "messages": ANTHROPIC_LOOP}  # the client's last block has its own breakpoint
-    sent = ANTHROPIC.inject(already, BLOCK, MEMS, "svc", "trailing")
-    marks = [b for b in sent["messages"][-1]["content"] if "cache_control" in b]
-    assert "cache_control" not in sent and len(marks) == 1 and anthropic_problem(sent) is None
+    # a tool loop's step ends with the client's own tool results (the block is in the question's
+    # message): automatic caching is left to put its breakpoint there, as without memplane
+    loop = {**body, "messages": ANTHROPIC_LOOP}
+    sent = ANTHROPIC.inject(loop, BLOCK, MEMS, "svc", "trailing")
+    assert sent["cache_control"] == eph and sent["messages"][-1] == ANTHROPIC_LOOP[-1]
+    assert anthropic_problem(sent) is None
 
 
 def test_new_agents_and_compiled_pods_get_the_trailing_placement(tmp_path):

@@ -61,9 +61,11 @@ async def test_anthropic_tool_loop_passes_in_every_placement_with_one_block(stac
     assert "Porto" in final.content[-1].text and "Tool said: get_time" in final.content[-1].text
     calls = _loop_requests(stack, "/v1/messages")
     assert [r.status for r in calls] == [200, 200, 200]  # the strict provider refused nothing
+    for r in calls[1:]:  # the steps' tool results go alone (extended thinking would be stripped otherwise)
+        assert all(b.get("type") == "tool_result" for b in r.body["messages"][-1]["content"])
     if placement == "search_results":
-        firsts = [orjson.dumps([b for b in r.body["messages"][-1]["content"] if b.get("type") == "search_result"])
-                  for r in calls]
+        firsts = [orjson.dumps([b for m in r.body["messages"] if isinstance(m["content"], list)
+                                for b in m["content"] if b.get("type") == "search_result"]) for r in calls]
         assert b"Porto" in firsts[0] and len(set(firsts)) == 1
     else:
         blocks = [r.memories_blocks for r in calls]
@@ -75,7 +77,10 @@ async def test_anthropic_tool_loop_passes_in_every_placement_with_one_block(stac
     assert [calls_tools(e) for e in ledger[1:]] == [True, True, False]
 
 
-async def test_trailing_puts_the_block_after_tool_results_and_the_clients_breakpoint(stack, reference):
+async def test_a_loop_step_keeps_the_block_in_the_question_and_its_tool_results_alone(stack, reference):
+    """Anthropic drops a loop's extended thinking (and its cache) when a step's user message holds
+    anything but tool results; and the cache wants the question's message as the first call sent it.
+    So a step gets the block where the first call put it: after the question."""
     ref_url, _ = reference
     stack.add_agent("claude", ref_url)  # the default placement
     await _teach(stack, "claude")
@@ -84,18 +89,22 @@ async def test_trailing_puts_the_block_after_tool_results_and_the_clients_breakp
     client = stack.anthropic("claude")
     first = await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=[
         {"role": "user", "content": [{"type": "text", "text": QUESTION, "cache_control": eph}]}])
+    asked = stack.provider.received[-1].body["messages"][0]
     use = next(b for b in first.content if b.type == "tool_use")
     history = [{"role": "user", "content": [{"type": "text", "text": QUESTION}]},
                {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21C",
-                                             "cache_control": eph}]}]
+                                             "cache_control": eph},
+                                            {"type": "text", "text": "<system-reminder>Keep going.</system-reminder>"}]}]
     await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=history)
     sent = stack.provider.received[-1].body["messages"]
-    assert orjson.dumps(sent[:2]) == orjson.dumps(history[:2])
-    assert sent[2]["content"][0] == history[2]["content"][0]  # tool_result first, untouched
-    assert sent[2]["content"][1]["type"] == "text" and "Porto" in sent[2]["content"][1]["text"]
-    assert "cache_control" not in sent[2]["content"][1]  # memplane never adds a breakpoint
     assert stack.provider.received[-1].status == 200
+    strip = [{k: v for k, v in b.items() if k != "cache_control"} for b in asked["content"]]
+    assert sent[0]["content"] == strip and "Porto" in sent[0]["content"][-1]["text"]  # as the first call sent it
+    assert sent[1:] == history[1:]  # the answer and the step's results (and the client's note) as sent
+    assert "cache_control" not in sent[0]["content"][-1]  # memplane never adds a breakpoint
+    # the note beside the results did not start a new turn: the same block, not a fresh recall
+    assert stack.provider.received[-1].memories_blocks == stack.provider.received[-2].memories_blocks
 
 
 async def test_search_results_fall_back_to_text_with_structured_output_and_say_so(stack, reference):

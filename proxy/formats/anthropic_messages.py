@@ -50,12 +50,19 @@ class AnthropicMessages(NoResponseId):
 
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
-        """`trailing`: a text block after everything in the newest user message (its tool results
-        and the client's `cache_control` breakpoints included; none is added, and automatic caching
-        keeps its breakpoint on the client's last block). `latest` and
-        `search_results`: in front of the newest user text, after any `tool_result` blocks."""
+        """`trailing`: a text block after everything in the question's message (the client's
+        `cache_control` breakpoints included; none is added, and automatic caching keeps its
+        breakpoint on the client's last block). `latest` and `search_results`: in front of the
+        question's text, after any `tool_result` blocks.
+
+        The question's message is the newest user message that asks something. In a tool loop's
+        later steps the newest one only answers tool calls, and the block stays where the turn's
+        first call put it (rules.py: thinking in tool loops): the question's message is then
+        byte-identical to the first call's, and the tool results carry nothing else."""
         messages = list(body["messages"])
-        i = latest_user_index(messages)
+        i = latest_user_index(messages, skip_tool_results=True)
+        if i is None:  # no question in the history (results alone): the newest user message
+            i = latest_user_index(messages)
         if placement == "system" or i is None:
             return {**body, "system": append_text(body.get("system"), block)}
         content = messages[i].get("content")

@@ -5,6 +5,11 @@ Whatever the placement, the forwarded request must be one the real API accepts:
 * Anthropic: in a user message answering tool calls, every `tool_result` block comes first; text
   may follow them (docs: "Tool use" → "Handle tool calls": "tool result blocks must come first in
   the content array; any text must come after all tool results").
+* Anthropic, extended thinking in tool loops: "Cache remains valid when only tool results are
+  provided as user messages. Cache gets invalidated when non-tool-result user content is added,
+  causing all previous thinking blocks to be stripped" (docs: "Prompt caching" → "Caching with
+  thinking blocks"). So a loop's later steps never get the block beside their tool results: it
+  stays in the question's message, where the turn's first call put it (`anthropic_messages.inject`).
 * OpenAI Chat Completions: an assistant message with `tool_calls` must be followed by the `tool`
   message answering each call id before any other message (API reference, `messages`; otherwise
   400 "An assistant message with 'tool_calls' must be followed by tool messages responding to each
