@@ -66,6 +66,22 @@ def error_body(dialect: Dialect, status: int, message: str, *, code: str | None 
     )
 
 
+BROKE_OFF = "the provider's stream broke off before its end; the answer is incomplete"
+
+
+def stream_error_event(fmt_name: str, message: str = BROKE_OFF) -> bytes:
+    """The SSE event a provider itself sends when a stream fails midway, so that the agent's SDK
+    raises instead of taking a cut-off answer for a finished one. Anthropic: an `error` event
+    ("Error events", streaming docs; the SDK raises APIStatusError); Chat Completions: a chunk
+    holding `error` (the SDK raises APIError); Responses: the `error` event of its stream."""
+    if fmt_name == "anthropic":
+        return b"event: error\ndata: " + error_body(Dialect.ANTHROPIC, 502, message) + b"\n\n"
+    if fmt_name == "responses":
+        return b"event: error\ndata: " + orjson.dumps(
+            {"type": "error", "code": "upstream_broke_off", "message": message, "param": None}) + b"\n\n"
+    return b"data: " + error_body(Dialect.OPENAI, 502, message, code="upstream_broke_off") + b"\n\n"
+
+
 def error_response(dialect: Dialect, err: ProxyError) -> web.Response:
     return web.Response(
         status=err.status,

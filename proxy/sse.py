@@ -44,10 +44,16 @@ def parse_event(raw: bytes) -> tuple[str | None, str]:
     return name, "\n".join(data)
 
 
-async def end_stream(resp: web.StreamResponse, incomplete: str | None) -> web.StreamResponse:
-    """Close a relayed stream, unless the client already went away (there is no one to tell)."""
+async def end_stream(resp: web.StreamResponse, incomplete: str | None,
+                     error_event: bytes | None = None) -> web.StreamResponse:
+    """Close a relayed stream, unless the client already went away (there is no one to tell). A
+    stream that broke off (`incomplete` otherwise) first gets `error_event`, the provider's own
+    (errors.stream_error_event), after a blank line that ends any event cut in half: a clean end
+    alone would let the SDK take the partial answer for a finished one."""
     if incomplete != "client_disconnected":
         try:
+            if incomplete and error_event:
+                await resp.write(b"\n\n" + error_event)
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass

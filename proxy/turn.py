@@ -20,7 +20,7 @@ from memplane_core.tokens import estimate_tokens
 
 from . import memory_tool
 from .context_store import AgentContext
-from .errors import ProxyError
+from .errors import ProxyError, stream_error_event
 from .explanation import RecallDetail, TurnExplanation
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
@@ -433,7 +433,7 @@ async def _relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, 
     except Exception as exc:  # headers are sent: never a second response inside this one
         incomplete = f"relay_failed: {type(exc).__name__}"
     await finish(_stream_record(fmt, received, hidden_usage, incomplete))
-    return await end_stream(resp, incomplete)
+    return await end_stream(resp, incomplete, stream_error_event(fmt.name))
 
 
 def _first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:

@@ -112,3 +112,27 @@ async def test_an_oversized_authorization_header_is_refused_without_logging_the_
     assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0]
     secret = token.split(":", 1)[1]
     assert secret not in caplog.text and secret not in stack.log.getvalue()
+
+
+async def test_a_stream_the_provider_breaks_off_midway_raises_in_every_sdk_instead_of_ending_short(make_stack):
+    """A cut-off answer must not look finished: the agent's SDK raises, as it would had the
+    provider failed the stream itself, and the ledger still keeps what was said, marked."""
+    import anthropic
+    stack = await make_stack(upstream_read_timeout_s=0.4)
+    stack.provider.stall_after = 3
+    stack.add_agent("cut")
+    with pytest.raises(anthropic.APIStatusError) as claude:
+        async with stack.anthropic("cut").messages.stream(model="c", max_tokens=100,
+                                                          messages=[{"role": "user", "content": "tell me"}]) as s:
+            await s.get_final_message()
+    with pytest.raises(openai.APIError) as chat:
+        async for _ in await stack.openai("cut").chat.completions.create(
+                model="m", stream=True, messages=[{"role": "user", "content": "tell me"}]):
+            pass
+    events = []
+    async for ev in await stack.openai("cut").responses.create(model="m", stream=True, input="tell me"):
+        events.append(ev.type)
+    assert "broke off" in claude.value.message and "broke off" in chat.value.message
+    assert events[-1] == "error" and "response.completed" not in events
+    await stack.settle()
+    assert [e["response"].get("incomplete") for e in stack.ledger("cut")] == ["upstream_broke_off"] * 3

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from ..formats.base import usage_counts
+from ..errors import stream_error_event
 from ..sse import SSESplitter, end_stream
 from ..transport_errors import TransportError, transport_errors
 from .answers import follow_up, summed_usage
@@ -106,4 +107,4 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     if note:
         record["response"]["memory_tool_note"] = note
     await finish(record)
-    return await end_stream(resp, incomplete)
+    return await end_stream(resp, incomplete, stream_error_event(fmt_name))

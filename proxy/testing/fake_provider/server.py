@@ -75,6 +75,7 @@ class FakeProvider:
     chunks: int = 5
     chunk_delay_s: float = 0.0
     delay_s: float = 0.0
+    stall_after: int | None = None  # a stream that stops sending after this many events (a provider gone quiet)
     received: list[Received] = field(default_factory=list)
     fail_with: list[int] = field(default_factory=list)  # statuses to answer next, in order
     record: bool = True
@@ -155,7 +156,9 @@ class FakeProvider:
     async def _sse(self, request: web.Request, events: list[bytes]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        for ev in events:
+        for n, ev in enumerate(events):
+            if self.stall_after is not None and n == self.stall_after:
+                await asyncio.sleep(3600)  # the proxy's read timeout ends it
             await resp.write(ev)
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
