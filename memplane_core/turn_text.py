@@ -40,11 +40,30 @@ def answers_tools(content: Any) -> bool:
     return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "tool_result" for p in content)
 
 
+MAX_QUERY_CHARS = 4000  # a recall query's length at most: its head and its tail
+
+
+def bounded_query(text: str, limit: int = MAX_QUERY_CHARS) -> str:
+    """A query no longer than `limit`: the start and the end of a long message (a pasted document
+    usually has its question at one end). Why: every word of a query is looked up and scored, so a
+    multi-megabyte message would hold the memory service's event loop — and every other agent's
+    recall — for seconds, while the encoder reads only its first 256 tokens anyway."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n…\n{text[-half:]}"
+
+
 def query_from(messages: list[Any]) -> str:
-    """Text of the latest user turn that has text, plus the turn before it when it is short.
+    """Text of the latest user turn that has text, plus the turn before it when it is short; at
+    most MAX_QUERY_CHARS (`bounded_query`).
 
     A bare follow-up ("and when was that?") carries little to search with on its own.
     """
+    return bounded_query(_query_from(messages))
+
+
+def _query_from(messages: list[Any]) -> str:
     i = latest_user_index(messages, skip_tool_results=True)
     if i is None:
         return ""

@@ -154,8 +154,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                    removed)
     detail = _explain_recall(state, manifest.service, request.query or "", outcome, policy, block, placement, note,
                              tokens, repeated)
-    turn = TurnBlock(block or "", tuple(memories), placement or "", note,
-                     state.redactor.text(question_of(messages, key))[0], detail.as_dict())
+    question = (await state.redactor.text_async(question_of(messages, key)))[0]  # off the loop: any size
+    turn = TurnBlock(block or "", tuple(memories), placement or "", note, question, detail.as_dict())
     if tools:
         state.turn_blocks.put(key.key, turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn

@@ -183,3 +183,18 @@ def test_adapters_name_a_bad_redaction_rules_file_before_they_listen(tmp_path):
         out = CliRunner(env={"MEMPLANE_REDACTION_RULES": str(bad)}).invoke(main, args)
         assert out.exit_code == 1 and "Error:" in out.output, (args, out.output)
         assert not (tmp_path / "ref").exists()  # refused before anything was created
+
+
+def test_a_multi_megabyte_message_searches_memory_with_its_head_and_tail_only():
+    """Every word of a query is looked up and scored on the memory service's event loop: a pasted
+    4 MB document would hold every agent's recall for seconds."""
+    from memory_adapters.engine.episodes import recall_query
+    from memplane_core.turn_text import MAX_QUERY_CHARS, query_from
+
+    pasted = "Please summarise this log. " + "ERROR disk full on node-7 " * 160_000 + "Which node failed first?"
+    query = query_from([{"role": "user", "content": pasted}])
+    assert len(query) <= MAX_QUERY_CHARS + 3
+    assert query.startswith("Please summarise this log.") and query.endswith("Which node failed first?")
+    served = recall_query("[1:56 pm on 8 May, 2023] " + pasted)  # a client may send any query itself
+    assert len(served) <= MAX_QUERY_CHARS + 3 and served.startswith("Please") and served.endswith("first?")
+    assert query_from([{"role": "user", "content": "where does my sister live?"}]) == "where does my sister live?"

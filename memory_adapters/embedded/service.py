@@ -39,6 +39,7 @@ from .sqlite_store import SQLiteStore
 
 
 LOAD_STEP = 100  # memories indexed between yields to the event loop while an agent loads (~10 ms)
+RETAIN_STEP = 20  # a retain's new memories indexed between yields (a multi-megabyte turn is thousands)
 
 
 class EmbeddedMemory:
@@ -173,10 +174,12 @@ class EmbeddedMemory:
                     outcomes.append("stored" if made else "empty")
             if marks:
                 await self.store.write(put, retained=marks)
-                for m in put:
+                for n, m in enumerate(put):
                     idx.put(m)
                     if self.backlog is not None:
                         self.backlog.add((agent_id, m.id), m.value)
+                    if n % RETAIN_STEP == RETAIN_STEP - 1:
+                        await asyncio.sleep(0)  # a huge turn's pieces: other agents' recalls run between
                 await self._enforce_cap(agent_id, idx)
                 if self.curator is not None:  # counts only; the curator works in the background
                     self.curator.observe(agent_id, put)

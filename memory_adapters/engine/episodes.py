@@ -14,7 +14,7 @@ from typing import Any
 
 from memplane_core.instants import epoch_or_none
 from memplane_core.redact import Redactor
-from memplane_core.turn_text import assistant_text, calls_tools, session_of, tool_steps, user_text
+from memplane_core.turn_text import assistant_text, bounded_query, calls_tools, session_of, tool_steps, user_text
 
 from .record import StoredMemory
 
@@ -77,8 +77,9 @@ def recall_query(text: str) -> str:
     """A recall's query as memories are indexed: without the leading `[time stamp]` that episodes
     keep apart from their text (the stamp's words match no memory's words). Its vector is then the
     one the turn's own episode needs, and the embedding backlog takes it from the query cache
-    instead of encoding the same text again (dense.EmbeddingBacklog.embed)."""
-    return said_stamp(text)[0]
+    instead of encoding the same text again (dense.EmbeddingBacklog.embed). Bounded however it came
+    (`turn_text.bounded_query`: a client may send any `query`)."""
+    return bounded_query(said_stamp(text)[0])
 
 
 def said_stamp(text: str) -> tuple[str, str | None, float | None]:

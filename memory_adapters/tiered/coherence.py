@@ -21,6 +21,7 @@ from .stm import RedisSTM
 
 INDEX_MAX_AGE_S = 30.0
 LOAD_STEP = 100  # memories indexed between yields to the event loop (~10 ms)
+WRITE_STEP = 20  # memories a write puts into the index between yields (a multi-megabyte turn is thousands)
 
 
 @dataclass
@@ -98,8 +99,10 @@ class CoherentIndexes:
         """After a write reached both tiers: update our index and bump the agent's version."""
         idx = self._indexes.get(agent_id)
         if idx is not None:
-            for m in put:
+            for n, m in enumerate(put):
                 idx.put(m)
+                if n % WRITE_STEP == WRITE_STEP - 1:
+                    await asyncio.sleep(0)  # a huge turn's pieces: other agents' recalls run between
             for mid in dropped:
                 idx.drop(mid)
         await self._bump(agent_id, idx)
