@@ -33,7 +33,7 @@ from .recall_policy import InjectedMemory, PolicyResult, apply_policy
 from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors, transport_errors
-from .turn_blocks import TurnBlock, TurnKey, offers_tools, question_of, turn_key
+from .turn_blocks import TurnBlock, TurnKey, conversation_key, conversation_of, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
 
@@ -158,6 +158,9 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
     turn = TurnBlock(block or "", tuple(memories), placement or "", note, question, detail.as_dict())
     if tools:
         state.turn_blocks.put(key.key, turn)
+        conversation = conversation_of(body)
+        if conversation:  # its next tool outputs come without the question (the provider keeps it)
+            state.turn_blocks.put(conversation_key(ctx.agent_id, conversation), turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
 
 

@@ -11,6 +11,8 @@ remembered briefly, per agent and conversation, and replayed on its continuation
   turn (it always recalls afresh); a call with tool calls and results after it continues one.
 * Responses chains: keyed by the `previous_response_id` the continuation names; each answered call
   links its own response id to the turn, so the chain can go on for as many steps as it takes.
+* Responses conversations (`conversation`: the provider keeps the items): a call that sends only
+  tool outputs continues the conversation's latest turn, kept under the conversation's id.
 
 Only calls that offer tools are remembered (no tools, no loop to continue), bounded by bytes
 (`max_bytes`, least recently used first out) and short-lived (`ttl_s`): a miss only means one more
@@ -65,12 +67,27 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def conversation_of(body: dict[str, Any]) -> str | None:
+    """The Responses `conversation` a call names: its id, or an object with an `id`."""
+    conv = body.get("conversation")
+    if isinstance(conv, dict):
+        conv = conv.get("id")
+    return conv if isinstance(conv, str) and conv else None
+
+
+def conversation_key(agent_id: str, conversation: str) -> str:
+    return _digest(agent_id, "conversation", conversation)
+
+
 def turn_key(agent_id: str, fmt_name: str, body: dict[str, Any], messages: list[Any]) -> TurnKey:
     """Which user turn a call belongs to (see the module docstring)."""
     i = latest_user_index(messages, skip_tool_results=True)
     chained = body.get("previous_response_id")
     if isinstance(chained, str) and chained and i is None:
         return TurnKey(_digest(agent_id, "chain", chained), True)
+    conversation = conversation_of(body)
+    if conversation and i is None:
+        return TurnKey(conversation_key(agent_id, conversation), True)
     if i is None:
         return TurnKey(None, False)
     prefix = _strip_cache_marks(messages[: i + 1])

@@ -221,6 +221,32 @@ async def test_responses_chain_gets_the_turns_block_in_instructions_and_never_st
     assert final["turn_question"] == QUESTION
 
 
+async def test_a_responses_conversation_keeps_the_turns_block_through_its_tool_loop(stack, reference):
+    """With `conversation` the provider keeps the items, so a loop's later calls send tool outputs
+    only: they continue the turn (the same block, the question in the ledger), not a turn without text."""
+    ref_url, _ = reference
+    stack.add_agent("conv", ref_url)
+    await _teach(stack, "conv")
+    stack.provider.model = ToolLoop(LOOP)
+    client = stack.openai("conv")
+    r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, instructions="Be brief.", input=QUESTION,
+                                      extra_body={"conversation": "conv_abc"})
+    while any(o.type == "function_call" for o in r.output):
+        outputs = [{"type": "function_call_output", "call_id": o.call_id, "output": f"{o.name}: 21C"}
+                   for o in r.output if o.type == "function_call"]
+        r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, instructions="Be brief.", input=outputs,
+                                          extra_body={"conversation": {"id": "conv_abc"}})
+    assert "Porto" in r.output_text
+    calls = _loop_requests(stack, "/v1/responses")
+    assert [c.status for c in calls] == [200] * 3
+    instructions = [c.body["instructions"] for c in calls]
+    assert "Porto" in instructions[0] and len(set(instructions)) == 1  # byte-identical through the loop
+    for c in calls:  # the conversation the provider keeps holds nothing memplane added
+        assert not any("<memories" in orjson.dumps(item).decode() for item in c.context or ())
+    await stack.settle()
+    assert [e.get("turn_question") for e in stack.ledger("conv")[2:]] == [QUESTION, QUESTION]
+
+
 async def test_responses_without_store_get_the_block_last_in_input(stack, reference):
     ref_url, _ = reference
     stack.add_agent("resp", ref_url)

@@ -273,6 +273,14 @@ def input_items(inp: Any) -> list[dict[str, Any]]:
     return [x for x in inp if isinstance(x, dict)] if isinstance(inp, list) else []
 
 
+def conversation_id(body: dict[str, Any]) -> str | None:
+    """The Responses `conversation`: an id, or an object with one (API reference)."""
+    conv = body.get("conversation")
+    if isinstance(conv, dict):
+        conv = conv.get("id")
+    return conv if isinstance(conv, str) and conv else None
+
+
 def responses_problem(body: dict[str, Any],
                       stored: Callable[[str], list[dict[str, Any]] | None]) -> Problem | None:
     """`stored(previous_response_id)` gives the stored conversation (input and output items) or None."""
@@ -295,6 +303,12 @@ def responses_problem(body: dict[str, Any],
         if found is None:
             return Problem(f"Previous response with id '{prev}' not found.", "previous_response_id")
         context = list(found)
+    conversation = conversation_id(body)
+    if conversation and prev is not None:  # API reference, `conversation`: "Cannot be used in conjunction with `previous_response_id`."
+        return Problem("Mutually exclusive parameters: Ensure you are only providing one of: 'previous_response_id' "
+                       "or 'conversation'.", "conversation")
+    if conversation:  # its items are prepended to this request's input
+        context = list(stored(f"conversation:{conversation}") or [])
     new = input_items(inp)
     for k, item in enumerate(new):
         kind = item.get("type", "message")

@@ -29,7 +29,7 @@ from .model import (
     memory_blocks,
     responses_view,
 )
-from .rules import Problem, anthropic_problem, chat_problem, input_items, responses_problem
+from .rules import Problem, anthropic_problem, chat_problem, conversation_id, input_items, responses_problem
 
 
 @dataclass
@@ -232,7 +232,9 @@ class FakeProvider:
         prev = body.get("previous_response_id")
         # A continuation replays the stored conversation (its input and output items); the
         # previous `instructions` are not carried over (https://platform.openai.com/docs/api-reference/responses/create).
-        context = [*(self.stored.get(prev, []) if prev else []), *input_items(body.get("input", []))]
+        conversation = conversation_id(body)  # a conversation the provider keeps (created on first use here)
+        prior = self.stored.get(prev, []) if prev else self.stored.get(f"conversation:{conversation}", [])
+        context = [*prior, *input_items(body.get("input", []))]
         if seen:
             seen.context = context
         model = body.get("model", "fake-model")
@@ -249,6 +251,8 @@ class FakeProvider:
                            "arguments": orjson.dumps(call.arguments).decode()})
         if body.get("store", True):
             self.stored[rid] = [*context, *output]
+        if conversation:  # a conversation keeps its items whatever `store` says
+            self.stored[f"conversation:{conversation}"] = [*context, *output]
         instructions = [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []
         prompt = openai_prompt(body.get("tools"), instructions + context)
         inp, out = tokens_of(prompt), self._out_tokens(answer)
