@@ -84,6 +84,9 @@ def _check_contexts(settings: ProxySettings) -> None:
               envvar="MEMPLANE_UPSTREAM_READ_TIMEOUT")
 @click.option("--max-concurrent-upstream", default=default("max_concurrent_upstream"), show_default=True, type=int,
               envvar="MEMPLANE_MAX_CONCURRENT_UPSTREAM")
+@click.option("--max-concurrent-upstream-per-agent", default=default("max_concurrent_upstream_per_agent"),
+              show_default=True, type=int, envvar="MEMPLANE_MAX_CONCURRENT_UPSTREAM_PER_AGENT",
+              help="One agent's share of the concurrent upstream calls (0 = a quarter of them).")
 @click.option("--rate-limit", default=default("rate_limit_per_agent"), show_default=True, type=float, envvar="MEMPLANE_RATE_LIMIT",
               help="Requests per second per agent (0 = off).")
 @click.option("--rate-limit-burst", default=default("rate_limit_burst"), show_default=True, type=int, envvar="MEMPLANE_RATE_LIMIT_BURST")
@@ -116,7 +119,8 @@ def _check_contexts(settings: ProxySettings) -> None:
               help="Retain calls in flight across all agents.")
 def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
-          upstream_read_timeout: float, max_concurrent_upstream: int, rate_limit: float,
+          upstream_read_timeout: float, max_concurrent_upstream: int, max_concurrent_upstream_per_agent: int,
+          rate_limit: float,
           rate_limit_burst: int, redaction_rules: str | None, shutdown_grace: float,
           admin_token: str | None, passthrough: str | None, ledger: str = "file", redis_url: str | None = None,
           ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0,
@@ -133,7 +137,8 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
         openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=anthropic_base_url,
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=max_body_bytes,
         upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
-        max_concurrent_upstream=max_concurrent_upstream, rate_limit_per_agent=rate_limit,
+        max_concurrent_upstream=max_concurrent_upstream,
+        max_concurrent_upstream_per_agent=max_concurrent_upstream_per_agent, rate_limit_per_agent=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
         passthrough=passthrough, admin_token=admin_token,
         ledger=ledger, redis_url=redis_url or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),

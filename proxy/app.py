@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import traceback
 
@@ -29,6 +28,7 @@ from .retain.delivery import RetainDelivery
 from .state import ProxyState
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import returned_headers, upstream_headers, upstream_target
+from .upstream_slots import UpstreamSlots
 
 STATE = web.AppKey("memplane_state", ProxyState)
 
@@ -137,7 +137,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         ledger=Ledger(settings.history_root, fsync=settings.ledger_fsync),
         redactor=Redactor.from_file(settings.redaction_rules),
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
-        upstream_slots=asyncio.Semaphore(settings.max_concurrent_upstream),
+        upstream_slots=UpstreamSlots(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics_,
     )

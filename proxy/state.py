@@ -21,6 +21,7 @@ from .rate_limit import RateLimiter
 from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .turn_blocks import TurnBlocks
+from .upstream_slots import UpstreamSlots
 
 
 @dataclass
@@ -31,7 +32,7 @@ class ProxyState:
     ledger: Ledger
     redactor: Redactor
     rate_limiter: RateLimiter
-    upstream_slots: asyncio.Semaphore
+    upstream_slots: UpstreamSlots
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     explanations: TurnExplanations = field(default_factory=TurnExplanations)

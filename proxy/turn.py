@@ -291,7 +291,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
-    async with state.upstream_slots:
+    async with state.upstream_slots.held(ctx.agent_id):
         sent = time.perf_counter()
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers,
                                        params=request.query or None)  # e.g. the anthropic SDK's ?beta=true

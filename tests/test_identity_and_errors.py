@@ -136,3 +136,25 @@ async def test_a_stream_the_provider_breaks_off_midway_raises_in_every_sdk_inste
     assert events[-1] == "error" and "response.completed" not in events
     await stack.settle()
     assert [e["response"].get("incomplete") for e in stack.ledger("cut")] == ["upstream_broke_off"] * 3
+
+
+async def test_one_agents_flood_of_slow_calls_leaves_other_agents_their_upstream_slots(make_stack):
+    """An agent may hold only its share of the calls to the provider; its other calls wait for its
+    own slots, not everyone's."""
+    import asyncio
+    stack = await make_stack(max_concurrent_upstream=8)  # a share of 2 each
+    stack.provider.slow_models = {"slow": 30.0}
+    stack.add_agent("greedy")
+    stack.add_agent("polite")
+    greedy = stack.openai("greedy")
+    flood = [asyncio.create_task(greedy.chat.completions.create(model="slow", messages=[{"role": "user", "content": f"{n}"}]))
+             for n in range(20)]
+    while sum(r.body.get("model") == "slow" for r in stack.provider.received) < 2:
+        await asyncio.sleep(0.01)
+    answer = await asyncio.wait_for(stack.openai("polite").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}]), 20)
+    assert answer.choices[0].message.content
+    assert sum(r.body.get("model") == "slow" for r in stack.provider.received) == 2  # the rest wait their turn
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)

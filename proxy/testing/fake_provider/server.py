@@ -75,6 +75,7 @@ class FakeProvider:
     chunks: int = 5
     chunk_delay_s: float = 0.0
     delay_s: float = 0.0
+    slow_models: dict[str, float] = field(default_factory=dict)  # model → seconds it takes to answer
     stall_after: int | None = None  # a stream that stops sending after this many events (a provider gone quiet)
     received: list[Received] = field(default_factory=list)
     fail_with: list[int] = field(default_factory=list)  # statuses to answer next, in order
@@ -114,6 +115,8 @@ class FakeProvider:
             self.received.append(seen)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if isinstance(body, dict) and body.get("model") in self.slow_models:
+            await asyncio.sleep(self.slow_models[body["model"]])
         anthropic = request.path.startswith("/v1/messages")
         render = _anthropic_error if anthropic else _openai_error
         if not isinstance(body, dict):
