@@ -26,6 +26,7 @@ from .operator.ui import add_ui_routes
 from .rate_limit import RateLimiter
 from .retain.delivery import RetainDelivery
 from .state import ProxyState
+from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import returned_headers, upstream_headers, upstream_target
 from .upstream_slots import UpstreamSlots
@@ -81,7 +82,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
     provider = provider_for_path(path, request.headers)
     rel = path if provider == "anthropic" else path[len("/v1"):]
-    body = await request.read()
+    body = await read_request_body(request)
     if body and request.content_type == "application/json":
         try:
             doc = orjson.loads(body)

@@ -32,7 +32,7 @@ from .rate_limit import retry_after_header
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy
 from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
-from .transport_errors import provider_errors, transport_errors
+from .transport_errors import provider_errors, read_request_body, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, conversation_key, conversation_of, offers_tools, question_of, turn_key
 from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
 
@@ -50,7 +50,7 @@ async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
 
 
 async def read_json_body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    raw = await read_request_body(request)
     if not raw.strip():
         raise ProxyError(400, "The request body is empty; expected a JSON object.")
     try:

@@ -158,3 +158,25 @@ async def test_one_agents_flood_of_slow_calls_leaves_other_agents_their_upstream
     for task in flood:
         task.cancel()
     await asyncio.gather(*flood, return_exceptions=True)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_claims_compression_but_is_not_compressed_gets_400_in_the_callers_format(stack, encoding):
+    """A client (or an attacker) labels a plain body `Content-Encoding: gzip`: the proxy says so in the
+    provider's own error shape, on turns and pass-through alike, instead of an internal error."""
+    stack.add_agent("labeller")
+    plain = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+    for path, anthropic in (("/v1/chat/completions", False), ("/v1/messages", True), ("/v1/embeddings", False),
+                            ("/v1/messages/count_tokens", True)):
+        headers = {"Authorization": f"Bearer {stack.tokens['labeller']}", "Content-Type": "application/json",
+                   "Content-Encoding": encoding}
+        async with aiohttp.ClientSession(auto_decompress=False) as s, \
+                s.post(f"{stack.proxy_url}{path}", data=plain, headers=headers) as r:
+            status, body = r.status, await r.json()
+        assert status == 400, (path, body)
+        if anthropic:
+            assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        else:
+            assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == "invalid_body"
+    assert stack.provider.received == [] and stack.ledger("labeller") == []
+    assert not [ln for ln in stack.log_lines() if ln.get("type") == "unhandled_error"]
