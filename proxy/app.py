@@ -28,7 +28,7 @@ from .retain.delivery import RetainDelivery
 from .state import ProxyState
 from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
-from .upstream import returned_headers, upstream_headers, upstream_target
+from .upstream import passthrough_url, returned_headers, upstream_headers
 from .upstream_slots import UpstreamSlots
 
 STATE = web.AppKey("memplane_state", ProxyState)
@@ -80,8 +80,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         state.telemetry.request(agent_id=ctx.agent_id, path=path, method=request.method, status_code=404,
                                 passthrough=True, refused="not on the pass-through allow-list")
         raise ProxyError(404, f"{request.method} {path} is not served by this proxy.", code="not_found")
+    raw_path = request.raw_path.split("?", 1)[0].split("#", 1)[0]
+    if not raw_path.startswith("/v1/"):  # `/%761/models`: the route matched the decoded path only
+        raise ProxyError(400, "The request path holds an encoded '/v1/'; send the plain path.", code="invalid_path")
     provider = provider_for_path(path, request.headers)
-    rel = path if provider == "anthropic" else path[len("/v1"):]
     body = await read_request_body(request)
     if body and request.content_type == "application/json":
         try:
@@ -95,7 +97,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     headers = upstream_headers(state.settings, provider, request.headers)
     if request.content_type and body:
         headers["Content-Type"] = request.content_type
-    upstream = await open_upstream(state, request.method, upstream_target(state.settings, provider, rel),
+    upstream = await open_upstream(state, request.method, passthrough_url(state.settings, provider, raw_path),
                                    data=body or None, headers=headers, params=request.query)
     async with upstream:
         resp = web.StreamResponse(status=upstream.status, headers=returned_headers(upstream.headers))

@@ -14,16 +14,18 @@ from .errors import ProxyError
 
 DEFAULT_PASSTHROUGH = ("GET /v1/models", "GET /v1/models/{id}", "POST /v1/embeddings",
                        "POST /v1/messages/count_tokens", "POST /v1/moderations")
-_ENCODED = re.compile(r"%(2f|5c|2e)", re.I)
+# Encoded `/`, `\\`, `.`: separators and dot segments in disguise. Encoded `%`, `?`, `#` and control
+# characters: decoded once, they would read as another escape, a query or a fragment upstream.
+_ENCODED = re.compile(r"%(2f|5c|2e|25|3f|23|[01][0-9a-f]|7f)", re.I)
 
 
 def check_raw_path(raw_path: str) -> None:
     """400 for a path that is not exactly what it says: `.`/`..` or empty segments, `\\`, or a
-    percent-encoded `/`, `\\` or `.`."""
+    percent-encoded `/`, `\\`, `.`, `%`, `?`, `#` or control character."""
     path = raw_path.split("?", 1)[0].split("#", 1)[0]
     if _ENCODED.search(path) or "\\" in path or not path.startswith("/"):
-        raise ProxyError(400, "The request path holds an encoded separator or dot; send the plain path.",
-                         code="invalid_path")
+        raise ProxyError(400, "The request path holds an encoded separator, dot, '%', '?', '#' or control "
+                              "character; send the plain path.", code="invalid_path")
     segments = path[1:].split("/")
     if segments[-1] == "" and not path.startswith("/v1/"):
         segments.pop()  # the operator's pages end in "/" (/memplane/ui/); nothing outside /v1/ is forwarded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from .config import ProxySettings
 
@@ -20,6 +21,14 @@ def upstream_target(settings: ProxySettings, provider: str, path: str) -> str:
     """`path` is relative to the provider base: `/chat/completions` for OpenAI (base has /v1)."""
     base = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
     return base + path
+
+
+def passthrough_url(settings: ProxySettings, provider: str, raw_path: str) -> URL:
+    """The provider URL for a pass-through path as the agent sent it on the wire, already checked by
+    `check_raw_path`. `encoded=True`: yarl must not decode and re-read it (`%3F` would become a query)."""
+    base = settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
+    rel = raw_path if provider == "anthropic" else raw_path[len("/v1"):]
+    return URL(str(URL(base)) + rel, encoded=True)
 
 
 def upstream_headers(settings: ProxySettings, provider: str,

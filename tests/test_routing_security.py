@@ -4,6 +4,7 @@ and `allowed_models`, driven over a raw socket the way an attacker would (no SDK
 from __future__ import annotations
 
 import asyncio
+import io
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -12,15 +13,19 @@ import pytest
 from aiohttp import web
 
 from manifests.agents import write_agent
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.app import build_app
+from proxy.config import ProxySettings
 from tests.conftest import url_of
 
 
-async def raw_request(url: str, method: str, path: str, token: str, body: bytes = b"") -> tuple[int, dict]:
+async def raw_request(url: str, method: str, path: str, token: str, body: bytes = b"", *,
+                      content_type: str = "application/json") -> tuple[int, dict]:
     """Send the request line exactly as given (like `curl --path-as-is`)."""
     parts = urlsplit(url)
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
     head = (f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     writer.write(head.encode() + body)
     await writer.drain()
     data = await asyncio.wait_for(reader.read(), 10)
@@ -118,3 +123,52 @@ async def test_a_hostile_memory_id_in_the_inspector_cannot_reach_another_route_o
                           headers={"Authorization": "Bearer inspector-admin-token"}) as r:
             assert r.status == 303
     assert seen == [("DELETE", "/api/memories/..%2F..%2Fretain%3Fx=1%23y")]  # one segment, on the wire
+
+
+@pytest.fixture
+async def recorder(aiohttp_server, tmp_path):
+    """A provider that records each request exactly as it arrived (raw path, content type, body),
+    behind a proxy whose allow-list has the default routes plus an upload route; yields
+    (proxy url, what the provider saw, the context root)."""
+    seen: list[dict] = []
+
+    async def record(request):
+        seen.append({"method": request.method, "raw_path": request.raw_path, "content_type":
+                     request.headers.get("Content-Type"), "body": await request.read()})
+        return web.json_response({"ok": True})
+
+    provider = web.Application()
+    provider.router.add_route("*", "/{tail:.*}", record)
+    upstream = url_of(await aiohttp_server(provider))
+    settings = ProxySettings(
+        context_root=tmp_path / "context", history_root=tmp_path / "history",
+        openai_base_url=f"{upstream}/v1", openai_api_key="sk-operator-openai-key",
+        anthropic_base_url=upstream, anthropic_api_key="sk-ant-operator-anthropic-key",
+        passthrough="GET /v1/models, GET /v1/models/{id}, POST /v1/embeddings, POST /v1/messages/count_tokens, "
+                    "POST /v1/audio/transcriptions")
+    app = build_app(settings, Telemetry(make_logger(io.StringIO())))
+    return url_of(await aiohttp_server(app)), seen, settings.context_root
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/models/%252E%252E%252Fresponses%252Fresp_1",  # %25: would be decoded once more on the way out
+    "/v1/models/gpt-4o%3Fapi-version=evil%26x=1",  # %3F: would become a query string upstream
+    "/v1/models/a%23b",  # %23: would cut the path at a fragment upstream
+    "/v1/models/a%00b", "/%761/models/gpt-4o",
+])
+async def test_an_id_that_would_mean_another_path_upstream_is_refused_and_nothing_is_forwarded(recorder, path):
+    """Mallory hides a path, a query or a fragment in an allowed `{id}`; the proxy must not forward
+    something the provider reads as a different request than the one the allow-list approved."""
+    proxy, seen, root = recorder
+    token, _ = write_agent(root, "mallory", pod="p")
+    status, doc = await raw_request(proxy, "GET", path, token)
+    assert status == 400 and doc["error"]["code"] == "invalid_path"
+    assert seen == []
+
+
+async def test_an_allowed_id_reaches_the_provider_byte_for_byte(recorder):
+    proxy, seen, root = recorder
+    token, _ = write_agent(root, "agent", pod="p")
+    for path in ("/v1/models/gpt-4o", "/v1/models/ft%3Agpt-4o%3Aacme%3A%3Aabc123?beta=true"):
+        assert (await raw_request(proxy, "GET", path, token))[0] == 200
+    assert [s["raw_path"] for s in seen] == ["/v1/models/gpt-4o", "/v1/models/ft%3Agpt-4o%3Aacme%3A%3Aabc123?beta=true"]
