@@ -16,7 +16,8 @@ from .config import ProxySettings
 from .context_store import ContextStore
 from .errors import ProxyError, error_response
 from .formats import FORMATS, dialect_for_path, provider_for_path
-from .forward_policy import allowed, check_raw_path, parse_allow_list, require_model_allowed
+from .forward_policy import (allowed, check_passthrough_body, check_raw_path, parse_allow_list,
+                             require_model_allowed)
 from .header_logs import quiet_header_values
 from .ledger.files import Ledger
 from .operator.admin import admin_only
@@ -85,18 +86,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         raise ProxyError(400, "The request path holds an encoded '/v1/'; send the plain path.", code="invalid_path")
     provider = provider_for_path(path, request.headers)
     body = await read_request_body(request)
-    if body and request.content_type == "application/json":
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            doc = None
-        if isinstance(doc, dict):
-            require_model_allowed(ctx.metadata.allowed_models, doc.get("model"))
+    check_passthrough_body(ctx.metadata.allowed_models, request.content_type,
+                           request.headers.get("Content-Type", ""), body)
     if request.match_info.get("tail", "").startswith("models/"):
         require_model_allowed(ctx.metadata.allowed_models, path.rsplit("/", 1)[-1])
     headers = upstream_headers(state.settings, provider, request.headers)
-    if request.content_type and body:
-        headers["Content-Type"] = request.content_type
+    if body and request.content_type == "multipart/form-data":
+        headers["Content-Type"] = request.headers["Content-Type"]  # with its boundary
     upstream = await open_upstream(state, request.method, passthrough_url(state.settings, provider, raw_path),
                                    data=body or None, headers=headers, params=request.query)
     async with upstream:

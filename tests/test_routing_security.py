@@ -172,3 +172,82 @@ async def test_an_allowed_id_reaches_the_provider_byte_for_byte(recorder):
     for path in ("/v1/models/gpt-4o", "/v1/models/ft%3Agpt-4o%3Aacme%3A%3Aabc123?beta=true"):
         assert (await raw_request(proxy, "GET", path, token))[0] == 200
     assert [s["raw_path"] for s in seen] == ["/v1/models/gpt-4o", "/v1/models/ft%3Agpt-4o%3Aacme%3A%3Aabc123?beta=true"]
+
+
+EMBED = orjson.dumps({"model": "text-embedding-3-large", "input": "hi"})
+
+
+def _limited(root, name="limited"):
+    token, _ = write_agent(root, name, pod="p", extra={"allowed_models": ["text-embedding-3-small", "whisper-1"]})
+    return token
+
+
+async def test_a_forbidden_model_cannot_hide_behind_another_content_type(recorder):
+    """Mallory may only embed with the small model; labelling the body text/plain (or leaving the
+    type out) must not slip the large one past the check with the operator's key."""
+    proxy, seen, root = recorder
+    token = _limited(root)
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/octet-stream"):
+        status, doc = await raw_request(proxy, "POST", "/v1/embeddings", token, EMBED, content_type=content_type)
+        assert status == 415 and doc["error"]["code"] == "unsupported_media_type", content_type
+    status, doc = await raw_request(proxy, "POST", "/v1/messages/count_tokens", token, orjson.dumps(
+        {"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]}), content_type="text/plain")
+    assert status == 415 and doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    assert seen == []
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model":"text-embedding-3-large","model":"text-embedding-3-small","input":"hi"}',
+    b'{"model":"text-embedding-3-small","input":"hi","model":"text-embedding-3-large"}',
+    b'{"model":"text-embedding-3-small","input":{"a":1,"a":2}}',
+])
+async def test_a_body_with_a_duplicate_key_is_refused_since_the_provider_may_read_the_other_value(recorder, body):
+    proxy, seen, root = recorder
+    status, doc = await raw_request(proxy, "POST", "/v1/embeddings", _limited(root), body)
+    assert status == 400 and doc["error"]["code"] == "duplicate_key"
+    assert seen == []
+
+
+@pytest.mark.parametrize("body", [b'{"model":"text-embedding-3-large",', b'\xef\xbb\xbf{"model":"x"}',
+                                  b'{"model":"text-embedding-3-small","input":NaN}'])
+async def test_a_json_body_the_proxy_cannot_read_is_refused_rather_than_forwarded_unchecked(recorder, body):
+    proxy, seen, root = recorder
+    status, doc = await raw_request(proxy, "POST", "/v1/embeddings", _limited(root), body)
+    assert status == 400 and doc["error"]["code"] == "invalid_json"
+    assert seen == []
+
+
+async def test_an_allowed_json_body_is_forwarded_unchanged(recorder):
+    proxy, seen, root = recorder
+    body = b'{"model": "text-embedding-3-small", "input": ["hi", "there"]}'
+    status, _ = await raw_request(proxy, "POST", "/v1/embeddings", _limited(root), body,
+                                  content_type="application/json; charset=utf-8")
+    assert status == 200
+    assert [(s["raw_path"], s["content_type"], s["body"]) for s in seen] == [
+        ("/v1/embeddings", "application/json", body)]
+
+
+def _form(*fields: tuple[str, str]) -> tuple[bytes, str]:
+    boundary = "----memplane-test-boundary"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+             for name, value in fields]
+    audio = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+             f"Content-Type: audio/wav\r\n\r\n").encode() + b"RIFF\x00\x01binary\r\n"
+    return b"".join(parts) + audio + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+async def test_an_upload_on_the_allow_list_is_checked_by_its_model_field_and_forwarded_intact(recorder):
+    """The operator allows transcriptions: the agent's allowed model goes through with its boundary
+    (the provider must be able to read the form); a forbidden or doubled `model` field does not."""
+    proxy, seen, root = recorder
+    token = _limited(root)
+    ok, content_type = _form(("model", "whisper-1"))
+    assert (await raw_request(proxy, "POST", "/v1/audio/transcriptions", token, ok, content_type=content_type))[0] == 200
+    assert [(s["content_type"], s["body"]) for s in seen] == [(content_type, ok)]
+    body, content_type = _form(("model", "gpt-4o-transcribe"))
+    status, doc = await raw_request(proxy, "POST", "/v1/audio/transcriptions", token, body, content_type=content_type)
+    assert status == 403 and doc["error"]["code"] == "model_not_allowed"
+    body, content_type = _form(("model", "whisper-1"), ("model", "gpt-4o-transcribe"))
+    status, doc = await raw_request(proxy, "POST", "/v1/audio/transcriptions", token, body, content_type=content_type)
+    assert status == 400 and doc["error"]["code"] == "duplicate_key"
+    assert len(seen) == 1
