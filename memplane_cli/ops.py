@@ -315,7 +315,11 @@ def import_cmd(service: str, file: Path, agent: str, url: str | None, auth_token
                 skipped += 1
                 continue
             try:
-                await client.upsert(body)
+                _, stored = await client.upsert(body)
+                if (body.get("metadata") or {}).get("pinned") is True and isinstance(stored, dict) \
+                        and (stored.get("metadata") or {}).get("pinned") is not True:
+                    # a store keeps no pin from a write: the pin is restored the audited way
+                    await client.edit(stored["id"], {"pinned": True, "reason": "restored by memplane memory import"})
                 done += 1
             except MemoryServiceError as exc:
                 if exc.unreachable:

@@ -18,6 +18,12 @@ DEFAULT_MAX_BLOCKS = 8
 # memplane's services refuse a forget naming more entries (400): one call's cost stays bounded,
 # and the CLI splits larger requests into calls of at most this many.
 MAX_FORGET_IDS = 1000
+# Memory metadata a store writes itself: who wrote it, the operator's pin (recalled first, exempt
+# from caps and consolidation), the curator's marks. A stored memory's caller never sets them: a
+# pin comes only from the audited PATCH, the rest from the store and its curator.
+RESERVED_METADATA = frozenset({"author", "pinned", "curator", "superseded_by", "superseded_at", "merged"})
+# What the admin token may still restore from an export (`memplane memory import`): the curator's marks.
+RESTORABLE_METADATA = frozenset({"curator", "superseded_by", "superseded_at", "merged"})
 
 
 class _Body(BaseModel):

@@ -246,8 +246,10 @@ async def test_memories_round_trip_from_embedded_to_tiered(aiohttp_server, tmp_p
         for n, t in enumerate(turns):
             await call(s, url, "/retain", {"agent_id": "ana", "entry": entry(f"hist1_{n}", t,
                                                                             ts=f"2026-11-20T10:00:0{n}.000Z")})
-        await call(s, url, "/api/memories", {"agent_id": "ana", "key": "style", "value": "Prefers short answers",
-                                             "type": "preference"})
+        _, style = await call(s, url, "/api/memories", {"agent_id": "ana", "key": "style",
+                                                        "value": "Prefers short answers", "type": "preference"})
+        async with s.patch(f"{url}/api/memories/{style['id']}", json={"pinned": True}) as r:
+            assert r.status == 200  # the operator pinned it: the pin travels with the export
         _, before = await call(s, url, "/recall", {"agent_id": "ana", "query": "How old is Ana's dog?"})
     out = tmp_path / "ana.jsonl"
     runner = CliRunner()
@@ -266,8 +268,13 @@ async def test_memories_round_trip_from_embedded_to_tiered(aiohttp_server, tmp_p
         async with s.get(tiered_url + "/api/memories", params={"agent_id": "ana"}) as r:
             listed = (await r.json())["memories"]
     assert len(listed) == 4
+    [restored] = [m for m in listed if m["key"] == "style"]
+    assert restored["metadata"]["pinned"] is True
+    async with aiohttp.ClientSession() as s, s.get(f"{tiered_url}/api/memories/{restored['id']}/audit") as r:
+        trail = (await r.json())["audit"]  # each import rewrites the memory, then pins it again, audited
+    assert [e["action"] for e in trail] == ["pin", "pin"] and trail[0]["reason"] == "restored by memplane memory import"
     for said in ("Comet", "Four, and he sleeps on the sofa all day.", "[9:00 am on 3 May, 2024]"):
-        assert said in before["memories"][0]["text"] and said in "\n".join(m["text"] for m in after["memories"])
+        assert said in "\n".join(m["text"] for m in before["memories"]) and said in "\n".join(m["text"] for m in after["memories"])
 
 
 async def test_a_busy_service_sheds_a_retain_at_once_with_retry_after_and_takes_it_when_retried(

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
+from memplane_core.contract import RESERVED_METADATA, RESTORABLE_METADATA
+
 from ..engine.record import GLOBAL_AGENT, StoredMemory, is_pinned
 from .auth import CALLER_AGENT, CALLER_GRANTS
 from .bodies import parse, parse_query
@@ -104,7 +106,9 @@ async def store(request: web.Request) -> web.Response:
     service = request.app[MEMORY_REST]
     body = await parse(request, StoreBody)  # 400 naming the field; 403 for another agent's id
     agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
-    meta = {k: v for k, v in body.metadata.items() if k != "author"}
+    # no pin without the audited PATCH; an agent token cannot forge the curator's marks either
+    keep = RESTORABLE_METADATA if request.get(CALLER_AGENT) is None else frozenset()
+    meta = {k: v for k, v in body.metadata.items() if k not in RESERVED_METADATA or k in keep}
     meta["author"] = _author(request)
     m = StoredMemory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
                      importance=body.importance, session_id=body.session_id if body.scope == "session" else None,

@@ -11,6 +11,8 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memplane_core.contract import RESERVED_METADATA
+
 from ..memory_service import MemoryService, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -55,7 +57,8 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     if args.scope == "session" and not session_id:
         return said(False, "store_memory was not saved: scope 'session' needs a session, and this call has none; "
                            "use scope 'agent'")
-    metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str)}
+    # the store's bookkeeping (a pin, the curator's marks, the author) is never the model's to set
+    metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str) and k not in RESERVED_METADATA}
     if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
         metadata = {}
     # secrets never leave for a memory service, whoever writes: the model's words are scrubbed too
