@@ -187,3 +187,37 @@ def test_the_community_rule_set_is_pinned_and_attributed():
     assert "Copyright (c) 2019 Zachary Rice" in data.joinpath("LICENSE-gitleaks.txt").read_text()
     kinds = {r.kind for r in builtin_rules()}
     assert len(kinds) > 150 and {"openai", "github", "gitlab_pat", "vault_service_token"} <= kinds
+
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9"  # 40 characters, the AWS shape
+
+
+@pytest.mark.parametrize("text, secret", [
+    # the pair pasted together: the key id alone used to be caught and the secret beside it kept
+    ("my AWS creds are AKIAQWERTYUIOPASDFGH / " + AWS_SECRET, AWS_SECRET),
+    ("AKIAQWERTYUIOPASDFGH:" + AWS_SECRET, AWS_SECRET),
+    ("key id AKIAQWERTYUIOPASDFGH and the secret " + AWS_SECRET + ".", AWS_SECRET),
+    ("AKIAQWERTYUIOPASDFGH,\"" + AWS_SECRET + "\"", AWS_SECRET),  # a credentials.csv row
+    # the reviewer's paste, 43 characters long
+    ("my AWS creds are AKIAQWERTYUIOPASDFGH / wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2",
+     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2"),
+    # the CLI flag and the prose label, with a real-length secret and the reviewer's longer one
+    ("aws configure set --secret-access-key " + AWS_SECRET, AWS_SECRET),
+    ("--secret-access-key wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2"),
+    ("secret access key wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8vT3kLm9Pn2"),
+])
+def test_an_aws_secret_access_key_next_to_its_key_id_or_its_label_never_reaches_memory(text, secret):
+    out, counts = Redactor().text(text)
+    assert secret not in out and counts["aws_secret_access_key"] == 1, out
+    assert "AKIAQWERTYUIOPASDFGH" not in out
+
+
+@pytest.mark.parametrize("text", [
+    "AKIAQWERTYUIOPASDFGH is rotated; see https://docs.aws.amazon.com/IAM/latest/UserGuide/id_credentials.html",
+    "AKIAQWERTYUIOPASDFGH was used by commit 3f2a9c8d7e6b5a4f3e2d1c0b9a8f7e6d5c4b3a29",
+    "AKIAQWERTYUIOPASDFGH in arn:aws:iam::123456789012:user/deploy-bot-production-eu",
+])
+def test_what_follows_a_key_id_is_kept_when_it_is_not_a_secret(text):
+    out, _ = Redactor().text(text)
+    assert out == text.replace("AKIAQWERTYUIOPASDFGH", "[redacted:aws_access_key_id]")

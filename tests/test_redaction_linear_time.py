@@ -38,6 +38,8 @@ HOSTILE = {  # what the review sent, each built at a given size (100 KB in the t
     "3,125 PEM BEGIN lines": lambda n: "-----BEGIN RSA PRIVATE KEY-----\n" * (n // 32),
     # thousands of candidate matches on one line: each match's allowlist check sees a bounded window
     "3,700 keyed values on one line": lambda n: " ".join("auth_code=Qz%05dxLm4vN8pT" % i for i in range(n // 27)),
+    # an AWS key id followed by a secret-shaped run, thousands of times on one line
+    "1,400 key ids + base64 runs": lambda n: _fit("AKIAQWERTYUIOPASDFGH / " + "aB3/" * 12 + " ", n),
 }
 
 

@@ -19,6 +19,8 @@ _ASSIGN_KEYS = (
     r"access[_\-]?key|access[_\-]?token|auth[_\-]?token|api[_\-]?token|refresh[_\-]?token|token|"
     r"client[_\-]?secret|private[_\-]?key|credentials?)"
 )
+_AWS_KEY_ID_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA", "APKA")
+_AWS_KEY_ID = "(?:" + "|".join(_AWS_KEY_ID_PREFIXES) + ")[A-Z0-9]{16}"
 # a value: quoted (the quotes stay) or bare
 _VALUE = r"(?:\"([^\s\"]{4,})\"|'([^\s']{4,})'|([^\s\"',;{}\[\]]{4,}))"
 
@@ -29,6 +31,13 @@ def _prose_check(v: str) -> bool:
 
 def _not_placeholder(v: str) -> bool:
     return not looks_placeholder(v)
+
+
+def _aws_secret(v: str) -> bool:
+    """An AWS secret access key is 40 random base64 characters: mixed case and digits (a 40-hex
+    commit id or a path beside a key id is not one)."""
+    return (random_enough(v) and any(c.isupper() for c in v) and any(c.islower() for c in v)
+            and any(c.isdigit() for c in v))
 
 
 def _base64_value(v: str) -> bool:
@@ -44,13 +53,16 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     rule("anthropic", _B + r"(sk-ant-[A-Za-z0-9_\-]{20,})", ["sk-ant-"], group=1, check=random_enough),
     rule("openai", _B + r"(sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,})", ["sk-"], group=1,
          check=lambda v: not v.startswith("sk-ant-") and random_enough(v)),
-    rule("aws_access_key_id", r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}\b",
-         ["AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA", "APKA"],
-         check=_not_placeholder),
+    # the secret pasted right after its key id ("AKIA… / wJalr…", a credentials.csv row), before
+    # the key id rule replaces the id this one is anchored on; 40 characters (up to 64 for a paste)
+    rule("aws_secret_access_key", r"\b" + _AWS_KEY_ID + r"\b[^\n]{0,48}?[^A-Za-z0-9/+=]([A-Za-z0-9/+=]{40,64})"
+         r"(?:[^A-Za-z0-9/+=]|$)", _AWS_KEY_ID_PREFIXES, group=1, check=_aws_secret),
+    rule("aws_access_key_id", r"\b" + _AWS_KEY_ID + r"\b", _AWS_KEY_ID_PREFIXES, check=_not_placeholder),
+    # named: `aws_secret_access_key = …`, `--secret-access-key …`, "my secret access key is …"
     rule("aws_secret_access_key",
          r"(?i)(?:aws[_\-\s]?secret[_\-\s]?access[_\-\s]?key|aws[_\-\s]?secret[_\-\s]?key|"
          r"secret[_\-\s]?access[_\-\s]?key|aws[_\-\s]?secret|secretaccesskey)" + _IS +
-         r"([A-Za-z0-9/+=]{40})(?:[^A-Za-z0-9/+=]|$)", ["secret"], icase=True, group=1, check=random_enough),
+         r"([A-Za-z0-9/+=]{40,64})(?:[^A-Za-z0-9/+=]|$)", ["secret"], icase=True, group=1, check=random_enough),
     rule("aws_session_token",
          r"(?i)(?:aws[_\-\s]?session[_\-\s]?token|session[_\-\s]?token|security[_\-\s]?token|sessiontoken)"
          r"(?:[\"']?\s{0,8}(?::|=|=>|\bis\b|\bwas\b)?\s{0,8}[\"'`]?\s{0,8})([A-Za-z0-9/+=]{100,})",
