@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 from aiohttp import web
 
 from memplane_core.clock import now_rfc3339
@@ -224,7 +225,7 @@ def _upstream_timeout(state: ProxyState) -> aiohttp.ClientTimeout:
                                  sock_read=s.upstream_read_timeout_s)
 
 
-async def open_upstream(state: ProxyState, method: str, url: str, *, data: bytes | None,
+async def open_upstream(state: ProxyState, method: str, url: str | URL, *, data: bytes | None,
                         headers: dict[str, str], params: Any = None) -> aiohttp.ClientResponse:
     assert state.session is not None
     with provider_errors():

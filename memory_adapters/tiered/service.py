@@ -154,15 +154,16 @@ class TieredMemory:
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
             if current is not None and (current.said_at or 0) > m.said_at:
                 return current, False
+        if self.backlog is not None and m.embedding is None:
+            # on the backlog's low-priority thread, after the recalls in hand (never at recall's
+            # priority); stored with its vector, so a search right after the store finds it by meaning
+            m.embedding = [round(float(x), 5) for x in (await self.backlog.embed([m.value]))[0]]
         stored, created = await self.ltm.upsert(m)
         removed = await self.ltm.enforce_cap(stored.agent_id, self.settings.ltm_max_entries)
         await self.stm.put([stored])
         if removed:
             await self.stm.remove(stored.agent_id, removed)
         await self.indexes.written(stored.agent_id, [stored], removed)
-        if self.backlog is not None and stored.embedding is None:
-            # its vector comes as an episode's does: on the low-priority thread, after waiting recalls
-            self.backlog.add(stored, stored.value)
         return stored, created
 
     # -- the REST API's operations (memory_adapters/http/rest_api.py) --
