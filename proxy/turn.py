@@ -267,7 +267,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     state.explanations.record(turn_id, TurnExplanation(
         turn_id, ctx.agent_id, now_rfc3339(), time.time(), fmt.name, request.path, recall.status, recall.blocks,
         recall.removed, recall.latency_ms, recall.detail).as_dict())
-    effective, store_tool = memory_tool.offered(state, ctx, fmt.name, effective)  # opt-in (memory.json tools)
+    effective, store_tool = memory_tool.offered(state, ctx, fmt.name, effective, turn,  # opt-in (memory.json tools)
+                                                continues=recall.status == "reused")
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)

@@ -46,6 +46,10 @@ class TurnBlock:
     note: str | None
     question: str  # the turn's question, redacted: what a Responses continuation's ledger line lacks
     detail: dict[str, Any] = field(default_factory=dict)  # the first call's explanation
+    # why the opt-in store_memory tool was withheld from the first call (memory_tool.offered), if it
+    # was: the loop's later calls go without it too, so the tool list — the head of the cached
+    # prefix — stays the same even when the client relaxes `tool_choice` after the first call
+    withheld: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,20 @@ from .write import store
 MAX_EXTRA_CALLS = 3
 
 
-def offered(state: Any, ctx: Any, fmt_name: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The request with store_memory added when this agent and request may have it."""
+def offered(state: Any, ctx: Any, fmt_name: str, body: dict[str, Any], turn: Any = None,
+            continues: bool = False) -> tuple[dict[str, Any], bool]:
+    """The request with store_memory added when this agent and request may have it. `turn`: the
+    user turn's `TurnBlock`; a call that `continues` it goes without the tool when its first call
+    did (an agent framework that forces a tool call first, then lets the model choose, would
+    otherwise change the tool list — and lose the provider's cache — in the middle of the loop)."""
     opted_in = ctx.memory is not None and TOOL_NAME in ctx.memory.tools
-    reason = why_not(fmt_name, body, opted_in)
+    withheld = getattr(turn, "withheld", None)
+    if continues and opted_in and withheld:
+        reason: str | None = f"withheld from this turn's first call ({withheld.get('reason')})"
+    else:
+        reason = why_not(fmt_name, body, opted_in)
+        if reason is not None and opted_in and withheld is not None and not continues:
+            withheld["reason"] = reason
     if reason is None:
         return offer(fmt_name, body, global_granted="global" in ctx.memory.grants), True
     if opted_in:
