@@ -30,7 +30,7 @@ from .state import ProxyState
 from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import passthrough_url, returned_headers, upstream_headers
-from .upstream_slots import UpstreamSlots
+from .agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
 
 STATE = web.AppKey("memplane_state", ProxyState)
 
@@ -136,7 +136,8 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         ledger=Ledger(settings.history_root, fsync=settings.ledger_fsync),
         redactor=Redactor.from_file(settings.redaction_rules),
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
-        upstream_slots=UpstreamSlots(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
+        upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
+        request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics_,
     )

@@ -27,7 +27,7 @@ class ProxySettings:
     upstream_connect_timeout_s: float = 10.0
     upstream_read_timeout_s: float = 600.0
     max_concurrent_upstream: int = 512
-    max_concurrent_upstream_per_agent: int = 0  # one agent's share of them; 0 = a quarter (upstream_slots.py)
+    max_concurrent_upstream_per_agent: int = 0  # one agent's share of them; 0 = a quarter (agent_shares.py)
     rate_limit_per_agent: float = 0.0  # requests per second, 0 = off
     rate_limit_burst: int = 20
     retain_queue_size: int = 10_000

@@ -21,7 +21,7 @@ from .rate_limit import RateLimiter
 from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .turn_blocks import TurnBlocks
-from .upstream_slots import UpstreamSlots
+from .agent_shares import AgentShares
 
 
 @dataclass
@@ -32,7 +32,8 @@ class ProxyState:
     ledger: Ledger
     redactor: Redactor
     rate_limiter: RateLimiter
-    upstream_slots: UpstreamSlots
+    upstream_slots: AgentShares
+    request_work: AgentShares  # redacting a turn's request (large ones go to worker threads)
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     explanations: TurnExplanations = field(default_factory=TurnExplanations)

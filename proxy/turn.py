@@ -132,7 +132,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
-    request = await _recall_request(state, ctx, fmt, body, messages, query, session_id)
+    async with state.request_work.held(ctx.agent_id):  # large requests: never all the workers for one agent
+        request = await _recall_request(state, ctx, fmt, body, messages, query, session_id)
     outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod,
                                      deadlines=state.recall_deadlines).recall(request)
     if outcome.status != "succeeded":
@@ -155,7 +156,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                    removed)
     detail = _explain_recall(state, manifest.service, request.query or "", outcome, policy, block, placement, note,
                              tokens, repeated)
-    question = (await state.redactor.text_async(question_of(messages, key)))[0]  # off the loop: any size
+    async with state.request_work.held(ctx.agent_id):
+        question = (await state.redactor.text_async(question_of(messages, key)))[0]  # off the loop: any size
     turn = TurnBlock(block or "", tuple(memories), placement or "", note, question, detail.as_dict())
     if tools:
         state.turn_blocks.put(key.key, turn)

@@ -198,3 +198,26 @@ def test_a_multi_megabyte_message_searches_memory_with_its_head_and_tail_only():
     served = recall_query("[1:56 pm on 8 May, 2023] " + pasted)  # a client may send any query itself
     assert len(served) <= MAX_QUERY_CHARS + 3 and served.startswith("Please") and served.endswith("first?")
     assert query_from([{"role": "user", "content": "where does my sister live?"}]) == "where does my sister live?"
+
+
+async def test_an_agent_waits_for_its_own_share_while_another_agent_goes_first():
+    import asyncio
+
+    from proxy.agent_shares import AgentShares
+    shares, order = AgentShares(8, per_agent=2), []
+    release = asyncio.Event()
+
+    async def work(agent, n):
+        async with shares.held(agent):
+            order.append(f"{agent}{n}")
+            if agent == "greedy":
+                await release.wait()
+
+    greedy = [asyncio.create_task(work("greedy", n)) for n in range(5)]
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(work("polite", 0), 1)  # not behind greedy's three waiting ones
+    assert order == ["greedy0", "greedy1", "polite0"]
+    release.set()
+    await asyncio.gather(*greedy)
+    assert sorted(order) == ["greedy0", "greedy1", "greedy2", "greedy3", "greedy4", "polite0"]
+    assert not shares._agents  # nothing kept for agents with no work left

@@ -10,7 +10,7 @@ from memplane_core.telemetry import Telemetry
 from ..config import ProxySettings
 from ..context_store import ContextStore
 from ..forward_policy import parse_allow_list
-from ..upstream_slots import UpstreamSlots
+from ..agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
 from ..ledger.redis_streams import RedisLedger
 from ..operator.metrics import ProxyMetrics
 from ..retain.delivery_redis import StreamRetainDelivery
@@ -30,7 +30,8 @@ def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: Pro
         redactor=Redactor.from_file(settings.redaction_rules),
         rate_limiter=RedisRateLimiter(ledger.aio, settings.rate_limit_per_agent, settings.rate_limit_burst,  # type: ignore[arg-type]
                                       telemetry, prefix=settings.ledger_prefix),
-        upstream_slots=UpstreamSlots(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
+        upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
+        request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics,
         explanations=RedisExplanations(writer, prefix=settings.ledger_prefix),
