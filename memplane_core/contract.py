@@ -8,7 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from typing_extensions import TypedDict
 
 from .ids import AGENT_ID_PATTERN
-from .instants import OutOfRange, parse_instant
+from .instants import RANGE_TEXT, OutOfRange, parse_instant
 
 # The contract's defaults (CONTRACT §2, §5): what a manifest or a recall body that says nothing means.
 DEFAULT_RECALL_TIMEOUT_MS = 300
@@ -58,16 +58,29 @@ class RecalledMemory(BaseModel):
     title: str | None = None  # a heading for the block (Anthropic search_result placement); optional
 
 
+def _date_shaped(text: str) -> bool:
+    """Written as a date: a year of four or more digits, a dash, a digit (`0000-01-01`, `+275760-09-13`)."""
+    head = text.lstrip()[:32].lstrip("+-")
+    digits = len(head) - len(head.lstrip("0123456789"))
+    return digits >= 4 and head[digits:digits + 1] == "-" and head[digits + 1:digits + 2].isdigit()
+
+
+
 def _entry_time(ts: Any) -> Any:
-    """A ledger stamp out of range is refused; one that does not read as a time is left to the
-    service, which uses the time of receipt (as before)."""
-    if isinstance(ts, str):
-        try:
-            parse_instant(ts)
-        except OutOfRange:
-            raise
-        except ValueError:
-            pass
+    """A ledger stamp is a string (the proxy writes RFC 3339). One out of range is refused — also
+    when written as a date that no calendar can hold (year 0000, a six-digit year); free text that
+    is no date at all is left to the service, which uses the time of receipt (as before)."""
+    if ts is None:
+        return ts
+    if not isinstance(ts, str):
+        raise ValueError("must be an RFC 3339 time string")
+    try:
+        parse_instant(ts)
+    except OutOfRange:
+        raise
+    except ValueError:
+        if _date_shaped(ts):
+            raise OutOfRange(f"time out of range or not a valid date: must be {RANGE_TEXT}") from None
     return ts
 
 

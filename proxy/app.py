@@ -31,6 +31,7 @@ from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import passthrough_url, returned_headers, upstream_headers
 from .agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
+from .response_owners import ResponseOwners
 
 STATE = web.AppKey("memplane_state", ProxyState)
 
@@ -138,6 +139,7 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
         upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
         request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
+        response_owners=ResponseOwners(),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics_,
     )

@@ -22,6 +22,7 @@ from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .turn_blocks import TurnBlocks
 from .agent_shares import AgentShares
+from .response_owners import ResponseOwners
 
 
 @dataclass
@@ -34,6 +35,7 @@ class ProxyState:
     rate_limiter: RateLimiter
     upstream_slots: AgentShares
     request_work: AgentShares  # redacting a turn's request (large ones go to worker threads)
+    response_owners: ResponseOwners  # whose Responses answer an id is
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     explanations: TurnExplanations = field(default_factory=TurnExplanations)

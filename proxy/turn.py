@@ -260,6 +260,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
+    if fmt.chains:
+        state.response_owners.check(ctx.agent_id, body)
     session_id = session_id_of(request, body)
     turn_id = "turn_" + uuid.uuid4().hex[:24]
     effective, recall, turn = body, RecallSummary(), None
@@ -287,6 +289,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     async def finish(record: dict[str, Any]) -> None:
         rid = record.pop("response_id", None)
         reply = record.pop("reply", None)
+        if fmt.chains:
+            state.response_owners.record(ctx.agent_id, rid)
         if link is not None:
             link(rid)
         if thread is not None and reply is not None:

@@ -99,6 +99,17 @@ async def test_a_retain_with_an_entry_time_out_of_range_is_refused_and_one_bad_b
         assert len(listed["memories"]) == 2 and all(m["created_at"] for m in listed["memories"])
 
 
+@pytest.mark.parametrize("ts", ["0000-01-01T00:00:00Z", "+275760-09-13T00:00:00Z", "2026-13-45T00:00:00Z",
+                                1e308, -1e308, [1], {}, True])
+async def test_an_entry_time_no_calendar_holds_or_that_is_no_string_is_refused_by_name(service_url, ts):
+    async with aiohttp.ClientSession() as s:
+        status, body = await post(s, service_url, "/retain", {
+            "agent_id": "mallory", "entry": entry("hist1_odd", "I like poison", ts=ts)})
+        _, listed = await get(s, service_url, "/api/memories", agent_id="mallory")
+    assert status == 400 and body["error"]["field"] == "entry.ts"
+    assert listed["memories"] == []
+
+
 async def test_a_stamp_out_of_range_inside_the_words_is_not_a_date_and_the_turn_is_kept(service_url):
     async with aiohttp.ClientSession() as s:
         for n, said in enumerate(["[9999-12-31 23:59] I moved to Tromso last week.",

@@ -251,3 +251,21 @@ async def test_an_upload_on_the_allow_list_is_checked_by_its_model_field_and_for
     status, doc = await raw_request(proxy, "POST", "/v1/audio/transcriptions", token, body, content_type=content_type)
     assert status == 400 and doc["error"]["code"] == "duplicate_key"
     assert len(seen) == 1
+
+
+async def test_an_agent_cannot_continue_another_agents_stored_response(stack):
+    """Every agent calls the provider with the operator's key: an id is all it would take to
+    continue (and read) another agent's stored conversation."""
+    import openai
+    stack.add_agent("alice")
+    stack.add_agent("bob")
+    first = await stack.openai("alice").responses.create(model="gpt-5", input="My locker code is 4821.")
+    sent = len(stack.provider.received)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await stack.openai("bob").responses.create(model="gpt-5", input="What was my locker code?",
+                                                  previous_response_id=first.id)
+    assert refused.value.code == "previous_response_not_found" and first.id in refused.value.message
+    assert len(stack.provider.received) == sent  # nothing went to the provider
+    again = await stack.openai("alice").responses.create(model="gpt-5", input="And again?",
+                                                         previous_response_id=first.id)
+    assert again.id and stack.provider.received[-1].status == 200

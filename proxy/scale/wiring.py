@@ -11,6 +11,7 @@ from ..config import ProxySettings
 from ..context_store import ContextStore
 from ..forward_policy import parse_allow_list
 from ..agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
+from ..response_owners import ResponseOwners
 from ..ledger.redis_streams import RedisLedger
 from ..operator.metrics import ProxyMetrics
 from ..retain.delivery_redis import StreamRetainDelivery
@@ -32,6 +33,7 @@ def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: Pro
                                       telemetry, prefix=settings.ledger_prefix),
         upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
         request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
+        response_owners=ResponseOwners(),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics,
         explanations=RedisExplanations(writer, prefix=settings.ledger_prefix),
