@@ -299,6 +299,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
                                          record, session_id, turn_id, question))
 
+    await state.ledger.ready(ctx.agent_id)  # a turn that could not be recorded is refused before it is paid for
     async with state.upstream_slots.held(ctx.agent_id):
         sent = time.perf_counter()
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers,

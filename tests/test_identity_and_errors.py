@@ -180,3 +180,19 @@ async def test_a_body_that_claims_compression_but_is_not_compressed_gets_400_in_
             assert body["error"]["type"] == "invalid_request_error" and body["error"]["code"] == "invalid_body"
     assert stack.provider.received == [] and stack.ledger("labeller") == []
     assert not [ln for ln in stack.log_lines() if ln.get("type") == "unhandled_error"]
+
+
+async def test_a_turn_the_ledger_cannot_record_is_refused_before_the_provider_is_paid(stack, tmp_path):
+    """Every model call is a recorded turn: a ledger that cannot take it (here a planted symlink,
+    which the writer will not follow; a full disk alike) is a 503 in the provider's format, and
+    the provider is never called."""
+    import os
+    stack.add_agent("blocked")
+    home = stack.history_root / "blocked"
+    home.mkdir(parents=True, exist_ok=True)
+    os.symlink(tmp_path / "elsewhere.jsonl", home / "history.jsonl")
+    with pytest.raises(openai.APIStatusError) as refused:
+        await stack.openai("blocked").with_options(max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}])
+    assert refused.value.status_code == 503 and refused.value.code == "ledger_unavailable"
+    assert stack.provider.received == [] and not (tmp_path / "elsewhere.jsonl").exists()

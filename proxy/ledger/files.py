@@ -23,6 +23,7 @@ from memplane_core.clock import now_rfc3339
 from memplane_core.private_files import append_private, open_append, write_private
 
 from .entry import LedgerEntry, build_entry, entry_id  # noqa: F401 (build_entry, entry_id: imported from here too)
+from ..errors import ProxyError
 
 LEDGER_FILE = "history.jsonl"
 INDEX_FILE = "history.idx"
@@ -76,6 +77,14 @@ class Ledger:
             return self._append_locked(agent_id, line)
 
     def _append_locked(self, agent_id: str, line: bytes) -> tuple[int, int]:
+        fh = self._opened(agent_id)
+        start = fh.tell()
+        fh.write(line)
+        if self.fsync:
+            os.fsync(fh.fileno())
+        return start, start + len(line)
+
+    def _opened(self, agent_id: str) -> Any:
         fh = self._files.get(agent_id)
         if fh is None:
             p = self.path(agent_id)
@@ -87,11 +96,22 @@ class Ledger:
                     if rf.read(1) != b"\n":
                         fh.write(b"\n")
             self._files[agent_id] = fh
-        start = fh.tell()
-        fh.write(line)
-        if self.fsync:
-            os.fsync(fh.fileno())
-        return start, start + len(line)
+        return fh
+
+    def _open_sync(self, agent_id: str) -> None:
+        with self._lock:
+            self._opened(agent_id)
+
+    async def ready(self, agent_id: str) -> None:
+        """Before the provider is called: the agent's ledger can take the turn (its file opens),
+        else 503 — a turn the proxy could not record is never answered, and is better refused
+        before it is paid for than after."""
+        if agent_id in self._files:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._open_sync, agent_id)
+        except OSError as exc:
+            raise _unavailable(exc) from None
 
     async def append(self, agent_id: str, entry: LedgerEntry) -> tuple[int, int]:
         """Append one entry; returns its (start, end) byte offsets in the agent's ledger.
@@ -102,10 +122,14 @@ class Ledger:
         ledger thread, off the event loop.
         """
         line = orjson.dumps(entry) + b"\n"
-        if self.fsync or agent_id not in self._files:
-            span = await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id, line)
-        else:
-            span = self._append_sync(agent_id, line)
+        try:
+            if self.fsync or agent_id not in self._files:
+                span = await asyncio.get_running_loop().run_in_executor(self._executor, self._append_sync, agent_id,
+                                                                        line)
+            else:
+                span = self._append_sync(agent_id, line)
+        except OSError as exc:  # a full disk, a file that went away: the caller's 503, never a traceback
+            raise _unavailable(exc) from None
         self.ends[agent_id] = max(self.ends.get(agent_id, 0), span[1])
         return span
 
@@ -245,3 +269,8 @@ def append_tombstones(root: Path, agent_id: str, entry_ids: list[str], reason: s
     ts = now_rfc3339()
     append_private(Path(root) / agent_id / TOMBSTONE_FILE,
                    b"".join(orjson.dumps({"entry_id": eid, "reason": reason, "ts": ts}) + b"\n" for eid in entry_ids))
+
+
+def _unavailable(exc: OSError) -> ProxyError:
+    return ProxyError(503, f"The ledger cannot record this turn ({type(exc).__name__}: {exc.strerror or exc}); "
+                           "retry later.", code="ledger_unavailable", headers={"Retry-After": "1"})

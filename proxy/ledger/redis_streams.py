@@ -112,6 +112,9 @@ class RedisLedger:
             self._append_sha = self._async.register_script(_APPEND)
         return self._async
 
+    async def ready(self, agent_id: str) -> None:
+        """Nothing to open: a Redis that is away is the append's 503."""
+
     async def append(self, agent_id: str, entry: LedgerEntry) -> tuple[str, str]:
         """Ledger and queue one entry atomically; (id, id). Redis away: 503, the turn is not answered
         unrecorded (every model call is a recorded turn)."""
