@@ -221,3 +221,19 @@ async def test_an_agent_waits_for_its_own_share_while_another_agent_goes_first()
     await asyncio.gather(*greedy)
     assert sorted(order) == ["greedy0", "greedy1", "greedy2", "greedy3", "greedy4", "polite0"]
     assert not shares._agents  # nothing kept for agents with no work left
+
+
+def test_text_pasted_with_invisible_characters_is_remembered_as_a_reader_sees_it():
+    """Zero-width spaces, soft hyphens, bidi marks and BOMs ride along with pasted web and chat text:
+    a question ending in '?\\u200b' must still read as a question, and the memory holds what shows."""
+    from memory_adapters.engine.context import asks
+    from memory_adapters.engine.episodes import episodes_from_entry, recall_query
+    from memplane_core.redact import Redactor
+
+    pasted = "\ufeffWhere did Ana move\u00ad to last year?\u200b\u200e"
+    entry = {"id": "hist1_z", "ts": "2026-11-20T10:00:00.000Z",
+             "request_original": {"messages": [{"role": "user", "content": pasted}]},
+             "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+    [episode] = episodes_from_entry("ana", entry, {}, Redactor())
+    assert episode.value == "Where did Ana move to last year?" and asks(episode.value)
+    assert recall_query(pasted) == episode.value  # the question's vector is the episode's (query cache)

@@ -73,13 +73,26 @@ _STAMP_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on 
                   "%B %d, %Y", "%B %d %Y", "%a, %d %b %Y %H:%M:%S", "%d %b %Y %H:%M", "%d/%m/%Y %H:%M")
 
 
+# Characters that show nothing — zero-width spaces and joiners, soft hyphens, bidi controls, the
+# BOM — which pasted web and chat text carries. Invisible to the model's tokenizer already, they
+# still made a turn ending in "?\u200b" read as a statement (context.asks) and kept the same words
+# apart where text is compared; memories keep what a reader sees.
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d"
+                                    "\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff"))
+
+
+def visible(text: str) -> str:
+    """`text` without the characters that show nothing (linear: one translate)."""
+    return text.translate(_INVISIBLE)
+
+
 def recall_query(text: str) -> str:
     """A recall's query as memories are indexed: without the leading `[time stamp]` that episodes
     keep apart from their text (the stamp's words match no memory's words). Its vector is then the
     one the turn's own episode needs, and the embedding backlog takes it from the query cache
     instead of encoding the same text again (dense.EmbeddingBacklog.embed). Bounded however it came
     (`turn_text.bounded_query`: a client may send any `query`)."""
-    return bounded_query(said_stamp(text)[0])
+    return bounded_query(said_stamp(visible(text))[0])
 
 
 def said_stamp(text: str) -> tuple[str, str | None, float | None]:
@@ -165,10 +178,10 @@ def episode_texts(entry: dict[str, Any]) -> list[str]:
     """
     if calls_tools(entry):
         return []
-    texts = pieces(user_text(entry))
+    texts = pieces(visible(user_text(entry)))
     steps = tool_steps(entry)
     tools = "tools: " + "; ".join(steps) if steps else None
-    reply = assistant_text(entry)
+    reply = visible(assistant_text(entry))
     if reply and _informative(reply):
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
         if len(texts) == 1:
