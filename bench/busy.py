@@ -61,14 +61,18 @@ async def metric(http: aiohttp.ClientSession, url: str, name: str) -> float:
 
 def as_agents(convs: list[dict], n: int) -> list[dict]:
     """`n` agents from the dev conversations: the first len(convs) as they are, then copies
-    (`conversation_26-2`, ...) whose messages and questions end in k zero-width spaces."""
+    (`conversation_26-2`, ...) whose messages (after their `[stamp] `) and questions start with k
+    U+0001 characters: other texts to the query cache, as ten different conversations are, yet the
+    same words to BM25 and the same tokens to MiniLM (its normalizer drops control characters).
+    Zero-width spaces at the end, the earlier mark, are dropped by the engine as invisible, which
+    let the copies share the originals' cached vectors; a visible mark changed the copies' vectors."""
     out = list(convs)
     for k in range(len(convs), max(n, len(convs))):
         conv, copy = convs[k % len(convs)], k // len(convs) + 1
-        mark = "\u200b" * copy
+        mark = "\u0001" * copy
         out.append({**conv, "name": f"{conv['name']}-{copy}",
-                    "turns": [{**t, "message": t["message"] + mark} for t in conv["turns"]],
-                    "questions": [{**q, "question": q["question"] + mark} for q in conv["questions"]]})
+                    "turns": [{**t, "message": t["message"].replace("] ", "] " + mark, 1)} for t in conv["turns"]],
+                    "questions": [{**q, "question": mark + q["question"]} for q in conv["questions"]]})
     return out
 
 
