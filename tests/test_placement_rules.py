@@ -220,3 +220,14 @@ def test_a_hostile_thread_field_is_a_clear_400():
     assert body["system"] == "s" and [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     with pytest.raises(ProxyError):  # another agent never continues it
         threads.expand("b", {"model": "c", "messages": [], "thread": {"type": "continue", "previous_message_id": "msg_1"}})
+
+
+@pytest.mark.parametrize("placement", ["trailing", "latest"])
+def test_a_question_asked_with_a_picture_alone_gets_the_block_in_its_own_message(placement):
+    """Not a tool loop: the newest message is the turn, words or not; earlier turns stay as sent."""
+    picture = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+               {"role": "user", "content": [picture]}]
+    sent = ANTHROPIC.inject({"model": "c", "max_tokens": 5, "messages": history}, BLOCK, MEMS, "svc", placement)
+    assert sent["messages"][:2] == history[:2] and anthropic_problem(sent) is None
+    assert {"type": "text", "text": BLOCK} in sent["messages"][2]["content"] and picture in sent["messages"][2]["content"]

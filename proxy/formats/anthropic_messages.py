@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from memplane_core.turn_text import latest_user_index, query_from
+from memplane_core.turn_text import answers_tools, latest_user_index, query_from
 
 from ..errors import Dialect
 from ..recall_policy import InjectedMemory
@@ -60,9 +60,10 @@ class AnthropicMessages(NoResponseId):
         first call put it (rules.py: thinking in tool loops): the question's message is then
         byte-identical to the first call's, and the tool results carry nothing else."""
         messages = list(body["messages"])
-        i = latest_user_index(messages, skip_tool_results=True)
-        if i is None:  # no question in the history (results alone): the newest user message
-            i = latest_user_index(messages)
+        i = latest_user_index(messages)
+        if i is not None and answers_tools(messages[i].get("content")):  # a loop's step
+            asked = latest_user_index(messages, skip_tool_results=True)
+            i = asked if asked is not None else i
         if placement == "system" or i is None:
             return {**body, "system": append_text(body.get("system"), block)}
         content = messages[i].get("content")
