@@ -65,7 +65,6 @@ def _date_shaped(text: str) -> bool:
     return digits >= 4 and head[digits:digits + 1] == "-" and head[digits + 1:digits + 2].isdigit()
 
 
-
 def _entry_time(ts: Any) -> Any:
     """A ledger stamp is a string (the proxy writes RFC 3339). One out of range is refused — also
     when written as a date that no calendar can hold (year 0000, a six-digit year); free text that

@@ -12,6 +12,7 @@ from aiohttp import web
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from .agent_shares import AgentShares
 from .config import ProxySettings
 from .context_store import ContextStore
 from .errors import ProxyError, error_response
@@ -30,8 +31,6 @@ from .state import ProxyState
 from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import passthrough_url, returned_headers, upstream_headers
-from .agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
-from .response_owners import ResponseOwners
 
 STATE = web.AppKey("memplane_state", ProxyState)
 
@@ -138,8 +137,6 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
         redactor=Redactor.from_file(settings.redaction_rules),
         rate_limiter=RateLimiter(settings.rate_limit_per_agent, settings.rate_limit_burst),
         upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
-        request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
-        response_owners=ResponseOwners(),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics_,
     )

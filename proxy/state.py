@@ -10,6 +10,7 @@ import aiohttp
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from .agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
 from .config import ProxySettings
 from .context_store import ContextStore
 from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
@@ -18,11 +19,10 @@ from .memory_service import RecallDeadlines
 from .operator.explain import TurnExplanations
 from .operator.metrics import ProxyMetrics
 from .rate_limit import RateLimiter
+from .response_owners import ResponseOwners
 from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .turn_blocks import TurnBlocks
-from .agent_shares import AgentShares
-from .response_owners import ResponseOwners
 
 
 @dataclass
@@ -34,14 +34,15 @@ class ProxyState:
     redactor: Redactor
     rate_limiter: RateLimiter
     upstream_slots: AgentShares
-    request_work: AgentShares  # redacting a turn's request (large ones go to worker threads)
-    response_owners: ResponseOwners  # whose Responses answer an id is
     passthrough: tuple[Rule, ...] = parse_allow_list(DEFAULT_PASSTHROUGH)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     explanations: TurnExplanations = field(default_factory=TurnExplanations)
     turn_blocks: TurnBlocks = field(default_factory=TurnBlocks)  # one block per user turn
     threads: Threads = field(default_factory=Threads)  # Anthropic message threads of agents with memory
     recall_deadlines: RecallDeadlines = field(default_factory=RecallDeadlines)  # deadline_ms per agent and service
+    # redacting a turn's request (large ones go to worker threads): a share per agent
+    request_work: AgentShares = field(default_factory=lambda: AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT))
+    response_owners: ResponseOwners = field(default_factory=ResponseOwners)  # whose Responses answer an id is
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -12,8 +12,8 @@ from typing import Any
 
 import aiohttp
 import orjson
-from yarl import URL
 from aiohttp import web
+from yarl import URL
 
 from memplane_core.clock import now_rfc3339
 from memplane_core.contract import RecallRequest

@@ -77,10 +77,12 @@ class Asked:
     queries: Any
     future: asyncio.Future
     ready_at: float  # on time.monotonic(): now plus the encoder's expected wait when asked
+    given_up: bool = False
 
     def give_up(self) -> None:
-        """Stop waiting (a no-op once the vector is there)."""
-        if not self.future.done():
+        """Stop waiting (once; a no-op once the vector is there)."""
+        if not self.given_up and not self.future.done():
+            self.given_up = True
             _give_up(self.queries, self.future)
 
 

@@ -22,8 +22,8 @@ import orjson
 from memplane_core.clock import now_rfc3339
 from memplane_core.private_files import append_private, open_append, write_private
 
-from .entry import LedgerEntry, build_entry, entry_id  # noqa: F401 (build_entry, entry_id: imported from here too)
 from ..errors import ProxyError
+from .entry import LedgerEntry, build_entry, entry_id  # noqa: F401 (build_entry, entry_id: imported from here too)
 
 LEDGER_FILE = "history.jsonl"
 INDEX_FILE = "history.idx"

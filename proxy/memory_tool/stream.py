@@ -18,8 +18,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from ..formats.base import usage_counts
 from ..errors import stream_error_event
+from ..formats.base import usage_counts
 from ..sse import SSESplitter, end_stream
 from ..transport_errors import TransportError, transport_errors
 from .answers import follow_up, summed_usage

@@ -3,15 +3,13 @@ limiter, explanations and turn blocks, all on one Redis (see docs/DESIGN.md, "Mo
 
 from __future__ import annotations
 
-
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from ..agent_shares import AgentShares
 from ..config import ProxySettings
 from ..context_store import ContextStore
 from ..forward_policy import parse_allow_list
-from ..agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
-from ..response_owners import ResponseOwners
 from ..ledger.redis_streams import RedisLedger
 from ..operator.metrics import ProxyMetrics
 from ..retain.delivery_redis import StreamRetainDelivery
@@ -32,8 +30,6 @@ def shared_state_for(settings: ProxySettings, telemetry: Telemetry, metrics: Pro
         rate_limiter=RedisRateLimiter(ledger.aio, settings.rate_limit_per_agent, settings.rate_limit_burst,  # type: ignore[arg-type]
                                       telemetry, prefix=settings.ledger_prefix),
         upstream_slots=AgentShares(settings.max_concurrent_upstream, settings.max_concurrent_upstream_per_agent),
-        request_work=AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT),
-        response_owners=ResponseOwners(),
         passthrough=parse_allow_list(settings.passthrough),
         metrics=metrics,
         explanations=RedisExplanations(writer, prefix=settings.ledger_prefix),
