@@ -38,7 +38,7 @@ run: $(STAMP)
 # process a test starts would otherwise compile each module it imports from source again (~3-4 s of
 # CPU a process); with it lifted Python writes .pyc for the modules actually imported, once.
 test: $(TEST_STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --maxprocesses=3 -p no:langsmith_plugin
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --maxprocesses=3 --dist loadgroup -p no:langsmith_plugin
 
 demo: $(STAMP)
 	$(BIN)/memplane demo

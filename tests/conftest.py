@@ -15,6 +15,32 @@ from proxy.testing.fake_provider import FakeProvider
 from tests.harness import Stack
 
 
+# `make test` spreads the suite over the cores (pytest-xdist, `--dist loadgroup`). Two hints keep
+# the wall time near the suite's CPU time divided by the cores:
+# * tests that take many seconds (servers killed and restarted, thousands of turns) start first, so
+#   they run beside the short ones instead of after them;
+# * the real-client tests of one framework run on one worker, so each framework's heavy import
+#   (litellm ~4.5 s of CPU, langgraph ~3 s, openai-agents ~2 s) is paid once, not once per worker.
+SLOW_FIRST = (
+    "tests/test_scale.py::test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each_dies",
+    "tests/test_fault_suite.py::test_no_turn_or_memory_is_lost_or_duplicated_under_faults",
+    "tests/test_recall_deadline.py::",
+    "tests/test_late_answers.py::",
+    "tests/test_inspector_curating.py::",
+    "tests/test_fault_suite.py::",
+)
+FRAMEWORKS = ("litellm", "langgraph", "openai_agents", "pydantic_ai")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        framework = next((f for f in FRAMEWORKS if f"[{f}" in item.nodeid), None)
+        if framework and item.nodeid.startswith("tests/test_real_clients.py::"):
+            item.add_marker(pytest.mark.xdist_group(framework))
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOW_FIRST))  # stable: the rest keep their order
+
+
 def url_of(server) -> str:
     return f"http://{server.host}:{server.port}"
 
