@@ -6,9 +6,10 @@ loop and shows the model its own question as a memory. So the block a turn's fir
 remembered briefly, per agent and conversation, and replayed on its continuations:
 
 * Chat Completions / Messages / Responses with full history: keyed by a hash of the conversation up
-  to the newest user message that has text (the question), `cache_control` markers left out, since
-  clients move their breakpoint from call to call. A call with nothing after that message starts a
-  turn (it always recalls afresh); a call with tool calls and results after it continues one.
+  to the newest user message that has text (the question), `cache_control` markers left out and
+  string content read as its text block, since clients move their breakpoint from call to call (and
+  write the message they mark as a block). A call with nothing after that message starts a turn (it
+  always recalls afresh); a call with tool calls and results after it continues one.
 * Responses chains: keyed by the `previous_response_id` the continuation names; each answered call
   links its own response id to the turn, so the chain can go on for as many steps as it takes.
 * Responses conversations (`conversation`: the provider keeps the items): a call that sends only
@@ -67,6 +68,15 @@ def _strip_cache_marks(value: Any) -> Any:
     return value
 
 
+def _as_sent(message: Any) -> Any:
+    """A message as the API reads it: string content is the one text block it stands for. A client
+    that slides its breakpoint writes its newest message as a block (to mark it) and the same
+    message as a string on the next call."""
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message = {**message, "content": [{"type": "text", "text": message["content"]}]}
+    return _strip_cache_marks(message)
+
+
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -94,7 +104,7 @@ def turn_key(agent_id: str, fmt_name: str, body: dict[str, Any], messages: list[
         return TurnKey(conversation_key(agent_id, conversation), True)
     if i is None:
         return TurnKey(None, False)
-    prefix = _strip_cache_marks(messages[: i + 1])
+    prefix = [_as_sent(m) for m in messages[: i + 1]]
     key = _digest(agent_id, fmt_name, chained if isinstance(chained, str) else None, prefix)
     return TurnKey(key, i < len(messages) - 1, i)
 

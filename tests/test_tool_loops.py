@@ -427,6 +427,32 @@ async def test_every_call_of_a_tool_loop_replays_the_first_calls_block(stack, co
     assert len(asked) == 3
 
 
+async def test_a_loop_whose_client_slides_its_breakpoint_onto_a_string_prompt_keeps_one_block(stack, counting_recall):
+    """A client that writes its messages as strings and puts its sliding breakpoint on the newest one
+    (as the prompt-caching docs show) sends the question as a text block on the first call and as a
+    string on the next: the same prompt to the API, so the same user turn — one recall, one block."""
+    url, asked = counting_recall
+    stack.add_agent("claude", url)
+    stack.provider.model = ToolLoop(LOOP)
+    client = stack.anthropic("claude")
+    eph = {"type": "ephemeral"}
+    messages: list = [{"role": "user", "content": QUESTION}]
+    while True:
+        *older, newest = messages
+        content = newest["content"]
+        content = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        marked = [*older, {**newest, "content": [*content[:-1], {**content[-1], "cache_control": eph}]}]
+        msg = await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=marked)
+        if msg.stop_reason != "tool_use":
+            break
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "21C"}
+                                                     for b in msg.content if b.type == "tool_use"]})
+    blocks = [r.memories_blocks for r in _loop_requests(stack, "/v1/messages")]
+    assert len(blocks) == 3 and len(asked) == 1  # one user turn, one recall
+    assert all(b == blocks[0] for b in blocks) and "Answer number 1." in blocks[0][0]
+
+
 async def test_a_repeated_question_in_a_new_conversation_recalls_afresh(stack, counting_recall):
     url, asked = counting_recall
     stack.add_agent("gpt", url)
