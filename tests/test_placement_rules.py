@@ -58,12 +58,18 @@ def test_chat_latest_never_splits_tool_calls_from_their_results():
     assert safe_chat_index(messages, 2) == 2 and safe_chat_index(messages, 5) == 5
 
 
+@pytest.mark.parametrize("thinking", [False, True], ids=["plain", "thinking"])
 @pytest.mark.parametrize("placement", ["trailing", "system", "latest", "search_results"])
-def test_anthropic_tool_loop_stays_valid_in_every_placement(placement):
-    body = {"model": "c", "max_tokens": 5, "messages": ANTHROPIC_LOOP}
+def test_anthropic_tool_loop_stays_valid_in_every_placement(placement, thinking):
+    body = {"model": "c", "max_tokens": 5, "messages": ANTHROPIC_LOOP,
+            **({"thinking": {"type": "enabled", "budget_tokens": 1024}} if thinking else {})}
     placed, _ = placement_for(ANTHROPIC, placement, body)
     sent = ANTHROPIC.inject(body, BLOCK, MEMS, "svc", placed)
     assert anthropic_problem(sent) is None
+    if placed == "trailing" and not thinking:  # after everything the client sent, its results included
+        assert sent["messages"][:-1] == ANTHROPIC_LOOP[:-1]
+        assert sent["messages"][-1]["content"] == [*ANTHROPIC_LOOP[-1]["content"], {"type": "text", "text": BLOCK}]
+        return
     # the step's tool results (and the note beside them) go as sent: with extended thinking, any
     # other content there would strip the loop's thinking and its cache
     assert sent["messages"][1:] == ANTHROPIC_LOOP[1:]
@@ -149,11 +155,16 @@ def test_automatic_caching_keeps_its_breakpoint_on_the_clients_last_block():
     assert sent["messages"][0]["content"] == [{"type": "text", "text": "q", "cache_control": eph},
                                               {"type": "text", "text": BLOCK}]
     assert anthropic_problem(sent) is None
-    # a tool loop's step ends with the client's own tool results (the block is in the question's
-    # message): automatic caching is left to put its breakpoint there, as without memplane
-    loop = {**body, "messages": ANTHROPIC_LOOP}
+    # a tool loop's step: the block after the step's results, the breakpoint on the client's last block
+    results = [{"type": "tool_result", "tool_use_id": "tu1", "content": "21C"}]
+    loop = {**body, "messages": [*ANTHROPIC_LOOP[:2], {"role": "user", "content": results}]}
     sent = ANTHROPIC.inject(loop, BLOCK, MEMS, "svc", "trailing")
-    assert sent["cache_control"] == eph and sent["messages"][-1] == ANTHROPIC_LOOP[-1]
+    assert "cache_control" not in sent and anthropic_problem(sent) is None
+    assert sent["messages"][-1]["content"] == [{**results[0], "cache_control": eph}, {"type": "text", "text": BLOCK}]
+    # with extended thinking the step ends with the client's own tool results (the block is in the
+    # question's message): automatic caching is left to put its breakpoint there, as without memplane
+    sent = ANTHROPIC.inject({**loop, "thinking": {"type": "adaptive"}}, BLOCK, MEMS, "svc", "trailing")
+    assert sent["cache_control"] == eph and sent["messages"][-1] == loop["messages"][-1]
     assert anthropic_problem(sent) is None
 
 

@@ -61,8 +61,10 @@ async def test_anthropic_tool_loop_passes_in_every_placement_with_one_block(stac
     assert "Porto" in final.content[-1].text and "Tool said: get_time" in final.content[-1].text
     calls = _loop_requests(stack, "/v1/messages")
     assert [r.status for r in calls] == [200, 200, 200]  # the strict provider refused nothing
-    for r in calls[1:]:  # the steps' tool results go alone (extended thinking would be stripped otherwise)
-        assert all(b.get("type") == "tool_result" for b in r.body["messages"][-1]["content"])
+    for r in calls[1:]:  # the steps' tool results lead their message; the trailing block comes after them
+        content = r.body["messages"][-1]["content"]
+        assert content[0]["type"] == "tool_result"
+        assert all(b["type"] == "tool_result" for b in content[: -1 if placement == "trailing" else None])
     if placement == "search_results":
         firsts = [orjson.dumps([b for m in r.body["messages"] if isinstance(m["content"], list)
                                 for b in m["content"] if b.get("type") == "search_result"]) for r in calls]
@@ -77,17 +79,18 @@ async def test_anthropic_tool_loop_passes_in_every_placement_with_one_block(stac
     assert [calls_tools(e) for e in ledger[1:]] == [True, True, False]
 
 
-async def test_a_loop_step_keeps_the_block_in_the_question_and_its_tool_results_alone(stack, reference):
+async def test_with_thinking_a_loop_step_keeps_the_block_in_the_question_and_its_results_alone(stack, reference):
     """Anthropic drops a loop's extended thinking (and its cache) when a step's user message holds
     anything but tool results; and the cache wants the question's message as the first call sent it.
-    So a step gets the block where the first call put it: after the question."""
+    So with thinking on a step gets the block where the first call put it: after the question."""
     ref_url, _ = reference
     stack.add_agent("claude", ref_url)  # the default placement
     await _teach(stack, "claude")
     stack.provider.model = ToolLoop(LOOP[:1])
     eph = {"type": "ephemeral"}
     client = stack.anthropic("claude")
-    first = await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=[
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    first = await client.messages.create(model="c", max_tokens=2048, tools=WEATHER, thinking=thinking, messages=[
         {"role": "user", "content": [{"type": "text", "text": QUESTION, "cache_control": eph}]}])
     asked = stack.provider.received[-1].body["messages"][0]
     use = next(b for b in first.content if b.type == "tool_use")
@@ -96,7 +99,7 @@ async def test_a_loop_step_keeps_the_block_in_the_question_and_its_tool_results_
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "21C",
                                              "cache_control": eph},
                                             {"type": "text", "text": "<system-reminder>Keep going.</system-reminder>"}]}]
-    await client.messages.create(model="c", max_tokens=100, tools=WEATHER, messages=history)
+    await client.messages.create(model="c", max_tokens=2048, tools=WEATHER, thinking=thinking, messages=history)
     sent = stack.provider.received[-1].body["messages"]
     assert stack.provider.received[-1].status == 200
     strip = [{k: v for k, v in b.items() if k != "cache_control"} for b in asked["content"]]
@@ -296,6 +299,48 @@ async def test_trailing_keeps_at_least_90_percent_of_anthropic_cached_tokens(sta
     assert baseline[1] > 1500 and baseline[2] > baseline[1]
     for turn in (1, 2):
         assert with_memory[turn] >= 0.9 * baseline[turn]
+
+
+async def _anthropic_loop_cached_calls(client) -> list[int]:
+    """Two user questions, each a tool loop whose results are long (a file read, a web page), with
+    the client's breakpoints on its tools, its system prompt and its newest message."""
+    eph = {"type": "ephemeral"}
+    tools = [{**WEATHER[0], "cache_control": eph}, *WEATHER[1:]]
+    messages: list = []
+    reads = []
+    for q in (QUESTION, "And what about tomorrow there?"):
+        messages.append({"role": "user", "content": [{"type": "text", "text": q}]})
+        while True:
+            marked = [*messages[:-1], {**messages[-1], "content": [*messages[-1]["content"][:-1],
+                                                                   {**messages[-1]["content"][-1], "cache_control": eph}]}]
+            msg = await client.messages.create(model="c", max_tokens=2048, tools=tools, messages=marked,
+                                               system=[{"type": "text", "text": LONG_SYSTEM, "cache_control": eph}])
+            reads.append(msg.usage.cache_read_input_tokens or 0)
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
+            if msg.stop_reason != "tool_use":
+                break
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b.id, "content": f"{b.name}: " + "21C, light wind. " * 400}
+                for b in msg.content if b.type == "tool_use"]})
+    return reads
+
+
+async def test_trailing_keeps_anthropic_tool_loops_cached_across_user_turns(stack, reference):
+    """The question after a tool loop reads the loop's long tool results from the cache, with memory
+    as without: the block goes after everything the client sent, after its breakpoint."""
+    ref_url, _ = reference
+    stack.add_agent("plain")
+    stack.add_agent("mem", ref_url)
+    await _teach(stack, "mem")
+    stack.provider.model = ToolLoop(LOOP[:1])
+    baseline = await _anthropic_loop_cached_calls(stack.anthropic("plain"))
+    stack.provider.anthropic_cache.entries.clear()
+    with_memory = await _anthropic_loop_cached_calls(stack.anthropic("mem"))
+    assert all(r.status == 200 for r in stack.provider.received)
+    assert all(len(r.memories_blocks) == 1 for r in stack.provider.received[-4:])
+    assert baseline[2] > baseline[1] + 1000  # the second question reads the first one's tool results
+    for call in (1, 2, 3):
+        assert with_memory[call] >= 0.9 * baseline[call], (call, with_memory, baseline)
 
 
 async def _chat_cached_turns(client) -> list[int]:

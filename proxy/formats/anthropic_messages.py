@@ -50,18 +50,20 @@ class AnthropicMessages(NoResponseId):
 
     def inject(self, body: dict[str, Any], block: str, memories: list[InjectedMemory], service: str,
                placement: str) -> dict[str, Any]:
-        """`trailing`: a text block after everything in the question's message (the client's
+        """`trailing`: a text block after everything in the newest user message (the client's
         `cache_control` breakpoints included; none is added, and automatic caching keeps its
         breakpoint on the client's last block). `latest` and `search_results`: in front of the
         question's text, after any `tool_result` blocks.
 
         The question's message is the newest user message that asks something. In a tool loop's
-        later steps the newest one only answers tool calls, and the block stays where the turn's
-        first call put it (rules.py: thinking in tool loops): the question's message is then
-        byte-identical to the first call's, and the tool results carry nothing else."""
+        later steps the newest one only answers tool calls; with extended thinking, or a placement
+        in front of the question, the block stays where the turn's first call put it (rules.py:
+        thinking in tool loops): the question's message is then byte-identical to the first
+        call's, and the tool results carry nothing else."""
         messages = list(body["messages"])
         i = latest_user_index(messages)
-        if i is not None and answers_tools(messages[i].get("content")):  # a loop's step
+        if i is not None and answers_tools(messages[i].get("content")) and (  # a loop's step
+                placement != "trailing" or rules.thinks(body)):
             asked = latest_user_index(messages, skip_tool_results=True)
             i = asked if asked is not None else i
         if placement == "system" or i is None:

@@ -8,8 +8,11 @@ Whatever the placement, the forwarded request must be one the real API accepts:
 * Anthropic, extended thinking in tool loops: "Cache remains valid when only tool results are
   provided as user messages. Cache gets invalidated when non-tool-result user content is added,
   causing all previous thinking blocks to be stripped" (docs: "Prompt caching" → "Caching with
-  thinking blocks"). So a loop's later steps never get the block beside their tool results: it
-  stays in the question's message, where the turn's first call put it (`anthropic_messages.inject`).
+  thinking blocks"). So with thinking a loop's later steps never get the block beside their tool
+  results: it stays in the question's message, where the turn's first call put it
+  (`anthropic_messages.inject`). Without thinking, `trailing` goes after the step's tool results
+  (text after them is valid, see above): behind the client's breakpoint, where the next step and
+  the next user turn find everything the step cached.
 * OpenAI Chat Completions: an assistant message with `tool_calls` must be followed by the `tool`
   message answering each call id before any other message (API reference, `messages`; otherwise
   400 "An assistant message with 'tool_calls' must be followed by tool messages responding to each
@@ -55,6 +58,15 @@ def pin_automatic_breakpoint(body: dict[str, Any], parts: list[Any]) -> tuple[di
     if parts and isinstance(parts[-1], dict) and not parts[-1].get("cache_control"):
         parts[-1] = {**parts[-1], "cache_control": auto}
     return {k: v for k, v in body.items() if k != "cache_control"}, parts
+
+
+def thinks(body: dict[str, Any]) -> bool:
+    """Extended thinking is on (`thinking` other than disabled) or the history carries thinking
+    blocks: a tool loop's tool results must then go alone (above)."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
+        return True
+    return any(b.get("type") in ("thinking", "redacted_thinking") for b in _blocks(body.get("messages") or []))
 
 
 def _forbidden_chat(messages: list[Any]) -> set[int]:
