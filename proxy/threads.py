@@ -44,6 +44,12 @@ class Pending:
     previous: tuple[str, str] | None = None  # the reply it continued: a reply is continued once
 
 
+def thread_not_found(previous: Any) -> ProxyError:
+    """The API's answer to a thread it does not hold: the SDK then replays the whole history."""
+    return ProxyError(400, f"thread not found: no stored message {previous!r}; send the whole history to "
+                           "start a new thread.", param="thread", details={"error_code": "thread_not_found"})
+
+
 def _size(thread: Thread) -> int:
     return thread.size
 
@@ -70,8 +76,7 @@ class Threads:
         previous = thread.get("previous_message_id")
         held = self._threads.get((agent_id, previous)) if isinstance(previous, str) else None
         if held is None:
-            raise ProxyError(400, f"thread not found: no stored message {previous!r}; send the whole history to "
-                                  "start a new thread.", param="thread", details={"error_code": "thread_not_found"})
+            raise thread_not_found(previous)
         messages = [*held.messages, *new]
         return {**plain, **held.fields, "messages": messages}, Pending(held.fields, messages, (agent_id, previous))
 

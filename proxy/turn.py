@@ -255,13 +255,12 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     ctx = await authenticate(request, state)
     original = await read_json_body(request)  # as the agent sent it: the ledger's request_original
     body, thread = original, None
+    state.response_owners.check(ctx.agent_id, original)  # no agent continues another agent's conversation
     if fmt.provider == "anthropic" and ctx.memory is not None and ctx.memory.recall is not None:
         await state.threads.prefetch(ctx.agent_id, original)  # (another proxy's thread, with --ledger redis)
         body, thread = state.threads.expand(ctx.agent_id, original)  # memplane holds the agent's threads
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
-    if fmt.chains:
-        state.response_owners.check(ctx.agent_id, body)
     session_id = session_id_of(request, body)
     turn_id = "turn_" + uuid.uuid4().hex[:24]
     effective, recall, turn = body, RecallSummary(), None
@@ -291,6 +290,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
         reply = record.pop("reply", None)
         if fmt.chains:
             state.response_owners.record(ctx.agent_id, rid)
+        if reply is not None and isinstance(original.get("thread"), dict):
+            state.response_owners.record(ctx.agent_id, reply[0], "message")
         if link is not None:
             link(rid)
         if thread is not None and reply is not None:

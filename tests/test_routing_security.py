@@ -269,3 +269,44 @@ async def test_an_agent_cannot_continue_another_agents_stored_response(stack):
     again = await stack.openai("alice").responses.create(model="gpt-5", input="And again?",
                                                          previous_response_id=first.id)
     assert again.id and stack.provider.received[-1].status == 200
+
+
+async def test_an_agent_cannot_join_another_agents_conversation(stack):
+    """A Responses `conversation` is kept by the provider under the operator's key: naming another
+    agent's conversation id would continue (and read) it, like another agent's response id."""
+    import openai
+    stack.add_agent("alice")
+    stack.add_agent("bob")
+    await stack.openai("alice").responses.create(model="gpt-5", input="My locker code is 4821.",
+                                                 conversation="conv_alice")
+    sent = len(stack.provider.received)
+    for conversation in ("conv_alice", {"id": "conv_alice"}):
+        with pytest.raises(openai.NotFoundError) as refused:
+            await stack.openai("bob").responses.create(model="gpt-5", input="What was my locker code?",
+                                                      conversation=conversation)
+        assert refused.value.code == "conversation_not_found" and "conv_alice" in refused.value.message
+    assert len(stack.provider.received) == sent and stack.ledger("bob") == []
+    await stack.openai("alice").responses.create(model="gpt-5", input="And again?", conversation="conv_alice")
+    assert stack.provider.received[-1].status == 200
+
+
+async def test_an_agent_cannot_continue_another_agents_message_thread_at_the_provider(stack):
+    """Agents without memory leave Anthropic message threads to the provider, under the operator's
+    key: another agent's message id must not continue (and read) that thread."""
+    import anthropic
+    stack.add_agent("carol")
+    stack.add_agent("dave")
+
+    async def turn(agent, text, thread):
+        return await stack.anthropic(agent).beta.messages.create(
+            model="c", max_tokens=100, messages=[{"role": "user", "content": text}],
+            extra_body={"thread": thread}, betas=["message-threads-2026-08-12"])
+
+    first = await turn("carol", "My PIN is 9911.", {"type": "create"})
+    sent = len(stack.provider.received)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await turn("dave", "What is my PIN?", {"type": "continue", "previous_message_id": first.id})
+    assert refused.value.body["error"]["details"] == {"error_code": "thread_not_found"}
+    assert len(stack.provider.received) == sent and stack.ledger("dave") == []
+    await turn("carol", "Thanks.", {"type": "continue", "previous_message_id": first.id})
+    assert stack.provider.received[-1].status == 200
