@@ -27,7 +27,7 @@ from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
-from .ledger.entry import build_entry
+from .ledger.entry import build_entry, nests_safely
 from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy
@@ -60,10 +60,8 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
         raise ProxyError(400, f"The request body is not valid JSON: {exc.msg}.") from None
     if not isinstance(body, dict):
         raise ProxyError(400, "The request body must be a JSON object.")
-    try:  # the ledger and a batched retain nest the body a few levels deeper: it must still serialise
-        orjson.dumps([[[[[[[[body]]]]]]]])
-    except orjson.JSONEncodeError:
-        raise ProxyError(400, "The request body is nested too deeply to be forwarded and recorded.") from None
+    if not nests_safely(body):
+        raise ProxyError(400, "The request body is nested too deeply to be forwarded and recorded.")
     return body
 
 
@@ -378,6 +376,8 @@ def _whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
+        doc = data
+    if doc is data or not nests_safely(doc):  # not JSON, or deeper than the ledger can write: kept as text
         return {"response": {"format": "text", "text": data.decode("utf-8", "replace")}, "usage": None, "model": None}
     usage = None
     try:  # an answer of an unexpected shape is still ledgered, whole, as the JSON it was

@@ -94,3 +94,17 @@ async def test_a_200_answer_of_unexpected_shape_reaches_the_agent_and_the_ledger
             assert r.status == 200 and await r.read() == whole
     [entry] = [ref.entry for ref in Ledger(history).read("odd")]
     assert entry["response"]["json"] == orjson.loads(whole)
+
+
+@pytest.mark.parametrize("path", sorted(BODIES))
+async def test_an_answer_nested_deeper_than_the_ledger_can_write_still_reaches_the_agent_and_the_ledger(
+        odd_stack, path):
+    """A paid answer 400 levels deep parses but cannot be written back as JSON inside a ledger
+    line: the agent still gets it as it came, and the ledger keeps it as text."""
+    whole = b'{"id":"x","x":' + b"[" * 400 + b"]" * 400 + b"}"
+    url, token, history = await odd_stack([], whole)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + path, json=BODIES[path], headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200 and await r.read() == whole
+    [entry] = [ref.entry for ref in Ledger(history).read("odd")]
+    assert entry["response"] == {"format": "text", "text": whole.decode()}

@@ -393,3 +393,28 @@ async def test_a_loop_whose_first_call_forced_a_tool_keeps_one_tool_list_to_its_
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "And in Faro?"}],
                                          tools=OA_WEATHER)
     assert [t["function"]["name"] for t in stack.provider.received[-1].body["tools"]] == ["get_weather", "store_memory"]
+
+
+def _nested(levels: int) -> dict:
+    doc: dict = {}
+    for _ in range(levels):
+        doc = {"a": doc}
+    return doc
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_store_call_nested_too_deep_to_hand_back_still_ends_in_a_recorded_answer(setup, stream):
+    """The model calls store_memory with arguments 250 levels deep (an Anthropic tool input is an
+    object, so the follow-up request would be deeper than JSON can be written): the agent gets a
+    well-formed answer, never a 500 or an error inside its stream, and the turn is ledgered."""
+    stack, _ = setup
+    stack.provider.model = remembering(args={"key": "k", "value": "v", "metadata": _nested(250)})
+    client = stack.anthropic("writer")
+    ask = {"model": "c", "max_tokens": 200, "messages": [{"role": "user", "content": REMEMBER}]}
+    if stream:
+        async with client.messages.stream(**ask) as s:
+            await s.get_final_message()
+    else:
+        await client.messages.create(**ask)
+    assert len(stack.ledger("writer")) == 1
+    assert not [line for line in stack.log_lines() if line.get("event") == "unhandled_error"]

@@ -18,6 +18,16 @@ from typing_extensions import NotRequired, TypedDict
 from memplane_core.clock import now_rfc3339
 
 
+def nests_safely(doc: Any) -> bool:
+    """Whether `doc` still serialises nested as deep as the ledger and a batched retain nest it
+    (orjson stops at 255 levels): a body or answer that does not would fail the turn's record."""
+    try:
+        orjson.dumps([[[[[[[[doc]]]]]]]])
+    except orjson.JSONEncodeError:
+        return False
+    return True
+
+
 class LedgerEntry(TypedDict):
     version: int
     id: str

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..ledger.entry import nests_safely
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
 from .answers import calls, follow_up, hide_tool, summed_usage, without_calls
@@ -56,7 +57,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         doc = orjson.loads(data) if 200 <= upstream.status < 300 else None
     except orjson.JSONDecodeError:
         doc = None
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or not nests_safely(doc):  # too deep to send back: relayed as it came
         if 200 <= upstream.status < 300:
             await finish(whole_record(fmt, data))
         return web.Response(status=upstream.status, body=data, headers=headers)
@@ -77,7 +78,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
             nxt = orjson.loads(raw) if 200 <= status < 300 else None
         except (TransportError, orjson.JSONDecodeError) as exc:
             status, nxt, raw = 0, None, str(exc).encode()
-        if not isinstance(nxt, dict):  # the stores are done; the agent still gets an answer, without our calls
+        if not isinstance(nxt, dict) or not nests_safely(nxt):  # the stores are done; the agent still gets an answer, without our calls
             final = without_calls(fmt.name, final)
             note = f"follow-up call failed (status {status}): {raw[:300].decode('utf-8', 'replace')}"
             break

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ..errors import stream_error_event
 from ..formats.base import usage_counts
+from ..ledger.entry import nests_safely
 from ..sse import SSESplitter, end_stream
 from ..transport_errors import TransportError, transport_errors
 from .answers import follow_up, summed_usage
@@ -83,6 +84,9 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
                 note = None if rnd.others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
                 break
             body = follow_up(fmt_name, body, rnd.assistant_doc(), results)
+            if not nests_safely(body):  # the model's call is too deep to hand back: the agent gets what came
+                note = "follow-up call not sent (the answer is nested too deeply to send back)"
+                break
             try:
                 with transport_errors():
                     async with await reopen(body) as again:
