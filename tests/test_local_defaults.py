@@ -268,6 +268,22 @@ async def test_forget_refuses_entry_ids_that_are_in_no_ledger(stack, aiohttp_ser
     assert [x["id"] for x in await stored(mem_base, "ui-agent")] == [m["id"]]
 
 
+@pytest.mark.parametrize("field,value", [("ttl", "\u00b2"), ("ttl", "9" * 5000), ("importance", "nan"),
+                                         ("importance", "inf"), ("importance", "1e999")])
+async def test_an_edit_that_is_not_a_number_is_an_error_page_and_changes_nothing(stack, aiohttp_server, tmp_path,
+                                                                                 field, value):
+    """"²" passes `str.isdigit`, 5,000 digits pass it too, and "nan" is a float: none may reach the
+    service as a TTL or an importance, nor end in a JSON 500 where the operator expects a page."""
+    mem_base, m = await memory_with_a_turn(stack, aiohttp_server, tmp_path)
+    path = f"/memplane/ui/agents/ui-agent/memories/{m['id']}"
+    _, _, page, cookie = await open_page(stack.proxy_url, path)
+    status, headers, body = await post_form(stack.proxy_url, path, [("csrf", form_token(page)), (field, value)],
+                                            cookie=cookie)
+    assert status == 400 and headers["content-type"].startswith("text/html") and body.startswith(b"<!doctype html>")
+    [after] = await stored(mem_base, "ui-agent")
+    assert (after["importance"], after["expires_at"]) == (m["importance"], m["expires_at"])
+
+
 async def login(base: str, admin_token: str) -> tuple[int, str]:
     """The login form as a browser submits it; returns (status, the cookies the browser holds)."""
     _, _, page, cookie = await open_page(base, "/memplane/ui/login")

@@ -16,6 +16,7 @@ cached, and errors are pages too (DESIGN.md, "Local defaults").
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -289,12 +290,19 @@ async def change(request: web.Request) -> web.Response:
             try:
                 changes["importance"] = float(str(form["importance"]))
             except ValueError:
-                raise PageError(400, "Importance must be a number from 0 to 1.") from None
+                changes["importance"] = math.nan
+            if not math.isfinite(changes["importance"]):  # JSON has no NaN: it would go as null, "saved"
+                raise PageError(400, "Importance must be a number from 0 to 1.")
         ttl = str(form.get("ttl", "")).strip()
         if form.get("permanent") == "on":
             changes["ttl"] = None
+        elif ttl.isdigit():  # also "²" and 5,000 digits, which int() refuses
+            try:
+                changes["ttl"] = int(ttl)
+            except ValueError:
+                raise PageError(400, "TTL must be seconds or an RFC 3339 time.") from None
         elif ttl:
-            changes["ttl"] = int(ttl) if ttl.isdigit() else ttl
+            changes["ttl"] = ttl
     try:
         if await client.get(memory_id) is None:  # another agent's memory is not edited from this page
             raise PageError(404, "No such memory for this agent.")
