@@ -43,9 +43,13 @@ class Signal:
 def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
     """Sum of per-signal z-scores over the union of every signal's candidates, best first
     (equal scores: by id, so a ranking never depends on set order)."""
-    ids = sorted(set().union(*(s.scores for s in signals)))
+    ids = list(set().union(*(s.scores for s in signals)))
     if not ids:
         return []
     fused = sum(s.z(ids) for s in signals)
-    order = np.argsort(-fused, kind="stable")
-    return list(zip(map(ids.__getitem__, order.tolist()), fused[order].tolist()))
+    order = np.argsort(-fused)
+    best = fused[order]
+    out = list(zip(map(ids.__getitem__, order.tolist()), best.tolist()))
+    if (best[1:] == best[:-1]).any():  # rare (two memories alike): sorting every id first cost more
+        out.sort(key=lambda pair: (-pair[1], pair[0]))
+    return out
