@@ -84,6 +84,9 @@ def _render(runs: list[list[Snippet]]) -> str:
     return "\n\n".join(out)
 
 
+Chosen = tuple[int, str, StoredMemory, float, int, Snippet]  # (position, id, memory, score of its hit, rank, snippet)
+
+
 def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
          position: Callable[[StoredMemory], int], snippet: Callable[[StoredMemory], Snippet], *,
          budget_tokens: int, max_blocks: int, max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
@@ -93,8 +96,7 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
     max_blocks = max(1, max_blocks)
     # characters for text, leaving each block's date header and separators some room
     room = budget_tokens * 4 - max_blocks * 16
-    chosen: dict[str, tuple[StoredMemory, float, int]] = {}  # id → (memory, score of the hit it came with, rank)
-    shown: dict[str, Snippet] = {}  # id → its snippet, looked up once
+    chosen: dict[str, Chosen] = {}
     used = 0
     for rank, (hit, score) in enumerate(islice(ranked, MAX_HITS)):
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
@@ -104,61 +106,58 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             cost = len(sn.line) + 2
             if used + cost > room:
                 continue
-            chosen[m.id] = (m, score, rank)
-            shown[m.id] = sn
+            chosen[m.id] = (position(m), m.id, m, score, rank, sn)
             used += cost
         if room - used < 40:
             break
-    where = {memory_id: position(m) for memory_id, (m, _, _) in chosen.items()}  # in time order
-    while chosen:
-        blocks = _group(list(chosen.values()), where, shown, max_blocks)
-        size = sum(len(orjson.dumps(b.text)) + BLOCK_OVERHEAD_BYTES for b in blocks)
-        tokens = sum(estimate_tokens(b.text) for b in blocks)
+    while chosen:  # a pass over a limit builds no blocks: only their texts are measured
+        groups = _group(sorted(chosen.values()), max_blocks)  # in time order
+        texts = [_render([[c[5] for c in run] for run in group]) for group in groups]
+        size = sum(len(orjson.dumps(text)) + BLOCK_OVERHEAD_BYTES for text in texts)
+        tokens = sum(estimate_tokens(text) for text in texts)
         if size <= max_bytes and tokens <= budget_tokens:
+            blocks = [_block(group, text) for group, text in zip(groups, texts)]
+            blocks.sort(key=lambda b: -b.score)  # best first
             return blocks
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
         # the excess, then pack again
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
-        for worst in sorted(chosen.values(), key=lambda c: (-c[2], c[1])):
-            chosen.pop(worst[0].id)
-            excess -= len(shown[worst[0].id].line.encode()) + 1
+        for _, memory_id, _, _, _, sn in sorted(chosen.values(), key=lambda c: (-c[4], c[3])):
+            del chosen[memory_id]
+            excess -= len(sn.line.encode()) + 1
             if excess <= 0:
                 break
     return []
 
 
-def _group(chosen: list[tuple[StoredMemory, float, int]], where: dict[str, int],
-           shown: dict[str, Snippet], max_blocks: int) -> list[Packed]:
-    """Runs of consecutive memories, in time order, split into at most `max_blocks` blocks of
-    similar size; the blocks are returned best first. `shown`: each memory's snippet by id."""
-    chosen.sort(key=lambda c: (where[c[0].id], c[0].id))
-    runs: list[list[tuple[StoredMemory, float, int]]] = []
+def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
+    """`chosen` (in time order) as runs of consecutive memories, split into at most `max_blocks`
+    groups of similar size."""
+    runs: list[list[Chosen]] = []
+    follows = None  # the position that continues the last run
     for c in chosen:
-        if runs and where[c[0].id] == where[runs[-1][-1][0].id] + 1:
+        if c[0] == follows:
             runs[-1].append(c)
         else:
             runs.append([c])
-    size_of = {c[0].id: len(shown[c[0].id].line) for c in chosen}
-    total = sum(size_of.values())
-    per_block = math.ceil(total / max_blocks)
-    groups: list[list[list[tuple[StoredMemory, float, int]]]] = [[]]
+        follows = c[0] + 1
+    per_block = math.ceil(sum(len(c[5].line) for c in chosen) / max_blocks)
+    groups: list[list[list[Chosen]]] = [[]]
     size = 0
     for run in runs:
-        run_size = sum(size_of[c[0].id] for c in run)
+        run_size = sum(len(c[5].line) for c in run)
         if groups[-1] and size + run_size > per_block and len(groups) < max_blocks:
             groups.append([])
             size = 0
         groups[-1].append(run)
         size += run_size
-    blocks = []
-    for group in groups:
-        members = [c for run in group for c in run]
-        best = min(members, key=lambda c: (c[2], -c[1]))
-        first = members[0][0]
-        blocks.append(Packed(
-            text=_render([[shown[c[0].id] for c in run] for run in group]),
-            score=round(best[1], 4),
-            kind="episode" if all(c[0].type == "episode" for c in members) else best[0].type,
-            ts=iso(said_time(first)), id=best[0].id, memory_ids=[c[0].id for c in members]))
-    blocks.sort(key=lambda b: -b.score)
-    return blocks
+    return groups
+
+
+def _block(group: list[list[Chosen]], text: str) -> Packed:
+    """One group's block: scored and named by its best hit, dated by its first memory."""
+    members = [c for run in group for c in run]
+    best = min(members, key=lambda c: (c[4], -c[3]))
+    return Packed(text=text, score=round(best[3], 4),
+                  kind="episode" if all(c[2].type == "episode" for c in members) else best[2].type,
+                  ts=iso(said_time(members[0][2])), id=best[1], memory_ids=[c[1] for c in members])
