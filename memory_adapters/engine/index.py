@@ -78,6 +78,7 @@ class AgentIndex:
     memories: dict[str, StoredMemory] = field(default_factory=dict)
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
     order: list[tuple[float, float, str, str]] = field(default_factory=list)  # (when, key, id) in time order
+    entries: dict[str, tuple[float, float, str, str]] = field(default_factory=dict)  # id → its entry in `order`
     snippets: dict[str, Snippet] = field(default_factory=dict)  # id → what packing shows of it
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
@@ -98,6 +99,7 @@ class AgentIndex:
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
+        self.entries[m.id] = at
         self._relink(i)
         if vector is not None:
             self.add_vector(m.id, vector)
@@ -148,8 +150,9 @@ class AgentIndex:
         self.lexical.remove(memory_id)
         if self.vectors is not None:
             self.vectors.remove(memory_id)
-        i = bisect.bisect_left(self.order, (*_order_key(m), m.id))
-        if i < len(self.order) and self.order[i][3] == m.id:
+        at = self.entries.pop(memory_id, None)
+        if at is not None:
+            i = bisect.bisect_left(self.order, at)
             del self.order[i]
             self._relink(i)
         return m
@@ -166,7 +169,8 @@ class AgentIndex:
         return got if got is not None else snippet_of(m)
 
     def position(self, m: StoredMemory) -> int:
-        return bisect.bisect_left(self.order, (*_order_key(m), m.id))
+        """Where an indexed memory stands in time order."""
+        return bisect.bisect_left(self.order, self.entries[m.id])
 
     def neighbours(self, m: StoredMemory, span: int = NEIGHBOURS) -> list[StoredMemory]:
         """Episodes said just before and after `m` in the same session (when sessions are known)."""
@@ -272,8 +276,10 @@ class AgentIndex:
                     if len(seen) >= MAX_HITS:
                         return
 
-        def near(m: StoredMemory) -> list[StoredMemory]:
-            return [n for n in self.neighbours(m) if visible is None or visible(n)]
+        memories, around = self.memories, self.around
+
+        def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
+            return [n for n in map(memories.__getitem__, around.get(m.id, ())) if visible is None or visible(n)]
 
         return pack(distinct(), near, self.position, self.snippet, budget_tokens=q.budget_tokens,
                     max_blocks=q.max_blocks)
