@@ -53,11 +53,12 @@ def test_a_turn_asks_only_when_every_sentence_is_a_question():
 
 
 def test_rerank_reorders_only_the_head_and_a_memory_outside_a_conversation_is_its_own_context():
-    ranked = [(said(i, name, "s"), score) for i, (name, score) in enumerate(
-        [("fact", 5.0), ("question", 4.0), ("chance", 1.0), ("reply", 0.9), ("tail", 0.5)])]
+    turns = [said(i, name, "s") for i, name in enumerate(["fact", "question", "chance", "reply", "tail"])]
+    ranked = [(m.id, score) for m, score in zip(turns, [5.0, 4.0, 1.0, 0.9, 0.5])]
     around = {"m1": ("m3",), "m3": ("m1",), "m2": ("stranger",)}  # question and reply said together
     got = context.rerank(ranked, around, -0.5, set(), weight=0.25, depth=4)
-    assert [(m.value, round(s, 3)) for m, s in got] == [
+    value = {m.id: m.value for m in turns}
+    assert [(value[d], round(s, 3)) for d, s in got] == [
         ("fact", 6.25), ("question", 4.225), ("reply", 1.9), ("chance", 0.875), ("tail", 0.5)]
 
 

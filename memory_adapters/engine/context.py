@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Mapping, Sequence
-from typing import Any
 
 from .episodes import sentences
 
@@ -31,10 +30,10 @@ def asks(text: str) -> bool:
     return bool(said) and all(s.endswith("?") for s in said)
 
 
-def rerank(ranked: list[tuple[Any, float]], around: Mapping[str, Sequence[str]], floor: float,
+def rerank(ranked: list[tuple[str, float]], around: Mapping[str, Sequence[str]], floor: float,
            asking: Container[str], *, weight: float | None = None, depth: int | None = None,
-           penalty: float | None = None) -> list[tuple[Any, float]]:
-    """`ranked` (memory, fused score), best first, with its head reordered in context; the rest
+           penalty: float | None = None) -> list[tuple[str, float]]:
+    """`ranked` (memory id, fused score), best first, with its head reordered in context; the rest
     after it unchanged. `around[id]`: the turns said just before and after it (none for a memory
     outside a conversation, which is then its own context); `floor`: the fused score of a memory
     no signal found, which a neighbour outside `ranked` counts as; `asking`: ids of turns that only
@@ -44,18 +43,18 @@ def rerank(ranked: list[tuple[Any, float]], around: Mapping[str, Sequence[str]],
     penalty = ASKS_PENALTY if penalty is None else penalty
     if weight == 0 and penalty == 0:
         return ranked
-    at = {m.id: i for i, (m, _) in enumerate(ranked)}
+    at = {d: i for i, (d, _) in enumerate(ranked)}
     seat, near_of = at.get, around.get
     todo: dict[int, Sequence[str]] = {}  # the head and the turns beside it that `ranked` holds
     for i in range(min(depth, len(ranked))):
-        todo[i] = near = near_of(ranked[i][0].id, ())
+        todo[i] = near = near_of(ranked[i][0], ())
         for other in near:
             j = seat(other)
             if j is not None and j not in todo:
                 todo[j] = near_of(other, ())
     ordered = []
     for i, near in todo.items():
-        m, own = ranked[i]
+        d, own = ranked[i]
         best = own
         if near:
             best = -math.inf
@@ -64,7 +63,7 @@ def rerank(ranked: list[tuple[Any, float]], around: Mapping[str, Sequence[str]],
                 got = ranked[j][1] if j is not None else floor
                 if got > best:
                     best = got
-        ordered.append((-(own + weight * best - (penalty if m.id in asking else 0.0)), m.id, i))
+        ordered.append((-(own + weight * best - (penalty if d in asking else 0.0)), d, i))
     ordered.sort()  # best first; equal scores by id, as fusion breaks ties
     return ([(ranked[i][0], -neg) for neg, _, i in ordered]
             + [pair for k, pair in enumerate(ranked) if k not in todo])

@@ -41,14 +41,24 @@ def _order_key(m: StoredMemory) -> tuple[float, float, str]:
     return (m.said_at or m.created_at, m.created_at, m.key)
 
 
-def visible_in(session_id: str | None, now: float):
+@dataclass(frozen=True, slots=True)
+class Visible:
     """What a recall or search in `session_id` may see at `now`: nothing expired (a neighbour
-    included), and session-scoped memories only in their own session."""
-    def visible(m: StoredMemory) -> bool:
-        if m.expired(now):
+    included), and session-scoped memories only in their own session. Only a memory with an
+    expiry or a session scope can be hidden (`AgentIndex.conditional`): ranking asks about those
+    alone, and never looks the other candidates up (on a cold cache each lookup is a miss)."""
+
+    session_id: str | None
+    now: float
+
+    def __call__(self, m: StoredMemory) -> bool:
+        if m.expired(self.now):
             return False
-        return m.scope != "session" or (session_id is not None and m.session_id == session_id)
-    return visible
+        return m.scope != "session" or (self.session_id is not None and m.session_id == self.session_id)
+
+
+def visible_in(session_id: str | None, now: float) -> Visible:
+    return Visible(session_id, now)
 
 
 @dataclass
@@ -83,6 +93,7 @@ class AgentIndex:
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
+    conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring or session-scoped
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -92,6 +103,8 @@ class AgentIndex:
         self.memories[m.id] = m
         if is_pinned(m):
             self.pinned.add(m.id)
+        if m.expires_at is not None or m.scope == "session":
+            self.conditional.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
         if m.type == "episode" and context.asks(m.value):
@@ -146,6 +159,7 @@ class AgentIndex:
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
+        self.conditional.discard(memory_id)
         self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
         if self.vectors is not None:
@@ -195,8 +209,15 @@ class AgentIndex:
         """Memories by fused z-score, best first (the best `limit` when given); expired ones and
         those `visible` refuses left out. `in_context`: the head reordered with each turn's
         neighbours (context.py), as recall ranks."""
+        memories = self.memories
+        return [(memories[d], s) for d, s in self._ranked(text, vector, k, now or time.time(), visible, limit,
+                                                          in_context)]
+
+    def _ranked(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None,
+                in_context: bool) -> list[tuple[str, float]]:
+        """`rank` by id: a caller that reads the best few never looks the rest up."""
         signals = self._signals(text, vector, k)
-        out = list(islice(self._fused(signals, now or time.time(), visible), limit))
+        out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = context.rerank(out, self.around, sum(s.floor() for s in signals), self.asking)
         return out
@@ -225,15 +246,19 @@ class AgentIndex:
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
         return signals
 
-    def _fused(self, signals: list[Signal], now: float, visible: Any) -> Iterator[tuple[StoredMemory, float]]:
-        """Lazily: a caller that reads the best few of several hundred candidates never looks the
-        rest up (on a cold cache each lookup is a miss)."""
+    def _shown(self, fused: list[tuple[str, float]], now: float, visible: Any) -> Iterator[tuple[str, float]]:
+        """Lazily, the fused hits that are indexed, unexpired and `visible`; a memory a `Visible`
+        cannot hide (most) is not looked up."""
         memories = self.memories
-        for doc_id, score in z_fuse(signals):
-            m = memories.get(doc_id)
-            if m is None or m.expired(now) or (visible is not None and not visible(m)):
+        maybe_hidden = self.conditional if visible is None or isinstance(visible, Visible) else memories
+        for pair in fused:
+            if pair[0] in maybe_hidden:
+                m = memories[pair[0]]
+                if m.expired(now) or (visible is not None and not visible(m)):
+                    continue
+            elif pair[0] not in memories:
                 continue
-            yield m, score
+            yield pair
 
     def search(self, text: str, vector: Any = None, *, top_k: int, visible: Any = None,
                type_filter: set[str] | None = None, min_importance: float | None = None
@@ -263,20 +288,19 @@ class AgentIndex:
         return out
 
     def recall(self, q: RecallQuery, visible: Any = None) -> list[Packed]:
-        ranked = self.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=2 * MAX_HITS, in_context=True)
+        ranked = self._ranked(q.text, q.vector, q.candidates, time.time(), visible, 2 * MAX_HITS, in_context=True)
+        memories, around, snippets = self.memories, self.around, self.snippets
 
         def distinct() -> Iterator[tuple[StoredMemory, float]]:
             """A user who repeats small talk should not fill the block; taken as packing needs them."""
             seen: set[str] = set()
-            for m, s in ranked:
-                norm = self.snippet(m).norm
+            for d, s in ranked:
+                norm = snippets[d].norm
                 if norm not in seen:
                     seen.add(norm)
-                    yield m, s
+                    yield memories[d], s
                     if len(seen) >= MAX_HITS:
                         return
-
-        memories, around = self.memories, self.around
 
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
             return [n for n in map(memories.__getitem__, around.get(m.id, ())) if visible is None or visible(n)]
