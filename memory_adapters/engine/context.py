@@ -43,27 +43,22 @@ def rerank(ranked: list[tuple[str, float]], around: Mapping[str, Sequence[str]],
     penalty = ASKS_PENALTY if penalty is None else penalty
     if weight == 0 and penalty == 0:
         return ranked
-    at = {d: i for i, (d, _) in enumerate(ranked)}
-    seat, near_of = at.get, around.get
-    todo: dict[int, Sequence[str]] = {}  # the head and the turns beside it that `ranked` holds
-    for i in range(min(depth, len(ranked))):
-        todo[i] = near = near_of(ranked[i][0], ())
+    score, near_of = dict(ranked), around.get
+    todo: dict[str, Sequence[str]] = {}  # the head and the turns beside it that `ranked` holds
+    for d, _ in ranked[:depth]:
+        todo[d] = near = near_of(d, ())
         for other in near:
-            j = seat(other)
-            if j is not None and j not in todo:
-                todo[j] = near_of(other, ())
+            if other in score and other not in todo:
+                todo[other] = near_of(other, ())
     ordered = []
-    for i, near in todo.items():
-        d, own = ranked[i]
-        best = own
+    for d, near in todo.items():
+        own = best = score[d]
         if near:
             best = -math.inf
             for other in near:
-                j = seat(other)
-                got = ranked[j][1] if j is not None else floor
+                got = score.get(other, floor)
                 if got > best:
                     best = got
-        ordered.append((-(own + weight * best - (penalty if d in asking else 0.0)), d, i))
+        ordered.append((-(own + weight * best - (penalty if d in asking else 0.0)), d))
     ordered.sort()  # best first; equal scores by id, as fusion breaks ties
-    return ([(ranked[i][0], -neg) for neg, _, i in ordered]
-            + [pair for k, pair in enumerate(ranked) if k not in todo])
+    return [(d, -neg) for neg, d in ordered] + [pair for pair in ranked if pair[0] not in todo]
