@@ -228,10 +228,16 @@ class AgentIndex:
         if vector is not None and self.vectors is not None and len(self.vectors):
             dense_hits, d_mean, d_std = self.vectors.scored(vector, k)
             dense = dict(dense_hits)
-            # exact cosine for the lexical candidates the dense top missed, in one product
             rows = self.vectors.rows
-            todo = [(d, rows[d]) for d, _ in lex_hits if d not in dense and d in rows]
-            if todo:
+            todo, unembedded = [], []  # lexical candidates the dense top missed: with a vector, without
+            for d, s in lex_hits:
+                if d not in dense:
+                    row = rows.get(d)
+                    if row is None:
+                        unembedded.append((d, s))
+                    else:
+                        todo.append((d, row))
+            if todo:  # their exact cosine, in one product
                 cos = self.vectors.matrix[[r for _, r in todo]] @ vector
                 dense.update(zip((d for d, _ in todo), cos.tolist()))
             if IMPUTE_DENSE and lex_std > 1e-12:
@@ -240,9 +246,8 @@ class AgentIndex:
                 # rank a matching new memory below an embedded one that matches as well; the two
                 # signals agree more often than not, so guess part of the way from its words
                 scale = IMPUTE_DENSE * d_std / lex_std
-                for d, s in lex_hits:
-                    if d not in dense:
-                        dense[d] = d_mean + scale * (s - lex_mean)
+                for d, s in unembedded:
+                    dense[d] = d_mean + scale * (s - lex_mean)
             signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
         return signals
 
