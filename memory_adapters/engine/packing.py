@@ -134,18 +134,20 @@ def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
     """`chosen` (in time order) as runs of consecutive memories, split into at most `max_blocks`
     groups of similar size."""
     runs: list[list[Chosen]] = []
+    sizes: list[int] = []  # characters of each run's lines
     follows = None  # the position that continues the last run
     for c in chosen:
         if c[0] == follows:
             runs[-1].append(c)
+            sizes[-1] += len(c[5].line)
         else:
             runs.append([c])
+            sizes.append(len(c[5].line))
         follows = c[0] + 1
-    per_block = math.ceil(sum(len(c[5].line) for c in chosen) / max_blocks)
+    per_block = math.ceil(sum(sizes) / max_blocks)
     groups: list[list[list[Chosen]]] = [[]]
     size = 0
-    for run in runs:
-        run_size = sum(len(c[5].line) for c in run)
+    for run, run_size in zip(runs, sizes):
         if groups[-1] and size + run_size > per_block and len(groups) < max_blocks:
             groups.append([])
             size = 0
