@@ -71,17 +71,17 @@ def snippet_of(m: StoredMemory) -> Snippet:
 
 def _render(runs: list[list[Snippet]]) -> str:
     """Runs apart by a blank line; a date line whenever the date a turn was said changes."""
-    out: list[str] = []
+    lines: list[str] = []
     last_day = None
     for run in runs:
-        lines = []
+        if lines:
+            lines.append("")  # the blank line between runs
         for sn in run:
             if sn.day != last_day:
                 lines.append(f"[{sn.day}]")
                 last_day = sn.day
             lines.append(sn.line)
-        out.append("\n".join(lines))
-    return "\n\n".join(out)
+    return "\n".join(lines)
 
 
 Chosen = tuple[int, str, StoredMemory, float, int, Snippet]  # (position, id, memory, score of its hit, rank, snippet)
