@@ -142,7 +142,7 @@ class LexicalIndex:
         if not found:
             return None, None
         # every row a term found now scores above 0: a scan for them is sorted and unique, and
-        # far cheaper than np.unique of the postings (100 vs 5 µs at 1,500 rows, 4.9 vs 0.5 ms at 100k)
+        # far cheaper than np.unique of the postings (5 vs 100 µs for 1,500 postings over 1,451 rows)
         cand = np.flatnonzero(acc[:len(self.ids)]) if len(found) > 1 else found[0]
         scores = acc[cand]
         acc[cand] = 0.0
