@@ -100,7 +100,7 @@ async def test_bad_edits_get_a_clear_error_and_change_nothing(rest_service):
     url = rest_service
     async with aiohttp.ClientSession() as s:
         _, m = await call(s, url, "/api/memories", {"agent_id": "alice", "key": "k", "value": "v"}, "alice-token")
-        for body, field in (({}, None), ({"ttl": 10**30}, "ttl"), ({"importance": 7}, "importance"),
+        for body, field in (({}, None), ({"ttl": 10**30}, "ttl"), ({"ttl": True}, "ttl"), ({"importance": 7}, "importance"),
                             ({"value": "x", "author": "bob"}, "author"), ({"pinned": "yes please"}, "pinned")):
             status, err = await patch(s, url, m["id"], body, ADMIN)
             assert status == 400 and err["error"]["message"], body

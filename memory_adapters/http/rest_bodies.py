@@ -39,6 +39,11 @@ class StoreBody(BaseModel):
             raise ValueError("session_id is required when scope is 'session'")
         return self
 
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl_not_bool(cls, v: Any) -> Any:
+        return not_bool(v)
+
     @field_validator("ttl")
     @classmethod
     def _ttl(cls, v: int | str | None) -> int | str | None:
@@ -46,6 +51,13 @@ class StoreBody(BaseModel):
 
     def expires_at(self) -> float | None:
         return None if self.ttl is None else expiry(self.ttl)
+
+
+def not_bool(v: Any) -> Any:
+    """`true` is not a number of seconds (pydantic's lax int would read it as 1 s)."""
+    if isinstance(v, bool):
+        raise ValueError("ttl must be seconds or an RFC 3339 time, not true or false")
+    return v
 
 
 def ttl_check(v: int | str | None) -> int | str | None:
@@ -76,6 +88,11 @@ class PatchBody(BaseModel):
     pinned: bool | None = None
     reason: str | None = Field(default=None, max_length=1000)
     actor: str | None = Field(default=None, min_length=1, max_length=200)  # honoured for the admin token only
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl_not_bool(cls, v: Any) -> Any:
+        return not_bool(v)
 
     @field_validator("ttl")
     @classmethod
