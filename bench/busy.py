@@ -95,6 +95,11 @@ async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_bu
         await prov_runner.cleanup()
 
 
+def _quarters(values: list[float]) -> list[list[float]]:
+    n = len(values)
+    return [values[i * n // 4:(i + 1) * n // 4] for i in range(4)] if n >= 4 else []
+
+
 async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit) -> dict:
     url = px_url + "/v1/chat/completions"
     turns = sum(len(c["turns"]) for c in convs)
@@ -194,6 +199,9 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "rankings": dict(rankings),
             "latency_by_ranking_p50_p99": {k: [pct(v, 0.5), pct(v, 0.99)] for k, v in ranking_latency.items()},
             "recall_p50_ms": pct(latencies, 0.5), "recall_p99_ms": pct(latencies, 0.99),
+            # in the order the answers came: is the tail the phase's start (cold indexes, the feed's
+            # background work still running) or spread over it?
+            "recall_p50_p99_by_quarter": [[pct(q, 0.5), pct(q, 0.99)] for q in _quarters(latencies)],
             "fed_s": round(fed_s, 1), "retained_s": round(retained_s, 1), "asked_s": round(asked_s, 1),
             "backlog_at_retained": backlog_at_retained, "vectors_at_retained": vectors_at_retained,
             "feed_scheduling": before,  # the feed's recalls (the service's counters when it ended)
