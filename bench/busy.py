@@ -143,7 +143,8 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         async with http.get(ad_url + "/health") as r:
             got = await r.json()
             before = {**(got.get("recall_scheduling") or {}), **{
-                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
+                **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
         slots = asyncio.Semaphore(in_flight)
         asked: list[tuple[dict, dict, str, object]] = []
 
@@ -162,7 +163,8 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
             got = await r.json()
             after = {**(got.get("recall_scheduling") or {}), **{
-                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()}}
+                "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
+                **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
         scheduling = {k: round(v - before.get(k, 0), 3) for k, v in after.items()}  # the questions' own
         rankings: Counter = Counter()
         ranking_latency: dict[str, list[float]] = {}

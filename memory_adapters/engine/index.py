@@ -19,6 +19,7 @@ from memplane_core.tokens import estimate_tokens
 
 from . import context
 from .fusion import Signal, z_fuse
+from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
 from .record import StoredMemory, is_pinned, iso
@@ -99,6 +100,7 @@ class AgentIndex:
         return len(self.memories)
 
     def put(self, m: StoredMemory, vector: Any = None) -> None:
+        HEAP.indexed()  # long-lived objects: out of the full collections' way (heap.py)
         self.drop(m.id)
         self.memories[m.id] = m
         if is_pinned(m):

@@ -26,6 +26,7 @@ from memplane_core.turn_text import query_from
 from ..engine.curator.recall import recall_curated_first
 from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_vector
 from ..engine.episodes import recall_query
+from ..engine.heap import HEAP
 from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
@@ -322,6 +323,6 @@ class TieredMemory:
                 "embedding_backlog": self.embedding_backlog,
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
-                "recall_scheduling": self.scheduler.stats.as_dict(),
+                "recall_scheduling": self.scheduler.stats.as_dict(), "gc": HEAP.as_dict(),
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
