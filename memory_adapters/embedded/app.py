@@ -13,6 +13,7 @@ from memplane_core.telemetry import Telemetry
 
 from ..engine.curator import CuratorSettings
 from ..engine.dense import load_embedder
+from ..engine.heap import HEAP
 from ..engine.schedule import RecallScheduler
 from ..http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from ..http.auth import AgentToken
@@ -48,6 +49,7 @@ def build_embedded_app(data_dir: Path, *, redactor: Redactor, telemetry: Telemet
     async def start() -> None:
         await service.start(embedder=embedder if embedder is not None
                             else await load_embedder(s.embeddings, telemetry, s.encoder_threads))
+        HEAP.freeze()  # what start-up made (modules, the encoder, loaded indexes) lives as long as we do
 
     app = build_store_app(service, telemetry, start=start, curator=curator, token=token, agent_tokens=agent_tokens,
                           max_retains_in_flight=max_retains_in_flight)

@@ -10,6 +10,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
 from ..engine.curator import CuratorSettings
+from ..engine.heap import HEAP
 from ..http.errors import json_error
 from ..http.store_app import build_store_app
 from .config import TieredSettings
@@ -55,6 +56,7 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
 
     async def start() -> None:
         await service.start()
+        HEAP.freeze()  # what start-up made (modules, the encoder, warmed indexes) lives as long as we do
         if settings.consolidate_every_s > 0:
             service.spawn(_consolidate_every(service, settings.consolidate_every_s))
 
