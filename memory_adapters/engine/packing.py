@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import islice
+from typing import NamedTuple
 
 import orjson
 
@@ -84,7 +85,15 @@ def _render(runs: list[list[Snippet]]) -> str:
     return "\n".join(lines)
 
 
-Chosen = tuple[int, str, StoredMemory, float, int, Snippet]  # (position, id, memory, score of its hit, rank, snippet)
+class Chosen(NamedTuple):
+    """A memory packing took; sorted, these are in time order (`position` first)."""
+
+    position: int
+    id: str
+    memory: StoredMemory
+    score: float  # of the hit it came with
+    rank: int  # of the hit it came with
+    snippet: Snippet
 
 
 def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
@@ -106,13 +115,13 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             cost = len(sn.line) + 2
             if used + cost > room:
                 continue
-            chosen[m.id] = (position(m), m.id, m, score, rank, sn)
+            chosen[m.id] = Chosen(position(m), m.id, m, score, rank, sn)
             used += cost
         if room - used < 40:
             break
     while chosen:  # a pass over a limit builds no blocks: only their texts are measured
         groups = _group(sorted(chosen.values()), max_blocks)  # in time order
-        texts = [_render([[c[5] for c in run] for run in group]) for group in groups]
+        texts = [_render([[c.snippet for c in run] for run in group]) for group in groups]
         size = sum(len(orjson.dumps(text)) + BLOCK_OVERHEAD_BYTES for text in texts)
         tokens = sum(estimate_tokens(text) for text in texts)
         if size <= max_bytes and tokens <= budget_tokens:
@@ -122,9 +131,9 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
         # the excess, then pack again
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
-        for _, memory_id, _, _, _, sn in sorted(chosen.values(), key=lambda c: (-c[4], c[3])):
-            del chosen[memory_id]
-            excess -= len(sn.line.encode()) + 1
+        for worst in sorted(chosen.values(), key=lambda c: (-c.rank, c.score)):
+            del chosen[worst.id]
+            excess -= len(worst.snippet.line.encode()) + 1
             if excess <= 0:
                 break
     return []
@@ -137,13 +146,13 @@ def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
     sizes: list[int] = []  # characters of each run's lines
     follows = None  # the position that continues the last run
     for c in chosen:
-        if c[0] == follows:
+        if c.position == follows:
             runs[-1].append(c)
-            sizes[-1] += len(c[5].line)
+            sizes[-1] += len(c.snippet.line)
         else:
             runs.append([c])
-            sizes.append(len(c[5].line))
-        follows = c[0] + 1
+            sizes.append(len(c.snippet.line))
+        follows = c.position + 1
     per_block = math.ceil(sum(sizes) / max_blocks)
     groups: list[list[list[Chosen]]] = [[]]
     size = 0
@@ -159,7 +168,7 @@ def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
 def _block(group: list[list[Chosen]], text: str) -> Packed:
     """One group's block: scored and named by its best hit, dated by its first memory."""
     members = [c for run in group for c in run]
-    best = min(members, key=lambda c: (c[4], -c[3]))
-    return Packed(text=text, score=round(best[3], 4),
-                  kind="episode" if all(c[2].type == "episode" for c in members) else best[2].type,
-                  ts=iso(said_time(members[0][2])), id=best[1], memory_ids=[c[1] for c in members])
+    best = min(members, key=lambda c: (c.rank, -c.score))
+    return Packed(text=text, score=round(best.score, 4),
+                  kind="episode" if all(c.memory.type == "episode" for c in members) else best.memory.type,
+                  ts=iso(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members])
