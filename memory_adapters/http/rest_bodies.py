@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from memplane_core.ids import AGENT_ID_PATTERN
 from memplane_core.instants import Instant, OutOfRange, parse_instant
@@ -14,43 +14,6 @@ from memplane_core.instants import Instant, OutOfRange, parse_instant
 Scope = Literal["session", "agent", "global"]
 
 MAX_TTL_S = 100 * 365 * 86_400
-
-
-class StoreBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
-    scope: Literal["session", "agent", "global"] = "agent"
-    session_id: str | None = None
-    key: str = Field(min_length=1, max_length=256)
-    value: str = Field(min_length=1, max_length=65536)
-    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
-    ttl: int | str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    # restoring an export (`memplane memory import`): when it was said and made, and from which turns
-    # times out of range (say 0001-01-01T00:00:00+14:00) are refused here, naming the field
-    said_at: Instant | None = None
-    created_at: Instant | None = None
-    source_entry_ids: list[str] = Field(default_factory=list, max_length=1000)
-
-    @model_validator(mode="after")
-    def _session_needs_id(self) -> "StoreBody":
-        if self.scope == "session" and not self.session_id:
-            raise ValueError("session_id is required when scope is 'session'")
-        return self
-
-    @field_validator("ttl", mode="before")
-    @classmethod
-    def _ttl_not_bool(cls, v: Any) -> Any:
-        return not_bool(v)
-
-    @field_validator("ttl")
-    @classmethod
-    def _ttl(cls, v: int | str | None) -> int | str | None:
-        return ttl_check(v)
-
-    def expires_at(self) -> float | None:
-        return None if self.ttl is None else expiry(self.ttl)
 
 
 def not_bool(v: Any) -> Any:
@@ -74,6 +37,37 @@ def ttl_check(v: int | str | None) -> int | str | None:
     return v
 
 
+# seconds or an RFC 3339 time, checked the same way wherever a TTL is written
+Ttl = Annotated[int | str | None, BeforeValidator(not_bool), AfterValidator(ttl_check)]
+
+
+class StoreBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str = Field(pattern=AGENT_ID_PATTERN)
+    scope: Literal["session", "agent", "global"] = "agent"
+    session_id: str | None = None
+    key: str = Field(min_length=1, max_length=256)
+    value: str = Field(min_length=1, max_length=65536)
+    type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    ttl: Ttl = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    # restoring an export (`memplane memory import`): when it was said and made, and from which turns
+    # times out of range (say 0001-01-01T00:00:00+14:00) are refused here, naming the field
+    said_at: Instant | None = None
+    created_at: Instant | None = None
+    source_entry_ids: list[str] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _session_needs_id(self) -> "StoreBody":
+        if self.scope == "session" and not self.session_id:
+            raise ValueError("session_id is required when scope is 'session'")
+        return self
+
+    def expires_at(self) -> float | None:
+        return None if self.ttl is None else expiry(self.ttl)
+
+
 def expiry(ttl: int | str) -> float:
     """The epoch a TTL ends at."""
     return time.time() + ttl if isinstance(ttl, int) else parse_instant(ttl).timestamp()
@@ -84,20 +78,10 @@ class PatchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     value: str | None = Field(default=None, min_length=1, max_length=65536)
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
-    ttl: int | str | None = None
+    ttl: Ttl = None
     pinned: bool | None = None
     reason: str | None = Field(default=None, max_length=1000)
     actor: str | None = Field(default=None, min_length=1, max_length=200)  # honoured for the admin token only
-
-    @field_validator("ttl", mode="before")
-    @classmethod
-    def _ttl_not_bool(cls, v: Any) -> Any:
-        return not_bool(v)
-
-    @field_validator("ttl")
-    @classmethod
-    def _ttl(cls, v: int | str | None) -> int | str | None:
-        return ttl_check(v)
 
     @model_validator(mode="after")
     def _changes_something(self) -> "PatchBody":
