@@ -23,7 +23,6 @@ from tests.harness import Stack
 #   (litellm ~4.5 s of CPU, langgraph ~3 s, openai-agents ~2 s) is paid once, not once per worker.
 SLOW_FIRST = (
     "tests/test_scale.py::test_two_proxies_and_two_memory_replicas_lose_nothing_when_one_of_each_dies",
-    "tests/test_fault_suite.py::test_no_turn_or_memory_is_lost_or_duplicated_under_faults",
     "tests/test_recall_deadline.py::",
     "tests/test_late_answers.py::",
     "tests/test_inspector_curating.py::",
