@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import traceback
 
@@ -28,6 +29,7 @@ from .operator.ui import add_ui_routes
 from .rate_limit import RateLimiter
 from .retain.delivery import RetainDelivery
 from .state import ProxyState
+from .tracing import Tracing
 from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import passthrough_url, returned_headers, upstream_headers
@@ -62,7 +64,9 @@ async def errors_middleware(request: web.Request, handler):
 
 def _turn_route(fmt):
     async def route(request: web.Request) -> web.StreamResponse:
-        return await handle_turn(request, fmt, request.app[STATE])
+        state = request.app[STATE]
+        with state.tracing.turn(fmt.name, fmt.provider, request) as traced:  # a no-op unless OTEL_* is set
+            return traced.answered(await handle_turn(request, fmt, state))
     return route
 
 
@@ -142,9 +146,17 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
     )
 
 
+def watch(state: ProxyState) -> None:
+    """What listens to every memory op besides the metrics: traces (when OTEL_* asks for them)."""
+    state.tracing = Tracing.from_env(state.redactor, telemetry=state.telemetry)
+    if state.tracing.enabled:
+        state.telemetry.observers.append(state.tracing.memory_op)
+
+
 def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> web.Application:
     quiet_header_values()  # a refused Authorization header is logged without its value
     state = build_state(settings, telemetry)
+    watch(state)
     app = web.Application(middlewares=[errors_middleware], client_max_size=settings.max_body_bytes)
     app[STATE] = state
 
@@ -170,6 +182,8 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
         if state.session is not None:
             await state.session.close()
         state.ledger.close()
+        if state.tracing.enabled:
+            await asyncio.to_thread(state.tracing.shutdown)  # the spans still queued go out
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
