@@ -147,7 +147,9 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
 
 
 def watch(state: ProxyState) -> None:
-    """What listens to every memory op besides the metrics: traces (when OTEL_* asks for them)."""
+    """What listens to every memory op besides the metrics: the inspector's recall history, and
+    traces (when OTEL_* asks for them)."""
+    state.telemetry.observers.append(state.recall_history.observe)
     state.tracing = Tracing.from_env(state.redactor, telemetry=state.telemetry)
     if state.tracing.enabled:
         state.telemetry.observers.append(state.tracing.memory_op)

@@ -18,6 +18,7 @@ from .ledger.files import Ledger
 from .memory_service import RecallDeadlines
 from .operator.explain import TurnExplanations
 from .operator.metrics import ProxyMetrics
+from .operator.recall_history import RecallHistory
 from .rate_limit import RateLimiter
 from .response_owners import ResponseOwners
 from .retain.delivery import RetainDelivery
@@ -44,6 +45,7 @@ class ProxyState:
     # redacting a turn's request (large ones go to worker threads): a share per agent
     request_work: AgentShares = field(default_factory=lambda: AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT))
     response_owners: ResponseOwners = field(default_factory=ResponseOwners)  # whose Responses answer an id is
+    recall_history: RecallHistory = field(default_factory=RecallHistory)  # the inspector's recall charts
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry spans; off (no-ops) unless OTEL_* asks
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
