@@ -39,11 +39,11 @@ CHARTS = """return [...document.querySelectorAll('svg.chart')].map(s => ({
 
 def shoot(browser, path: Path) -> None:
     """The whole page, not only the window (chromium's DevTools protocol)."""
-    metrics = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})
-    size = metrics["cssContentSize"]
+    width, height = browser.execute_script(
+        "return [window.innerWidth, document.documentElement.scrollHeight]")  # the window, scrollbar and all
     shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+        "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
     path.write_bytes(base64.b64decode(shot["data"]))
 
 
@@ -74,11 +74,11 @@ def look(base: str, pages: dict[str, str]) -> dict:
                     "scripts": browser.execute_script("return document.scripts.length"),
                     "id_titles": browser.execute_script(
                         "return [...document.querySelectorAll('.id[title]')].map(e => e.title)")}
+                shoot(browser, ARTIFACTS / f"{size}-{name}.png")
                 body.send_keys(Keys.TAB)  # the first stop: the skip link, with a visible focus ring
                 page["first_focus"] = browser.execute_script(
                     "const e = document.activeElement, s = getComputedStyle(e);"
                     "return [e.className, e.textContent, s.outlineStyle, s.outlineWidth]")
-                shoot(browser, ARTIFACTS / f"{size}-{name}.png")
                 seen[(size, name)] = page
     finally:
         browser.quit()

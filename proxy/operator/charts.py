@@ -7,6 +7,7 @@ Every label passes `escape`: a kind or an agent id is data, never markup.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -17,7 +18,7 @@ from .recall_history import STATUSES, Bucket
 
 COLORS = {"succeeded": "#2e7d32", "skipped": "#8a8f98", "timed_out": "#e07000", "failed": "#c62828"}
 LABELS = {"succeeded": "succeeded", "skipped": "skipped", "timed_out": "timed out", "failed": "failed"}
-W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 190, 48, 12, 14, 30
+W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 200, 52, 14, 30, 32
 
 
 def _hhmm(at: float) -> str:
@@ -39,6 +40,11 @@ def _nice_max(value: float) -> float:
     return value
 
 
+def _count_max(value: float) -> float:
+    """A y axis top for counts: even, so the middle gridline is a whole number too."""
+    return max(2.0, math.ceil(_nice_max(value) / 2) * 2)
+
+
 def _frame(chart_id: str, title: str, desc: str, body: str, *, height: int = H) -> Markup:
     return Markup(
         f'<svg class="chart" id="{escape(chart_id)}" viewBox="0 0 {W} {height}" role="img" focusable="false" '
@@ -54,10 +60,10 @@ def _axes(top_value: float, unit: str, x_labels: Sequence[tuple[float, str]]) ->
     for frac in (0.0, 0.5, 1.0):
         y = TOP + plot_h * (1 - frac)
         value = top_value * frac
-        shown = f"{value:.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
+        shown = f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
                      f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(shown)}</text>')
-    parts.append(f'<text class="tick" x="{LEFT - 6}" y="{TOP - 3}" text-anchor="end">{escape(unit)}</text>')
+    parts.append(f'<text class="tick" x="4" y="16">{escape(unit)}</text>')
     for frac, label in x_labels:
         x = LEFT + plot_w * frac
         anchor = "start" if frac == 0 else "end" if frac == 1 else "middle"
@@ -77,7 +83,7 @@ def recall_status(buckets: Sequence[Bucket], hours: float, chart_id: str = "reca
     title = f"Recalls per {hours * 60 / len(buckets):.0f} minutes over the last {hours:g} hours, by status"
     desc = (f"{n} recalls: " + ", ".join(f"{totals[s]} {LABELS[s]}" for s in STATUSES) + "." if n
             else "No recalls in this window.")
-    top = _nice_max(max((b.total for b in buckets), default=0))
+    top = _count_max(max((b.total for b in buckets), default=0))
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     slot = plot_w / len(buckets)
     bars = []
@@ -122,7 +128,7 @@ def recall_latency(buckets: Sequence[Bucket], hours: float, chart_id: str = "rec
         return " ".join(d)
 
     def dots(values: list[float | None], color: str, what: str) -> str:
-        return "".join(f'<circle cx="{LEFT + (i + 0.5) * slot:.1f}" cy="{TOP + plot_h * (1 - v / top):.1f}" r="3" '
+        return "".join(f'<circle cx="{LEFT + (i + 0.5) * slot:.1f}" cy="{TOP + plot_h * (1 - v / top):.1f}" r="5" '
                        f'fill="{color}"><title>{escape(_hhmm(buckets[i].start))}: {what} {v:.0f} ms</title></circle>'
                        for i, v in enumerate(values) if v is not None)
 
@@ -139,15 +145,15 @@ def memories_by_kind(counts: dict[str, int], chart_id: str = "memories-by-kind")
     total = sum(n for _, n in rows)
     title = "Memories by kind"
     desc = (", ".join(f"{n} {k}" for k, n in rows) + f"; {total} in all." if rows else "No memories.")
-    row_h, label_w = 26, 130
-    height = max(40, TOP + row_h * len(rows) + 8)
+    row_h, label_w, pad = 32, 175, 8
+    height = max(40, pad * 2 + row_h * len(rows))
     top = max((n for _, n in rows), default=1)
     bar_w = W - label_w - RIGHT - 50
     body = "".join(
-        f'<text class="label" x="{label_w - 8}" y="{TOP + i * row_h + 15}" text-anchor="end">{escape(k)}</text>'
-        f'<rect x="{label_w}" y="{TOP + i * row_h + 3}" width="{max(2.0, bar_w * n / top):.1f}" height="{row_h - 8}" '
+        f'<text class="label" x="{label_w - 8}" y="{pad + i * row_h + 21}" text-anchor="end">{escape(k)}</text>'
+        f'<rect x="{label_w}" y="{pad + i * row_h + 6}" width="{max(2.0, bar_w * n / top):.1f}" height="{row_h - 10}" '
         f'fill="#1d5fbf"/><text class="value" x="{label_w + max(2.0, bar_w * n / top) + 6:.1f}" '
-        f'y="{TOP + i * row_h + 15}">{n}</text>'
+        f'y="{pad + i * row_h + 21}">{n}</text>'
         for i, (k, n) in enumerate(rows))
     return _frame(chart_id, title, desc, body, height=height)
 
@@ -162,7 +168,7 @@ def memories_over_time(created: Sequence[float], now: float | None = None,
         return _frame(chart_id, title, "No memories.", _axes(1, "memories", []))
     start = min(times[0], now - 3600)
     span = max(1.0, now - start)
-    top = _nice_max(len(times))
+    top = _count_max(len(times))
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     x = lambda t: LEFT + plot_w * (t - start) / span  # noqa: E731
     y = lambda n: TOP + plot_h * (1 - n / top)  # noqa: E731
