@@ -200,6 +200,8 @@ def sparkline(buckets: Sequence[Bucket], label: str) -> Markup:
     ticks = "".join(f'<rect x="{i * slot:.1f}" y="0" width="{max(1.0, slot - 1):.1f}" height="4" fill="#c62828"/>'
                     for i, b in enumerate(buckets) if b.counts["failed"] + b.counts["timed_out"])
     line = f'<polyline points="{pts}" fill="none" stroke="#1d5fbf" stroke-width="1.5"/>' if pts else ""
+    line += "".join(f'<circle cx="{x}" cy="{y}" r="2.5" fill="#1d5fbf"/>'  # a lone slice is a dot, not nothing
+                    for x, y in (p.split(",") for p in pts.split()))
     return Markup(f'<svg class="spark" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" focusable="false" '
                   f'aria-label="{escape(label)}: {escape(desc)}"><title>{escape(label)}: {escape(desc)}</title>'
                   f'<line x1="0" x2="{w}" y1="{h - 1}" y2="{h - 1}" class="grid"/>{line}{ticks}</svg>')

@@ -180,7 +180,10 @@ class OtelTracing(Tracing):
     def __init__(self, redactor: Any, env: Mapping[str, str]) -> None:
         resource = Resource.create({} if env.get("OTEL_SERVICE_NAME") else {"service.name": "memplane"})
         self.provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+                    or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/") + "/v1/traces")
+        # the endpoint as `enabled_by` read it; headers, timeout, compression: the exporter's own OTEL_* reading
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
         self.tracer = self.provider.get_tracer(_SCOPE)
         self.redactor = redactor
         self.capture = env.get(CAPTURE_CONTENT, "").strip().lower() in _CAPTURE_ON
