@@ -160,8 +160,11 @@ async def test_an_operator_sees_each_agents_memory_and_recall_at_a_glance_on_a_l
     assert "fact:" + "ab12" * 16 in agent["id_titles"]  # the whole id in the tooltip
     assert any(len(t) == len("turn_") + 24 and t.startswith("turn_") for t in agent["id_titles"])
 
-    offline = {c["id"]: c for c in seen[("laptop", "offline-agent")]["charts"]}
+    offline_page = seen[("laptop", "offline-agent")]
+    offline = {c["id"]: c for c in offline_page["charts"]}
     assert re.search(r"[1-9] failed", offline["recall-status"]["desc"])
+    assert "memories-by-kind" not in offline  # a service that does not answer is said, not drawn as zero
+    assert "The memory service did not answer" in offline_page["text"]
 
     turn_page = seen[("phone", "turn")]
     assert "injected" in turn_page["text"] and "Miso" in turn_page["text"]  # what it recalled and why

@@ -272,9 +272,10 @@ async def _overview(state: Any, agent_id: str) -> dict[str, Any]:
         out["stats_capped"] = bool(cursor)
     except (CurateError, KeyError, TypeError) as exc:
         out["stats_error"] = str(exc) if isinstance(exc, CurateError) else "The memory service answered in an unknown shape."
-    stats = memory_stats(found)
-    out.update(stats=stats, kinds_chart=charts.memories_by_kind(stats["by_kind"]),
-               growth_chart=charts.memories_over_time(stats["created"]))
+    if out["stats_error"] is None:  # a page of zeros would say "no memories", which nobody knows
+        stats = memory_stats(found)
+        out.update(stats=stats, kinds_chart=charts.memories_by_kind(stats["by_kind"]),
+                   growth_chart=charts.memories_over_time(stats["created"]))
     try:
         out["changes"] = [audit_view(e) for e in (await client.audit())[:8]]
     except (CurateError, KeyError, TypeError) as exc:
