@@ -1,0 +1,11 @@
+"""Memory as MCP tools at `/mcp` on the proxy's port (Streamable HTTP, the `mcp` package).
+
+* `endpoint.py` the route: Origin/Host, the agent's bearer token, rate limit, content type; the
+  `mcp` session manager (stateless, JSON answers) and its lifetime;
+* `tools.py`    `search_memory`, `store_memory` (the proxy's own write), `forget_memory`;
+* `asgi.py`     one aiohttp request handed to the ASGI side and its answer handed back.
+"""
+
+from .endpoint import MCP_ENDPOINT, PATH, add_mcp_routes
+
+__all__ = ["MCP_ENDPOINT", "PATH", "add_mcp_routes"]
