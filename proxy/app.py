@@ -91,7 +91,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                            request.headers.get("Content-Type", ""), body)
     if request.match_info.get("tail", "").startswith("models/"):
         require_model_allowed(ctx.metadata.allowed_models, path.rsplit("/", 1)[-1])
-    headers = upstream_headers(state.settings, provider, request.headers)
+    headers = upstream_headers(state.settings, provider, request.headers, client_key=ctx.metadata.client_provider_key)
     if body and request.content_type == "multipart/form-data":
         headers["Content-Type"] = request.headers["Content-Type"]  # with its boundary
     upstream = await open_upstream(state, request.method, passthrough_url(state.settings, provider, raw_path),

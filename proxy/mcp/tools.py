@@ -155,9 +155,10 @@ class MemoryTools:
             return _result(f"search_memory found nothing: {why}.", error=True)
         # the service was asked for this agent only; what is not this agent's (or global) is dropped anyway
         mine = [m for m in found if isinstance(m, dict) and m.get("agent_id") in (self.ctx.agent_id, "*")]
-        memories = [{"id": m.get("id"), "key": m.get("key"), "text": redact.text(str(m.get("value", ""))[:MAX_VALUE_CHARS])[0],
-                     "kind": m.get("type"), "scope": m.get("scope"), "score": m.get("score"),
-                     "when": m.get("said_at") or m.get("created_at")} for m in mine[:args.limit]]
+        memories = [{"id": m.get("id"), "key": m.get("key"),
+                     "text": redact.text(str(m.get("value", ""))[:MAX_VALUE_CHARS])[0], "kind": m.get("type"),
+                     "scope": m.get("scope"), "score": m.get("score"), "when": m.get("said_at") or m.get("created_at")}
+                    for m in mine[:args.limit]]
         self._event("search", started, ok=True, status_code=200, blocks=len(memories))
         if not memories:
             return _result("No memories match.", structured={"memories": []})
