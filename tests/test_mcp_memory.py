@@ -174,6 +174,9 @@ async def test_the_proxys_own_origin_and_plain_clients_pass_and_other_content_ty
     assert status == 415
     status, _, body = await post(stack, {"Content-Type": "application/json", **auth}, b"{not json")
     assert status == 400 and body["error"]["code"] == -32700  # the package's parse error, not a traceback
+    async with aiohttp.ClientSession() as s:
+        async with s.get(stack.proxy_url + "/mcp", headers={"Accept": "text/event-stream", **auth}) as r:
+            assert r.status == 405 and r.headers["Allow"] == "POST"  # no stream left open that never speaks
 
 
 async def test_the_tools_list_offers_global_only_to_an_agent_with_the_grant(make_stack, aiohttp_server, tmp_path):

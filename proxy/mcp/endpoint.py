@@ -9,7 +9,7 @@ era work). aiohttp does what the proxy does for every route before the ASGI side
    and `Host` is loopback): the DNS-rebinding defence the MCP spec asks for (403);
 2. the agent's token `<agent-id>:<secret>` as a bearer, checked like the proxy's (401 with
    `WWW-Authenticate: Bearer`), then the agent's rate limit (429);
-3. a POST body is `application/json` (415).
+3. POST only (405: nothing to stream on a GET, no session to DELETE), its body `application/json` (415).
 
 The authenticated agent travels in the ASGI scope; the tools read it from there, never from the body.
 """
@@ -123,7 +123,11 @@ class McpEndpoint:
         if wait > 0:
             return _refusal(429, "Rate limit exceeded for this agent; retry later.", code=-32000,
                             headers={"Retry-After": retry_after_header(wait)})
-        if request.method == "POST" and not is_json_content_type(headers.get("Content-Type")):
+        if request.method != "POST":
+            # no stream of server messages to open (GET) and no session to end (DELETE): a GET would
+            # otherwise hold a connection open that never carries anything
+            return _refusal(405, "/mcp takes POST only (stateless Streamable HTTP).", headers={"Allow": "POST"})
+        if not is_json_content_type(headers.get("Content-Type")):
             return _refusal(415, "A POST to /mcp carries a JSON-RPC message as application/json.")
         return await serve_asgi(self.manager.handle_request, request,
                                 {AGENT_KEY: ctx, SESSION_KEY: headers.get("X-Session-Id") or None})
