@@ -190,3 +190,16 @@ async def test_the_tools_list_offers_global_only_to_an_agent_with_the_grant(make
         saved = await mcp.call_tool("store_memory", {"key": "house-style", "value": "British spelling", "scope": "global"})
         assert not saved.is_error
 
+
+
+def test_a_proxy_that_never_serves_mcp_never_imports_the_mcp_package():
+    """The package (and starlette under it) costs more start-up than the rest of the proxy: it is
+    imported on the first call to /mcp, not when the proxy starts."""
+    import subprocess
+    import sys
+    probe = ("import sys; from proxy.app import build_app; from proxy.config import ProxySettings; "
+             "build_app(ProxySettings(context_root='c', history_root='h')); "
+             "print(sorted(m for m in ('mcp', 'mcp_types', 'starlette') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

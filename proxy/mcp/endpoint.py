@@ -12,57 +12,26 @@ era work). aiohttp does what the proxy does for every route before the ASGI side
 3. POST only (405: nothing to stream on a GET, no session to DELETE), its body `application/json` (415).
 
 The authenticated agent travels in the ASGI scope; the tools read it from there, never from the body.
+The `mcp` side (`server.py`) is imported on the first call that gets this far.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 from typing import Any
 
-import mcp_types as types
 from aiohttp import web
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 
 from memplane_core.local_trust import cross_site, is_json_content_type, is_loopback_host
 
-from ..context_store import AgentContext
 from ..rate_limit import retry_after_header
 from ..state import ProxyState
 from ..upstream import agent_token
 from .asgi import serve_asgi
-from .tools import MemoryTools, tools_for
+from .scope import AGENT_KEY, SESSION_KEY
 
 PATH = "/mcp"
-AGENT_KEY = "memplane.agent"  # ASGI scope: the authenticated AgentContext
-SESSION_KEY = "memplane.session_id"  # ASGI scope: the client's X-Session-Id, for store_memory's scope session
-INSTRUCTIONS = ("memplane memory for this agent: search_memory before answering from what you remember, "
-                "store_memory for facts worth keeping, forget_memory (with a reason) for what is wrong or unwanted.")
-
-
-def _agent(ctx: ServerRequestContext[Any, Any]) -> tuple[AgentContext, str | None]:
-    scope = getattr(ctx.request, "scope", None) or {}
-    agent = scope.get(AGENT_KEY)
-    if not isinstance(agent, AgentContext):  # only the aiohttp route below reaches this server
-        raise PermissionError("no authenticated agent")
-    return agent, scope.get(SESSION_KEY)
-
-
-def build_server(state: ProxyState) -> Server[Any]:
-    async def list_tools(ctx: ServerRequestContext[Any, Any],
-                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        agent, _ = _agent(ctx)
-        return types.ListToolsResult(tools=tools_for(agent))
-
-    async def call_tool(ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
-        agent, session_id = _agent(ctx)
-        return await MemoryTools(state, agent, session_id).call(params.name, params.arguments)
-
-    return Server("memplane-memory", version="1", instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def _refusal(status: int, message: str, code: int = -32600, headers: dict[str, str] | None = None) -> web.Response:
@@ -72,34 +41,48 @@ def _refusal(status: int, message: str, code: int = -32600, headers: dict[str, s
 
 
 class McpEndpoint:
-    """The session manager's lifetime (one asyncio task, so anyio's task group is entered and left
-    in the same task) and the aiohttp handler in front of it."""
+    """The aiohttp handler in front of the `mcp` session manager, and the manager's lifetime: made on
+    the first call that passes the checks (`server.py` is imported then, not with the proxy), run in
+    one asyncio task (anyio's task group is entered and left in the same task) until cleanup."""
 
     def __init__(self, state: ProxyState) -> None:
         self.state = state
-        # Origin/Host are checked in `handle` (loopback names, any port); the package's own check
-        # takes fixed host:port lists, which a proxy on a free or configured port cannot name up front
-        self.manager = StreamableHTTPSessionManager(
-            build_server(state), stateless=True, json_response=True,
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-            max_request_body_size=1024 * 1024)
+        self.manager: Any = None
+        self._starting: asyncio.Future | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    async def start(self, app: web.Application) -> None:
-        running = asyncio.Event()
+    async def _started(self) -> Any:
+        if self.manager is None:
+            if self._starting is None:
+                self._starting = asyncio.ensure_future(self._start())
+            # shielded: a first caller that goes away must not leave a half-started manager behind
+            await asyncio.shield(self._starting)
+        return self.manager
 
-        async def run() -> None:
-            async with self.manager.run():
-                running.set()
-                await self._stop.wait()
+    async def _start(self) -> None:
+        try:
+            # imported in a thread: the first call waits for it, other agents' turns do not
+            server = await asyncio.get_running_loop().run_in_executor(
+                None, importlib.import_module, "proxy.mcp.server")
+            manager = server.session_manager(self.state)
+            running = asyncio.Event()
 
-        self._task = asyncio.create_task(run(), name="mcp-session-manager")
-        started = asyncio.create_task(running.wait())
-        await asyncio.wait({self._task, started}, return_when=asyncio.FIRST_COMPLETED)
-        if not running.is_set():
-            started.cancel()
-            self._task.result()  # it failed to start: say why
+            async def run() -> None:
+                async with manager.run():
+                    running.set()
+                    await self._stop.wait()
+
+            self._task = asyncio.create_task(run(), name="mcp-session-manager")
+            started = asyncio.create_task(running.wait())
+            await asyncio.wait({self._task, started}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.is_set():
+                started.cancel()
+                self._task.result()  # it failed to start: say why
+            self.manager = manager
+        except BaseException:
+            self._starting = None  # the next call tries again
+            raise
 
     async def stop(self, app: web.Application) -> None:
         self._stop.set()
@@ -129,7 +112,8 @@ class McpEndpoint:
             return _refusal(405, "/mcp takes POST only (stateless Streamable HTTP).", headers={"Allow": "POST"})
         if not is_json_content_type(headers.get("Content-Type")):
             return _refusal(415, "A POST to /mcp carries a JSON-RPC message as application/json.")
-        return await serve_asgi(self.manager.handle_request, request,
+        manager = await self._started()
+        return await serve_asgi(manager.handle_request, request,
                                 {AGENT_KEY: ctx, SESSION_KEY: headers.get("X-Session-Id") or None})
 
 
@@ -138,6 +122,5 @@ MCP_ENDPOINT = web.AppKey("memplane_mcp", McpEndpoint)
 
 def add_mcp_routes(app: web.Application, state: ProxyState) -> None:
     endpoint = app[MCP_ENDPOINT] = McpEndpoint(state)
-    app.on_startup.append(endpoint.start)
     app.on_cleanup.append(endpoint.stop)
     app.router.add_route("*", PATH, endpoint.handle)
