@@ -37,8 +37,8 @@ async def setup(make_stack, aiohttp_server, tmp_path):
     return stack, url_of(memory)
 
 
-def connect(stack, token: str, mode: str = "auto") -> Client:
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+def connect(stack, token: str, mode: str = "auto", **headers: str) -> Client:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}", **headers})
     return Client(streamable_http_client(stack.proxy_url + "/mcp", http_client=http), mode=mode)
 
 
@@ -120,6 +120,11 @@ async def test_scope_global_needs_the_grant_and_an_agent_without_memory_gets_a_t
         assert refused.is_error and "needs a grant" in text(refused)
         bad = await mcp.call_tool("search_memory", {})
         assert bad.is_error and "query" in text(bad)
+        no_session = await mcp.call_tool("store_memory", {"key": "k", "value": "this chat only", "scope": "session"})
+        assert no_session.is_error and "needs a session" in text(no_session)
+    async with connect(stack, stack.tokens["alice"], **{"X-Session-Id": "chat-7"}) as mcp:
+        saved = await mcp.call_tool("store_memory", {"key": "k", "value": "this chat only", "scope": "session"})
+        assert not saved.is_error
     async with connect(stack, stack.tokens["nomem"]) as mcp:
         empty = await mcp.call_tool("search_memory", {"query": "anything"})
         assert empty.is_error and "no memory service" in text(empty)
