@@ -93,6 +93,12 @@ def check_credentials(client_key: bool, headers: CIMultiDictProxy[str]) -> None:
     if AGENT_HEADER not in headers:
         raise ProxyError(401, "This agent brings its own provider key: send it as the API key and name the agent "
                               f"in the {AGENT_HEADER} header ('<agent-id>:<secret>').", code="invalid_api_key")
-    if not (headers.get("x-api-key", "").strip() or headers.get("Authorization", "").strip()):
+    key, auth = headers.get("x-api-key", "").strip(), headers.get("Authorization", "").strip()
+    if not (key or auth):
         raise ProxyError(401, "This agent brings its own provider key, and the request carries none "
                               "(Authorization or x-api-key).", code="invalid_api_key")
+    token = headers[AGENT_HEADER].strip()
+    if token in (key, auth, auth[7:].strip() if auth[:7].lower() == "bearer " else None):
+        # the agent's token in the credential's place would be forwarded to the provider: never
+        raise ProxyError(401, "The API key is this agent's memplane token; send your own provider key there "
+                              f"(the token goes only in {AGENT_HEADER}).", code="invalid_api_key")

@@ -124,6 +124,12 @@ async def test_an_own_key_agent_must_name_itself_and_bring_a_key(stack):
     with pytest.raises(AnthropicAuthError, match="brings its own provider key"):
         await plain.messages.create(model="claude-x", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
     assert stack.provider.received == []
+    # and the token in both places would send it to the provider: refused before anything leaves
+    both = AsyncOpenAI(base_url=f"{stack.proxy_url}/v1", api_key=token, max_retries=0,
+                       default_headers={"X-Memplane-Agent": token})
+    with pytest.raises(AuthenticationError, match="memplane token"):
+        await both.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert stack.provider.received == []
 
 
 async def test_the_pass_through_carries_the_client_key_too(stack):
