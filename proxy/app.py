@@ -22,6 +22,7 @@ from .forward_policy import (allowed, check_passthrough_body, check_raw_path, pa
                              require_model_allowed)
 from .header_logs import quiet_header_values
 from .ledger.files import Ledger
+from .mcp import add_mcp_routes
 from .operator.admin import admin_only
 from .operator.explain import explanation
 from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
@@ -94,7 +95,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                            request.headers.get("Content-Type", ""), body)
     if request.match_info.get("tail", "").startswith("models/"):
         require_model_allowed(ctx.metadata.allowed_models, path.rsplit("/", 1)[-1])
-    headers = upstream_headers(state.settings, provider, request.headers)
+    headers = upstream_headers(state.settings, provider, request.headers, client_key=ctx.metadata.client_provider_key)
     if body and request.content_type == "multipart/form-data":
         headers["Content-Type"] = request.headers["Content-Type"]  # with its boundary
     upstream = await open_upstream(state, request.method, passthrough_url(state.settings, provider, raw_path),
@@ -193,6 +194,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/memplane/turns/{turn_id}", explain_turn)
     add_ui_routes(app, STATE)
+    add_mcp_routes(app, state)  # memory as MCP tools at /mcp
     for fmt in FORMATS:
         app.router.add_post(fmt.route, _turn_route(fmt))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)

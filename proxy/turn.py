@@ -35,14 +35,16 @@ from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors, read_request_body, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, conversation_key, conversation_of, offers_tools, question_of, turn_key
-from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
+from .upstream import agent_token, check_credentials, returned_headers, upstream_headers, upstream_target
 
 
 async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
     ctx = state.contexts.authenticate(agent_token(request.headers))
     if ctx is None:
-        raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key.",
+        raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key "
+                              "(or, for an agent that brings its own provider key, in X-Memplane-Agent).",
                          code="invalid_api_key")
+    check_credentials(ctx.metadata.client_provider_key, request.headers)
     wait = await state.rate_limiter.check(ctx.agent_id)
     if wait > 0:
         raise ProxyError(429, "Rate limit exceeded for this agent; retry later.", code="rate_limit_exceeded",
@@ -275,7 +277,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
-    headers = upstream_headers(state.settings, fmt.provider, request.headers)
+    headers = upstream_headers(state.settings, fmt.provider, request.headers,
+                               client_key=ctx.metadata.client_provider_key)  # the agent's own key, or the operator's
 
     question = turn.question if turn is not None and recall.status == "reused" else None
 
