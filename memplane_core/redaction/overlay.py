@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, mixed_token_check, \
     random_enough, shannon_entropy, vendor_token_check
+from .pieces import PIECE_RULES
 from .rule import Rule, rule
 
 _B = r"(?:^|[^A-Za-z0-9_\-])"          # start of a token
@@ -50,6 +51,8 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     rule("private_key",
          r"-----BEGIN[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END[ A-Z0-9_]{0,100}PRIVATE KEY"
          r"(?: BLOCK)?-----", ["PRIVATE KEY"]),
+    # a key cut anywhere: no footer, no header, or encoded on one line (pieces.py)
+    *PIECE_RULES,
     rule("anthropic", _B + r"(sk-ant-[A-Za-z0-9_\-]{20,})", ["sk-ant-"], group=1, check=random_enough),
     rule("openai", _B + r"(sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,})", ["sk-"], group=1,
          check=lambda v: not v.startswith("sk-ant-") and random_enough(v)),

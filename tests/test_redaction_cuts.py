@@ -1,0 +1,213 @@
+"""A secret is redacted wherever it is cut, and the redaction shows in the block.
+
+Memory text is cut all the time (a snippet packed to the budget, an episode split in pieces, a paste
+that stops halfway), and coding agents paste whole files into turns as tool results. These tests put
+a memory service behind the real proxy that keeps whatever it is sent and gives it back verbatim:
+anything secret the provider then reads, the proxy let through."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+
+import pytest
+from aiohttp import web
+
+from memplane_core.redact import Redactor
+from proxy.inject import drop_repeated_lines
+from proxy.recall_policy import InjectedMemory
+from tests.conftest import url_of
+
+RNG = random.Random(39)
+
+
+def _pem(label: str, width: int, lines: int = 10) -> tuple[str, list[str]]:
+    raw = base64.b64encode(RNG.randbytes(width * lines * 3 // 4 - 5)).decode()
+    body = [raw[i:i + width] for i in range(0, len(raw), width)]
+    return f"-----BEGIN {label}-----\n" + "\n".join(body) + f"\n-----END {label}-----", body
+
+
+KEYS = [_pem("RSA PRIVATE KEY", 64), _pem("OPENSSH PRIVATE KEY", 70), _pem("PRIVATE KEY", 64)]
+WINDOW = 40  # no run of this many key characters may reach the provider
+
+
+def _windows(body: list[str]) -> set[str]:
+    return {line[i:i + WINDOW] for line in body for i in range(len(line) - WINDOW + 1)}
+
+
+def _leaks(text: str, body: list[str]) -> list[str]:
+    return [w for w in _windows(body) if w in text]
+
+
+def _cuts(key: str) -> list[str]:
+    """The paste cut at every pair of line boundaries, and at random character offsets."""
+    text = f"here is the deploy key:\n{key}\nthanks, it is the prod one"
+    lines = text.split("\n")
+    cuts = ["\n".join(lines[i:j]) for i in range(len(lines)) for j in range(i + 1, len(lines) + 1)]
+    for _ in range(60):
+        a = RNG.randrange(len(text))
+        cuts.append(text[a:RNG.randrange(a + 1, len(text) + 1)])
+    return cuts
+
+
+class KeepsEverything:
+    """A memory service that stores what it is sent, verbatim, and serves `serve` on recall."""
+
+    def __init__(self) -> None:
+        self.retained: list[dict] = []
+        self.recalls: list[dict] = []
+        self.serve: list[str] = []
+
+    def app(self) -> web.Application:
+        async def retain(request: web.Request) -> web.Response:
+            self.retained.append(await request.json())
+            return web.json_response({"status": "stored"}, status=202)
+
+        async def recall(request: web.Request) -> web.Response:
+            self.recalls.append(await request.json())
+            return web.json_response({"memories": [{"text": t, "kind": "episode"} for t in self.serve]})
+
+        app = web.Application(client_max_size=8 << 20)
+        app.router.add_post("/retain", retain)
+        app.router.add_post("/recall", recall)
+        return app
+
+
+@pytest.fixture
+async def keeper(aiohttp_server):
+    service = KeepsEverything()
+    server = await aiohttp_server(service.app())
+    return service, url_of(server)
+
+
+@pytest.mark.parametrize("key, body", KEYS, ids=["rsa", "openssh", "pkcs8"])
+def test_a_key_cut_anywhere_loses_every_line_and_leaves_a_marker(key, body):
+    redactor = Redactor()
+    for cut in _cuts(key):
+        for form in (cut, json.dumps(cut)[1:-1]):  # as written, and inside a JSON string read as text
+            out, counts = redactor.text(form)
+            assert not _leaks(out, body), (form, out)
+            if _leaks(form, body):
+                assert "[redacted:private_key]" in out and counts["private_key"] >= 1
+
+
+async def test_no_line_of_a_cut_key_reaches_the_provider_or_the_memory_service(stack, keeper):
+    """Every cut goes in as a turn (retain) and comes back as a recalled memory in the block the
+    way the engine files it — under a date line, followed by a blank line and the next run."""
+    service, url = keeper
+    stack.add_agent("deployer", url)
+    client = stack.openai("deployer")
+    key, body = KEYS[0]
+    cuts = [c for c in _cuts(key) if _leaks(c, body)]
+    for n, cut in enumerate(cuts[::3]):
+        service.serve = [f"[2026-11-20]\nuser: here is part of the deploy key:\n{cut}\n\n[2026-11-21]\n"
+                         f"assistant: noted ({n})"]
+        await client.chat.completions.create(model="m", messages=[
+            {"role": "user", "content": f"keep this safe:\n{cut}\nwhere do I put it?"}])
+        block = stack.provider.received[-1].memories_block
+        assert block is not None and not _leaks(block, body), (cut, block)
+        assert "[redacted:" in block and "here is part of the deploy key:" in block, block
+        assert f"noted ({n})" in block
+    await stack.settle()
+    sent = json.dumps(service.retained) + json.dumps(service.recalls)
+    assert len(service.retained) == len(cuts[::3]) and not _leaks(sent, body)
+    assert "[redacted:private_key]" in sent
+
+
+def test_a_redaction_marker_and_bracketed_notes_survive_the_blocks_line_filter():
+    mems = [InjectedMemory("[2026-11-20]\nuser: here is the deploy key:\n[redacted:private_key]\n\n[2026-11-21]\n"
+                           "assistant: stored it"),
+            InjectedMemory("[1:56 pm on 8 May, 2023]\nuser: the other key:\n[redacted:private_key]\n\n[DONE]\n\n"
+                           "[x] rotate keys\n[ ] tell ops\n[2026-11-22]")]
+    kept, _ = drop_repeated_lines(mems)
+    assert kept[0].text == mems[0].text
+    # the second memory's marker is its own statement, not a repeat; the date line with nothing
+    # under it goes, `[DONE]` and the checklist stay
+    assert kept[1].text == ("[1:56 pm on 8 May, 2023]\nuser: the other key:\n[redacted:private_key]\n\n[DONE]\n\n"
+                            "[x] rotate keys\n[ ] tell ops")
+
+
+ENV_SECRETS = {
+    "url_password": "Qw8rT5yU2iO9pLk",
+    "stripe": "sk_live_" + "51HxQ2eLkd8f7G3hJ9kL0mN2p",
+    "aws_id": "AKIA" + "Q7ZP4M2K9XW3VN5T",
+    "aws_secret": "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYz8Q2vKp3Lm",
+    "github": "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+    "jwt_secret": "8f3kL9mQ2xV7bN4cZ1wR6tY0",
+    "npm": "npm_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa",
+}
+ENV_FILE = (f"# .env\nDATABASE_URL=postgres://app:{ENV_SECRETS['url_password']}@db.internal:5432/prod\n"
+            f"STRIPE_SECRET_KEY={ENV_SECRETS['stripe']}\nAWS_ACCESS_KEY_ID={ENV_SECRETS['aws_id']}\n"
+            f"AWS_SECRET_ACCESS_KEY={ENV_SECRETS['aws_secret']}\nGITHUB_TOKEN={ENV_SECRETS['github']}\n"
+            f"JWT_SECRET={ENV_SECRETS['jwt_secret']}\n//registry.npmjs.org/:_authToken={ENV_SECRETS['npm']}\n"
+            "DEBUG=false\nPORT=8080\nTLS_KEY=\"" + KEYS[2][0].split("-----END")[0].replace("\n", "\\n") + "\"\n")
+SECRETS = list(ENV_SECRETS.values())
+TOOLS_OA = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+TOOLS_AN = [{"name": "read_file", "description": "read a file", "input_schema": {"type": "object"}}]
+TOOLS_RESP = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+
+
+def _plain_leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text] + _leaks(text, KEYS[2][1])
+
+
+async def _openai_tool_turn(stack, agent):
+    await stack.openai(agent).chat.completions.create(model="m", tools=TOOLS_OA, messages=[
+        {"role": "user", "content": "read my .env"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": ".env"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": ENV_FILE},
+        {"role": "assistant", "content": "I read it."},
+        {"role": "user", "content": "which database does the app use?"}])
+
+
+async def _anthropic_tool_turn(stack, agent):
+    await stack.anthropic(agent).messages.create(model="c", max_tokens=50, tools=TOOLS_AN, messages=[
+        {"role": "user", "content": "read my .env"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file",
+                                           "input": {"path": ".env"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": ENV_FILE}]}]},
+        {"role": "assistant", "content": "I read it."},
+        {"role": "user", "content": "which database does the app use?"}])
+
+
+async def _responses_tool_turn(stack, agent):
+    await stack.openai(agent).responses.create(model="m", tools=TOOLS_RESP, input=[
+        {"role": "user", "content": "read my .env"},
+        {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": '{"path": ".env"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": ENV_FILE},
+        {"role": "assistant", "content": "I read it."},
+        {"role": "user", "content": "which database does the app use?"}])
+
+
+@pytest.mark.parametrize("turn", [_openai_tool_turn, _anthropic_tool_turn, _responses_tool_turn],
+                         ids=["openai-tool", "anthropic-tool_result", "responses-function_call_output"])
+async def test_a_pasted_env_file_in_a_tool_result_never_reaches_memory_or_a_later_block(stack, keeper, turn):
+    service, url = keeper
+    stack.add_agent("coder", url)
+    await turn(stack, "coder")
+    await stack.settle()
+    assert service.retained and service.recalls
+    stored = json.dumps(service.retained) + json.dumps(service.recalls)
+    assert not _plain_leaks(stored)
+    assert "[redacted:" in stored and "DEBUG=false" in stored and "PORT=8080" in stored
+    # the service gives back every string it was sent; the next turn's block shows only markers
+    strings: list[str] = []
+
+    def collect(v):
+        if isinstance(v, str):
+            strings.append(v)
+        elif isinstance(v, list):
+            for x in v:
+                collect(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+    collect([r["entry"] for r in service.retained])
+    service.serve = [s for s in strings if "[redacted:" in s][:4]
+    await stack.openai("coder").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "what was in my .env?"}])
+    block = stack.provider.received[-1].memories_block
+    assert block is not None and "[redacted:" in block and not _plain_leaks(block)
