@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 
 from .checks import REDACTED_PREFIX, looks_placeholder
 from .gitleaks import gitleaks_rules
+from .lookalikes import allowed as lookalike_allowed
 from .overlay import OVERLAY_RULES
 from .pieces import KEY_BODY_RULE
 from .rule import Rule, RuleError, compile_re2
@@ -277,9 +278,10 @@ class Redactor:
             return False
         if rule.inner is not None and looks_placeholder(secret):
             return False
+        line = _line_around(text, s, e)
         if rule.allowed is not None and rule.allowed(secret, m.group(0), _line_around(text, *m.span(0))):
             return False
-        return True
+        return not lookalike_allowed(rule.kind, text, s, e, line)
 
     # -- JSON documents --
 

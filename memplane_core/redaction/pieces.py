@@ -91,6 +91,20 @@ def _line_start(text: str, a: int) -> bool:
     return a == 0 or before == "" and lo == 0 or before.endswith(("\n", "\\n")) or text[a - 1] == "\n"
 
 
+def _alone(text: str, a: int, b: int) -> bool:
+    """Nothing but blanks and quotes beside `text[a:b]` on its line (a line ends at a newline or at
+    an escaped `\\n`)."""
+    before = text[max(0, a - 200):a]
+    cut = max(before.rfind("\n") + 1, before.rfind("\\n") + 2 if "\\n" in before else 0)
+    if cut == 0 and a > 200:
+        return False
+    after = text[b:b + 200]
+    ends = [i for i in (after.find("\n"), after.find("\\n")) if i >= 0]
+    if not ends and b + 200 < len(text):
+        return False
+    return before[cut:].strip(" \t\"'`") == "" and after[:min(ends) if ends else None].strip(" \t\"'`,;\r") == ""
+
+
 def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     """The key-body lines of a base64 run, or None when the run is no key body: no full body line,
     or the text around it says it is a certificate, a public key, a content hash or a data URI."""
@@ -109,6 +123,8 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     a, b = lines[first][0], lines[last][1]
     if a > 0 and text[a - 1] == "\\" and text[a] in "nrt":
         a += 1  # the run began inside an escaped line break (`\n` in a JSON string read as text)
+    if first == last and not _alone(text, a, b):
+        return None  # one line with a name or code beside it: a value for the rules that read names
     before = text[max(0, a - _CONTEXT):a]
     after = text[b:b + _CONTEXT]
     head = before.rstrip(" \t\r\n\\n\"'")
@@ -147,7 +163,7 @@ PIECE_RULES: tuple[Rule, ...] = (
     rule("private_key", _HEADER_TO_RUN, ["PRIVATE KEY"], check=_header_body),
     # the footer's side of a cut: the base64 lines right above a private-key footer, however short
     rule("private_key", r"(?:^|[^A-Za-z0-9+/=])((?:" + _B64 + r"+[ \t]*" + _NL + r"[ \t]*)*" + _B64 + r"+)[ \t]*"
-         + _NL + r"[ \t]*-----END[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----", ["PRIVATE KEY"], group=1,
+         + _NL + r"[ \t]*-----END[ A-Z0-9_]{0,100}PRIVATE", ["-----END"], group=1,
          check=lambda v: any(c.isdigit() or c in "+/=" for c in v)),
     rule("private_key", r"\b(LS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}={0,2})", ["LS0tLS1CRUdJTi"], group=1,
          check=_encoded_pem),
