@@ -207,6 +207,12 @@ def _fixture_samples() -> list[tuple[str, str, str]]:
     out += [("gitleaks-kubernetes", "", text) for text in f.GITLEAKS_KUBERNETES_FP]
     out += [("detect-secrets-keyword", f.DS_KEYWORD_SECRET, text) for text in f.DS_KEYWORD_TP]
     out += [("detect-secrets-keyword", "", text) for text in f.DS_KEYWORD_FP]
+    # measured once after the rules were written (never tuned to): aws.go and jwt.go
+    for key_id in f.GITLEAKS_AWS_TP_IDS:
+        out += [("gitleaks-aws (unseen)", key_id, t) for t in
+                (f"aws_access_key_id = {key_id}", f'{{"AccessKeyId": "{key_id}"}}', f"export AWS_KEY={key_id}", key_id)]
+    out += [("gitleaks-aws (unseen)", "", text) for text in f.GITLEAKS_AWS_FP]
+    out += [("gitleaks-jwt (unseen)", secret, text) for text, secret in f.GITLEAKS_JWT_TP]
     return out
 
 

@@ -289,3 +289,38 @@ def plausible(rng: random.Random, alphabet: str, n: int) -> str:
         s = "".join(rng.choice(alphabet) for _ in range(n))
         if any(c in "123456789" for c in s):
             return s
+
+
+# -- measured once, after the look-alike list and the rules above were written; not tuned to --------
+
+# gitleaks cmd/generate/config/rules/aws.go @ b35e7ea2 (MIT): tps are GenerateSampleSecrets of these
+GITLEAKS_AWS_TP_IDS = ("AKIALALEMEL33243OLIB",)
+GITLEAKS_AWS_FP = (
+    "key = AKIAXXXXXXXXXXXXXXXX",
+    "aws_access_key: AKIAIOSFODNN7EXAMPLE",
+    'msgstr "Näytä asiakirjamallikansio."',
+    "TODAYINASIAASACKOFRICEFELLOVER",
+    "CTTCATAGGGTTCACGCTGTGTAAT-ACG--CCTGAGGC-CACA-AGGGGACTTCAGCAACCGTCGGG-GATTC-ATTGCCA-A--TGGAAGCAATC-TA-TGGGTTA-"
+    "TCGCGGAGTCCGCAAAGACGGCCAGTATG-AAGCAGATTTCGCAC-CAATGTGACTGCATTTCGTG-ATCGGGGTAAGTA-TC-GCCGATTC-GC--CCGTCCA-AGT-",
+)
+
+# gitleaks cmd/generate/config/rules/jwt.go @ 1a23fa94 (MIT): literal tps (text, token)
+_J1 = ("eyJhbGciOiJIUzI1NiJ9.eyJJc3N1ZXIiOiJJc3N1ZXIiLCJVc2VybmFtZSI6IkJhZFNlY3JldHMiLCJleHAiOjE1OTMxMzM0ODMsImlhdCI6"
+       "MTQ2NjkwMzA4M30.ovqRikAo_0kKJ0GVrAwQlezymxrLGjcEiW_s3UJMMCo")
+_J2 = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VybmFtZTpib2IifQ.HcfCW67Uda-0gz54ZWTqmtgJnZeNem0Q757eTa9EZuw"
+_J3 = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjE1ODk1ODU1NjN9.PtfDS1niGoZ7pV6kplI-_q1fVKLnknQ3IwcrLZhoVCU"
+_J4 = ("eyJhbGciOiJIUzUxMiIsImlhdCI6MTU3Njk5Njc5OSwiZXhwIjoxNTg0ODU5MTk5fQ.eyJ1aWQiOjQ1NzQyN30.0ei5UE6OgLBzN2_IS7xUIbIf"
+       "W_S1Wzl42q2UeusbboxuzvctO_4Mz6YRr6f0PBLUVZMETxt8F0_4-yqIJ3_kUQ")
+_J5 = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ1c2VyX2lkIjoiYTAwYzI3ZDEtYjVhYS00NjU0LWFmMTYtYjExNzNkZTY1NjI5Iiwicm9sZXMi"
+       "OlsiYWRtaW4iXSwiaWF0IjoxNjA0NTE2OTIwLCJleHAiOjE2MDQ1MTc4MjAsImp0aSI6IjYzNmVmMDc0LTE2MzktNGJhZi1hNGNiLTQ4ZDM4NGMx"
+       "MzliYSIsImlzcyI6Im15YXBwIn0.T9B0zG0AHShO5JfQgrMQBlToH33KHgp8nLMPFpN6QmM")
+_J6 = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJyb2xlIjoiZ3Vlc3QiLCJzdWIiOiJZV3hwWTJVPSIsIm5iZiI6MTUxNDg1MTEzOSwiZXhwIjox"
+       "NjQxMDgxNTM5fQ.K5DnnbbIOspRbpCr2IKXE9cPVatGOCBrBQobQmBmaeU")
+GITLEAKS_JWT_TP = (
+    (f"python examples/cli.py {_J1}", _J1),
+    (f'"Authorization": "Bearer {_J2}"', _J2),
+    (f'"value": "Bearer {_J3}",', _J3),
+    (f"//                  authorization: '{_J4}',", _J4),
+    (f'2020/11/04 21:08:40 Access Token:\n\t\t"{_J5}"', _J5),
+    (f'"authorization": "Bearer {_J6}"', _J6),
+)

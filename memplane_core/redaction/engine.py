@@ -278,10 +278,9 @@ class Redactor:
             return False
         if rule.inner is not None and looks_placeholder(secret):
             return False
-        line = _line_around(text, s, e)
         if rule.allowed is not None and rule.allowed(secret, m.group(0), _line_around(text, *m.span(0))):
             return False
-        return not lookalike_allowed(rule.kind, text, s, e, line)
+        return not lookalike_allowed(rule.kind, text, s, e, _line_around)
 
     # -- JSON documents --
 

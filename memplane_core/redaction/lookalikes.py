@@ -3,6 +3,7 @@ its values are not secrets. Applied after a rule's own checks, to the rule kinds
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -25,10 +26,10 @@ class Lookalike:
     before: Any
     why: str
 
-    def allows(self, secret: str, line: str, before: str) -> bool:
+    def allows(self, secret: str, line: Callable[[], str], before: str) -> bool:
         return ((self.secret is None or self.secret.fullmatch(secret) is not None)
-                and (self.line is None or self.line.search(line) is not None)
-                and (self.before is None or self.before.search(before) is not None))
+                and (self.before is None or self.before.search(before) is not None)
+                and (self.line is None or self.line.search(line()) is not None))
 
 
 @cache
@@ -48,11 +49,13 @@ def lookalikes() -> dict[str, tuple[Lookalike, ...]]:
     return {k: tuple(v) for k, v in by_kind.items()}
 
 
-def allowed(kind: str, text: str, start: int, end: int, line: str) -> bool:
-    """Whether `text[start:end]`, found by a rule of `kind`, is a documented look-alike."""
+def allowed(kind: str, text: str, start: int, end: int, line_around: Callable[[str, int, int], str]) -> bool:
+    """Whether `text[start:end]`, found by a rule of `kind`, is a documented look-alike. The line
+    around it is cut only when an entry's other conditions hold (most candidates never need it)."""
     entries = lookalikes().get(kind)
     if not entries:
         return False
     secret = text[start:end]
     before = text[max(0, start - _BEFORE):start]
+    line = cache(lambda: line_around(text, start, end))
     return any(e.allows(secret, line, before) for e in entries)

@@ -164,16 +164,16 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          r"(?i)\[\s{0,8}[\"'][A-Za-z0-9_.\-]{0,64}(?:password|passwd|pwd|secret|token|api_?key|auth)"
          r"[A-Za-z0-9_.\-]{0,64}[\"']\s{0,8}\]\s{0,8}=\s{0,8}(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})')",
          ["pass", "pwd", "secret", "token", "key", "auth"], icase=True, group=None, check=assignment_check),
-    # detect-secrets' keyword detector: a name that ends in a secret word, `:=`/`:`/`=`/`=>` (also
+    # detect-secrets' keyword detector: a name that ends in a secret word (any prefix), `:=`/`:`/`=`/`=>` (also
     # `[]=`, `= @"…"`), then the value quoted or bare; or a quoted value straight after the name
     # ending in `;` (`private_key '…';`). The value may hold any characters (`m{{h}o)p${e]…}}`).
     rule("credential_assignment",
-         r"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.\-]{0,40}(?:api_?key|auth_?key|service_?key|account_?key|db_?key|"
+         r"(?i)(?:api_?key|auth_?key|service_?key|account_?key|db_?key|"
          r"priv_?key|private_?key|client_?key|db_?pass|key_?pass|password|passwd|pwd|secret)(?:[\"']\])?[\"']?"
          r"[ \t]{0,8}(?:\[\])?[ \t]{0,8}(?::=|=>|:|=)[ \t]{0,8}@?(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})'|([^\s\"'`,;]{4,}))",
          ["key", "pass", "pwd", "secret"], icase=True, group=None, check=assignment_check),
     rule("credential_assignment",
-         r"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_]{0,40}(?:api_?key|private_?key|password|secret)[A-Za-z0-9_]{0,20}"
+         r"(?i)(?:api_?key|private_?key|password|secret)[A-Za-z0-9_]{0,20}"
          r"[ \t]{0,8}(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})')[ \t]{0,8};",
          ["key", "pass", "secret"], icase=True, group=None, check=assignment_check),
     # environment-style names that end in a secret word: PGPASSWORD=…, MYSQL_PWD=…, REDISCLI_AUTH=…
