@@ -211,3 +211,67 @@ async def test_a_pasted_env_file_in_a_tool_result_never_reaches_memory_or_a_late
         model="m", messages=[{"role": "user", "content": "what was in my .env?"}])
     block = stack.provider.received[-1].memories_block
     assert block is not None and "[redacted:" in block and not _plain_leaks(block)
+
+
+PEM_BODY = KEYS[2][1]
+SA_JSON_TEXT = ('{\n  "type": "service_account",\n  "project_id": "acme-prod",\n  "private_key_id": "'
+                + "3f9a1c0b7e2d4a6f8b1c3e5d7f9a0b2c4d6e8f01" + '",\n  "private_key": "-----BEGIN PRIVATE KEY-----\\n'
+                + "\\n".join(PEM_BODY[:4]) + '\\n')  # cut inside the key, as a snippet would be
+
+
+@pytest.mark.parametrize("text, secrets", [
+    (SA_JSON_TEXT, ["3f9a1c0b7e2d4a6f8b1c3e5d7f9a0b2c4d6e8f01", *PEM_BODY[:4]]),
+    ("apiVersion: v1\nclusters:\n- cluster:\n    server: https://10.0.0.1:6443\nusers:\n- name: admin\n  user:\n"
+     "    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM4akNDQWRxZ0F3SUJBZ0lJ\n"
+     "    client-key-data: " + "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBdVh3a1ZmQjZa",
+     ["LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBdVh3a1ZmQjZa"]),
+    ("    client-key-data: " + "TUlJRW93SUJBQUtDQVFFQXVYd2tWZkI2WnE4bjJMb3BRdz09Cg==", ["TUlJRW93SUJBQUtDQVFFQXVYd2tWZkI2WnE4"]),
+    ("registry=https://registry.npmjs.org/\n//registry.npmjs.org/:_authToken=" + "5f3c2a1e-8b7d-4c6a-9e0f-1a2b3c4d5e6f\n"
+     "always-auth=true", ["5f3c2a1e-8b7d-4c6a-9e0f-1a2b3c4d5e6f"]),
+    ("//npm.pkg.github.com/:_auth=" + "ZGVwbG95OlF6OHZNMnhMcDlzVDQ=", ["ZGVwbG95OlF6OHZNMnhMcDlzVDQ="]),
+    ("[distutils]\nindex-servers = pypi\n\n[pypi]\nusername = deploy\npassword = " + "Qz8vM2xLp9sT4wR7", ["Qz8vM2xLp9sT4wR7"]),
+    ("- hosts: web\n  vars:\n    ansible_ssh_private_key: |\n      -----BEGIN OPENSSH PRIVATE KEY-----\n      "
+     + "\n      ".join(KEYS[1][1][:3]), KEYS[1][1][:3]),
+])
+def test_multi_line_secrets_are_redacted_even_when_cut(text, secrets):
+    out, counts = Redactor().text(text)
+    assert not [s for s in secrets if s in out], out
+    assert "[redacted:" in out and sum(counts.values()) >= 1
+
+
+@pytest.mark.parametrize("text", [
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8\nAuthor: Ana <ana@example.com>",
+    'SRCREV_moby = "43fc912ef59a83054ea7f6706df4d53a7dea4d80"',
+    '"integrity": "sha512-' + "zGgF6/Ik0OeT0w3KQAYp5cJ9dKCu8vT1oXv8PLmAcFRQ8qs8ZbFrqC1Y2s0nwlB3oIEE6mEcHJ3nN9QxL7yOtQ==" + '"',
+    "CONTAINER ID   IMAGE\n3f4e2a1b9c8d   postgres:16",
+    "docker inspect 7d9f2c1e0a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e",
+    'credentialsId: "29f63271-dc2f-4734-8221-5b31b5169bac"',
+    'public_key = "9Cnzj4p4WGeKLs1Pt8QuKUpRKfFLfRYC9AIKjbJTWit"',
+    "md5 checksum: 5c94767cedb5d6987c902ac850ded2c6",
+    "-----BEGIN CERTIFICATE-----\n" + "\n".join(PEM_BODY[:3]) + "\n-----END CERTIFICATE-----",
+    "apiVersion: external-secrets.io/v1beta1\nkind: ExternalSecret\nspec:\n  data:\n    - secretKey: api-key\n"
+    "      remoteRef:\n        key: my-secrets-manager-secret",
+    "curl --user neo4j:[PASSWORD] http://[IP]:7474/db/data/",
+    "login(username=username, password=password)",
+])
+def test_what_a_coding_agent_needs_to_remember_is_kept(text):
+    assert Redactor().text(text)[0] == text
+
+
+def test_public_scanner_fixtures_meet_the_recall_and_look_alike_targets():
+    """The public fixtures (bench/redaction_public/, attributed there): a guard, not a tuning set —
+    bench/README.md says which parts were seen while writing the rules."""
+    from bench.redaction_public_data import samples
+    from memplane_core.redaction.corpus import redacted
+    redactor = Redactor()
+    found = changed = secrets = looks = 0
+    for s in samples():
+        out = redacted(redactor, s.text)
+        if s.secret:
+            secrets += 1
+            found += s.secret not in out
+        else:
+            looks += 1
+            changed += out != s.text
+    assert secrets > 300 and looks > 150
+    assert found / secrets >= 0.97 and changed / looks <= 0.05, (found / secrets, changed / looks)
