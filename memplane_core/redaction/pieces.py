@@ -53,6 +53,12 @@ _PUBLIC_AFTER = ("-----END CERTIFICATE", "-----END PUBLIC", "-----END PGP PUBLIC
                  "-----END EC PARAMETERS")
 
 
+_UPPER = str.maketrans("", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = str.maketrans("", "", "abcdefghijklmnopqrstuvwxyz")
+_DIGIT = str.maketrans("", "", "0123456789")
+_SYMBOL = str.maketrans("", "", "+/")
+
+
 def _body_line(line: str) -> bool:
     """A full line of key material: 40–100 base64 characters, both cases and digits mixed in the
     way random bytes mix them (a path, a word run or a hex hash does not)."""
@@ -60,10 +66,10 @@ def _body_line(line: str) -> bool:
     n = len(core)
     if not 40 <= n <= 100:
         return False
-    upper = sum(c.isupper() for c in core)
-    lower = sum(c.islower() for c in core)
-    digits = sum(c.isdigit() for c in core)
-    symbols = sum(c in "+/" for c in core)
+    upper = n - len(core.translate(_UPPER))
+    lower = n - len(core.translate(_LOWER))
+    digits = n - len(core.translate(_DIGIT))
+    symbols = n - len(core.translate(_SYMBOL))
     return upper >= n * 0.15 and lower >= n * 0.15 and digits + symbols >= 2 and digits >= 1 \
         and shannon_entropy(core) >= 4.2
 
@@ -77,6 +83,16 @@ def _fragment(line: str, at_line_start: bool) -> bool:
 
 def _pieces(text: str, s: int, e: int) -> list[tuple[int, int]]:
     """The run's lines as spans of `text`."""
+    seg = text[s:e]
+    if "\\" not in seg:  # plain line breaks: str.split, no regex call per line
+        out, pos = [], s
+        for part in seg.split("\n"):
+            a = pos + len(part) - len(part.lstrip(" \t"))
+            b = pos + len(part.rstrip(" \t\r"))
+            if b > a:
+                out.append((a, b))
+            pos += len(part) + 1
+        return out
     out, pos = [], s
     for m in _LINE_SPLIT.finditer(text[s:e]):
         out.append((pos, s + m.start()))
@@ -109,10 +125,10 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     """The key-body lines of a base64 run, or None when the run is no key body: no full body line,
     or the text around it says it is a certificate, a public key, a content hash or a data URI."""
     lines = _pieces(text, s, e)
-    full = [i for i, (a, b) in enumerate(lines) if _body_line(text[a:b])]
-    if not full:
+    first = next((i for i, (a, b) in enumerate(lines) if _body_line(text[a:b])), None)
+    if first is None:
         return None
-    first, last = full[0], full[-1]
+    last = next(i for i in range(len(lines) - 1, first - 1, -1) if _body_line(text[lines[i][0]:lines[i][1]]))
     if any(len(text[a:b].rstrip("=")) > 100 for a, b in lines[first:last + 1]):
         return None  # one long single-line blob (an image, a bundle), not wrapped key armour
     while first > 0 and _fragment(text[lines[first - 1][0]:lines[first - 1][1]], _line_start(text, lines[first - 1][0])):
