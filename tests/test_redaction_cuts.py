@@ -220,6 +220,7 @@ SA_JSON_TEXT = ('{\n  "type": "service_account",\n  "project_id": "acme-prod",\n
 
 
 @pytest.mark.parametrize("text, secrets", [
+    (f"user: {PEM_BODY[3]}\nassistant: got it", [PEM_BODY[3]]),  # one line of a key, as a memory files it
     (SA_JSON_TEXT, ["3f9a1c0b7e2d4a6f8b1c3e5d7f9a0b2c4d6e8f01", *PEM_BODY[:4]]),
     ("apiVersion: v1\nclusters:\n- cluster:\n    server: https://10.0.0.1:6443\nusers:\n- name: admin\n  user:\n"
      "    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM4akNDQWRxZ0F3SUJBZ0lJ\n"

@@ -43,6 +43,8 @@ _RUN = (r"(?:^|[^A-Za-z0-9+/=])((?:" + _B64 + r"+[ \t]*" + _NL + r"[ \t]*)*" + r
         + r"(?:[ \t]*" + _NL + r"[ \t]*" + _B64 + r"+)*)(?:[^A-Za-z0-9+/=]|$)")
 _LINE_SPLIT = re2.compile(r"[ \t]*" + _NL + r"[ \t]*")
 
+# who said a line, as memory text files it (`user: <line>`): a speaker label is not a name for a value
+_SPEAKER = re2.compile(r"(?i)^(?:user|assistant|system|tool|human|ai|model|developer)[ \t]*:$")
 _CONTEXT = 160  # characters either side a run's context is read from
 # What a run right after (or before) one of these is: public material or a content hash.
 _PUBLIC_BEFORE = ("CERTIFICATE-----", "PUBLIC KEY-----", "PUBLIC KEY BLOCK-----", "SIGNATURE-----", "MESSAGE-----",
@@ -118,7 +120,8 @@ def _alone(text: str, a: int, b: int) -> bool:
     ends = [i for i in (after.find("\n"), after.find("\\n")) if i >= 0]
     if not ends and b + 200 < len(text):
         return False
-    return before[cut:].strip(" \t\"'`") == "" and after[:min(ends) if ends else None].strip(" \t\"'`,;\r") == ""
+    left = before[cut:].strip(" \t\"'`")
+    return (left == "" or _SPEAKER.search(left) is not None) and after[:min(ends) if ends else None].strip(" \t\"'`,;\r") == ""
 
 
 def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
