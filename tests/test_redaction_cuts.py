@@ -276,3 +276,21 @@ def test_public_scanner_fixtures_meet_the_recall_and_look_alike_targets():
             changed += out != s.text
     assert secrets > 300 and looks > 150
     assert found / secrets >= 0.97 and changed / looks <= 0.05, (found / secrets, changed / looks)
+
+
+def test_a_key_in_a_long_turn_split_into_episode_pieces_is_redacted_in_every_piece():
+    """A memory service that gets the raw turn (a REST retain, not through the proxy) splits it into
+    pieces with its whitespace collapsed: the key's lines then sit on one line, space-separated."""
+    from memory_adapters.engine.episodes import episodes_from_entry
+    raw = base64.b64encode(random.Random(2).randbytes(1600)).decode()
+    body = [raw[i:i + 64] for i in range(0, len(raw), 64)]
+    key = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body) + "\n-----END RSA PRIVATE KEY-----"
+    prose = " ".join(["We discussed the deployment plan at length and agreed on the steps."] * 30)
+    entry = {"id": "e1", "ts": "2026-11-20T10:00:00Z",
+             "request_original": {"model": "m", "messages": [
+                 {"role": "user", "content": f"{prose}\n\nhere is the key:\n{key}\n\n{prose}"}]},
+             "response": {"choices": [{"message": {"role": "assistant", "content": "Stored it; I will rotate it."}}]}}
+    episodes = episodes_from_entry("ops", entry, {}, Redactor())
+    text = "\n".join(m.value for m in episodes)
+    assert len(episodes) > 3 and not _leaks(text, body)
+    assert text.count("agreed on the steps") == 60 and "[redacted:private_key]" in text

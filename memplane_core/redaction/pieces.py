@@ -39,9 +39,13 @@ _HEADER_TO_RUN = (
 )
 
 # a run of base64 lines holding at least one line of 40+ characters; refined in Python below
-_RUN = (r"(?:^|[^A-Za-z0-9+/=])((?:" + _B64 + r"+[ \t]*" + _NL + r"[ \t]*)*" + r"[A-Za-z0-9+/]{40,}={0,2}"
-        + r"(?:[ \t]*" + _NL + r"[ \t]*" + _B64 + r"+)*)(?:[^A-Za-z0-9+/=]|$)")
-_LINE_SPLIT = re2.compile(r"[ \t]*" + _NL + r"[ \t]*")
+# lines break at a newline, an escaped `\n`, or a space (text whose whitespace was collapsed, as
+# an episode's pieces are)
+_SEP = r"(?:[ \t]*" + _NL + r"[ \t]*|[ \t]+)"
+_RUN = (r"(?:^|[^A-Za-z0-9+/=])((?:" + _B64 + r"+" + _SEP + r")*" + r"[A-Za-z0-9+/]{40,}={0,2}"
+        + r"(?:" + _SEP + _B64 + r"+)*)(?:[^A-Za-z0-9+/=]|$)")
+_LINE_SPLIT = re2.compile(_SEP)
+_ARMOUR_WIDTHS = (64, 70, 76)  # PEM, OpenSSH, PGP/MIME line widths
 
 # who said a line, as memory text files it (`user: <line>`): a speaker label is not a name for a value
 _SPEAKER = re2.compile(r"(?i)^(?:user|assistant|system|tool|human|ai|model|developer)[ \t]*:$")
@@ -86,14 +90,12 @@ def _fragment(line: str, at_line_start: bool) -> bool:
 def _pieces(text: str, s: int, e: int) -> list[tuple[int, int]]:
     """The run's lines as spans of `text`."""
     seg = text[s:e]
-    if "\\" not in seg:  # plain line breaks: str.split, no regex call per line
-        out, pos = [], s
-        for part in seg.split("\n"):
-            a = pos + len(part) - len(part.lstrip(" \t"))
-            b = pos + len(part.rstrip(" \t\r"))
-            if b > a:
-                out.append((a, b))
-            pos += len(part) + 1
+    if "\\" not in seg:  # plain whitespace: str.split, no regex call per line
+        out, pos = [], 0
+        for part in seg.split():
+            pos = seg.find(part, pos)
+            out.append((s + pos, s + pos + len(part)))
+            pos += len(part)
         return out
     out, pos = [], s
     for m in _LINE_SPLIT.finditer(text[s:e]):
@@ -142,8 +144,9 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     a, b = lines[first][0], lines[last][1]
     if a > 0 and text[a - 1] == "\\" and text[a] in "nrt":
         a += 1  # the run began inside an escaped line break (`\n` in a JSON string read as text)
-    if first == last and not _alone(text, a, b):
-        return None  # one line with a name or code beside it: a value for the rules that read names
+    if first == last and not _alone(text, a, b) and len(text[a:b].rstrip("=")) not in _ARMOUR_WIDTHS \
+            and len(text[a:b]) not in _ARMOUR_WIDTHS:
+        return None  # one value with a name or code beside it: left to the rules that read names
     before = text[max(0, a - _CONTEXT):a]
     after = text[b:b + _CONTEXT]
     head = before.rstrip(" \t\r\n\\n\"'")
