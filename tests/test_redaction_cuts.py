@@ -254,6 +254,10 @@ def test_multi_line_secrets_are_redacted_even_when_cut(text, secrets):
     "      remoteRef:\n        key: my-secrets-manager-secret",
     "curl --user neo4j:[PASSWORD] http://[IP]:7474/db/data/",
     "login(username=username, password=password)",
+    "golang.org/x/oauth2 v0.15.0 h1:s8pnnxNVzjWyrvYdFUQq5llS1PX2zhPXmccZv99h7uQ=",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGbq8Xr3T0yQn2k9lP4mZ7vW1sR6uY0tE3aB5cD8fH2j ana@laptop",
+    "Content-Security-Policy: script-src sha256-B2yPHKaXnvFWtRChIbabYmUBFZdVfKKXHbWtWidDVF8=",
+    'assert b64(x) == "SGVsbG8gV29ybGQhIFRoaXMgaXMgYSB0ZXN0IG9mIGJhc2U2NA=="',
 ])
 def test_what_a_coding_agent_needs_to_remember_is_kept(text):
     assert Redactor().text(text)[0] == text

@@ -49,6 +49,7 @@ _ARMOUR_WIDTHS = (64, 70, 76)  # PEM, OpenSSH, PGP/MIME line widths
 
 # who said a line, as memory text files it (`user: <line>`): a speaker label is not a name for a value
 _SPEAKER = re2.compile(r"(?i)^(?:user|assistant|system|tool|human|ai|model|developer)[ \t]*:$")
+_SSH_PUBLIC = re2.compile(r"(?:ssh|ecdsa|sk-ssh|sk-ecdsa)-[a-z0-9@.\-]{2,40}[ \t]*$")
 _CONTEXT = 160  # characters either side a run's context is read from
 # What a run right after (or before) one of these is: public material or a content hash.
 _PUBLIC_BEFORE = ("CERTIFICATE-----", "PUBLIC KEY-----", "PUBLIC KEY BLOCK-----", "SIGNATURE-----", "MESSAGE-----",
@@ -136,6 +137,14 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     last = next(i for i in range(len(lines) - 1, first - 1, -1) if _body_line(text[lines[i][0]:lines[i][1]]))
     if any(len(text[a:b].rstrip("=")) > 100 for a, b in lines[first:last + 1]):
         return None  # one long single-line blob (an image, a bundle), not wrapped key armour
+    fa, fb = lines[first]
+    if fa > 0 and text[fa - 1] == "\\" and text[fa] in "nrt":
+        fa += 1  # the line began inside an escaped line break (`\n` in a JSON string read as text)
+    if first == last and not _alone(text, fa, fb) and len(text[fa:fb].rstrip("=")) not in _ARMOUR_WIDTHS \
+            and fb - fa not in _ARMOUR_WIDTHS:
+        return None  # one value with a name or code beside it: left to the rules that read names
+    if text.startswith("AAAA", fa) and _SSH_PUBLIC.search(text[max(0, fa - 48):fa]):
+        return None  # an OpenSSH public key (`ssh-ed25519 AAAA… user@host`, authorized_keys, known_hosts)
     while first > 0 and _fragment(text[lines[first - 1][0]:lines[first - 1][1]], _line_start(text, lines[first - 1][0])):
         first -= 1
     n = len(lines)
@@ -144,9 +153,6 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     a, b = lines[first][0], lines[last][1]
     if a > 0 and text[a - 1] == "\\" and text[a] in "nrt":
         a += 1  # the run began inside an escaped line break (`\n` in a JSON string read as text)
-    if first == last and not _alone(text, a, b) and len(text[a:b].rstrip("=")) not in _ARMOUR_WIDTHS \
-            and len(text[a:b]) not in _ARMOUR_WIDTHS:
-        return None  # one value with a name or code beside it: left to the rules that read names
     before = text[max(0, a - _CONTEXT):a]
     after = text[b:b + _CONTEXT]
     head = before.rstrip(" \t\r\n\\n\"'")
