@@ -187,8 +187,39 @@ def _held(key: str) -> bool:
     return hashlib.sha256(key.encode()).digest()[0] % 3 == 0
 
 
+def _fixture_samples() -> list[tuple[str, str, str]]:
+    """(source, secret or "" for a look-alike, text) from bench/redaction_public/fixtures.py: the
+    scanners' own true and false positives, whole, as their tests write them."""
+    import random
+
+    from .redaction_public import fixtures as f
+    rng = random.Random(8)  # newPlausibleSecret draws: the same values every run
+    out: list[tuple[str, str, str]] = []
+    out += [("gitleaks-generic", secret, text) for text, secret in f.GITLEAKS_GENERIC_TP]
+    for template, alphabet, n in f.GITLEAKS_GENERIC_TP_TEMPLATES:
+        for _ in range(3):
+            secret = f.plausible(rng, alphabet, n)
+            out.append(("gitleaks-generic", secret, template.format(secret)))
+    out += [("gitleaks-generic", "", text) for text in f.GITLEAKS_GENERIC_FP]
+    out += [("gitleaks-curl", secret, text) for text, secret in f.GITLEAKS_CURL_TP]
+    out += [("gitleaks-curl", "", text) for text in f.GITLEAKS_CURL_FP]
+    out += [("gitleaks-kubernetes", secret, text) for text, secret in f.GITLEAKS_KUBERNETES_TP]
+    out += [("gitleaks-kubernetes", "", text) for text in f.GITLEAKS_KUBERNETES_FP]
+    out += [("detect-secrets-keyword", f.DS_KEYWORD_SECRET, text) for text in f.DS_KEYWORD_TP]
+    out += [("detect-secrets-keyword", "", text) for text in f.DS_KEYWORD_FP]
+    # measured once after the rules were written (never tuned to): aws.go and jwt.go
+    for key_id in f.GITLEAKS_AWS_TP_IDS:
+        out += [("gitleaks-aws (unseen)", key_id, t) for t in
+                (f"aws_access_key_id = {key_id}", f'{{"AccessKeyId": "{key_id}"}}', f"export AWS_KEY={key_id}", key_id)]
+    out += [("gitleaks-aws (unseen)", "", text) for text in f.GITLEAKS_AWS_FP]
+    out += [("gitleaks-jwt (unseen)", secret, text) for text, secret in f.GITLEAKS_JWT_TP]
+    return out
+
+
 def samples() -> list[Sample]:
     out = []
+    for source, secret, text in _fixture_samples():
+        out.append(Sample(source, "fixture" if secret else "lookalike", secret, text, _held(secret + "\0" + text)))
     for s in SECRETS:
         for ctx, text in _contexts(s):
             out.append(Sample(s.source, ctx, s.value, text, _held(s.value)))

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from xml.sax.saxutils import escape
 
+from memplane_core.redact import REDACTED_PREFIX
+
 from .recall_policy import InjectedMemory
 
 _ATTR_ENTITIES = {'"': "&quot;", "'": "&apos;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
@@ -34,9 +36,37 @@ def render_block(service: str, memories: list[InjectedMemory]) -> str:
     return "\n".join(lines)
 
 
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# the words a date line may hold besides numbers: months and weekdays (full or short), times, zones
+_DATE_WORDS = frozenset(_MONTHS + _DAYS + tuple(w[:3] for w in _MONTHS + _DAYS)
+                        + ("sept", "am", "pm", "on", "at", "t", "z", "utc", "gmt"))
+
+
+def _tokens(text: str) -> list[str]:
+    """Runs of digits and runs of letters (`2026-11-20T10:00Z` → 2026 11 20 t 10 00 z)."""
+    out: list[str] = []
+    kind = ""
+    for c in text:
+        k = "d" if c.isdigit() else "a" if c.isalpha() else ""
+        if k and k == kind:
+            out[-1] += c
+        elif k:
+            out.append(c)
+        kind = k
+    return out
+
+
 def _is_header(line: str) -> bool:
-    """A date line such as `[2026-11-20]` files what follows; it is not a statement of its own."""
-    return line.startswith("[") and line.endswith("]") and len(line) <= 64
+    """A date line such as `[2026-11-20]` or `[1:56 pm on 8 May, 2023]` files what follows; it is not
+    a statement of its own. Only a date is one: `[redacted:private_key]`, `[DONE]` and `[x]` lines
+    are statements and stay (a redacted key must leave its marker in the block)."""
+    if not (line.startswith("[") and line.endswith("]") and len(line) <= 64):
+        return False
+    tokens = _tokens(line[1:-1])
+    return (any(t.isdigit() and len(t) == 4 for t in tokens)
+            and all(t.isdigit() or t.casefold() in _DATE_WORDS for t in tokens))
 
 
 def drop_repeated_lines(memories: list[InjectedMemory]) -> tuple[list[InjectedMemory], int]:
@@ -53,6 +83,8 @@ def drop_repeated_lines(memories: list[InjectedMemory]) -> tuple[list[InjectedMe
         kept: list[str] = []
         for line in m.text.split("\n"):
             norm = " ".join(line.split()).casefold()
+            if norm.startswith(REDACTED_PREFIX) and norm.endswith("]") and " " not in norm:
+                norm = ""  # a redaction marker alone on its line: every memory that held the secret says so
             if norm and not _is_header(norm) and norm in seen:
                 dropped += 1
                 continue

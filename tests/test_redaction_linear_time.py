@@ -40,6 +40,12 @@ HOSTILE = {  # what the review sent, each built at a given size (100 KB in the t
     "3,700 keyed values on one line": lambda n: " ".join("auth_code=Qz%05dxLm4vN8pT" % i for i in range(n // 27)),
     # an AWS key id followed by a secret-shaped run, thousands of times on one line
     "1,400 key ids + base64 runs": lambda n: _fit("AKIAQWERTYUIOPASDFGH / " + "aB3/" * 12 + " ", n),
+    # cut keys (issue 39): one 100 KB key body with no header, short base64 words one per line, the
+    # same with escaped line breaks, and thousands of headers each followed by a fragment
+    "headerless key body": lambda n: _fit("Zm9vYmFyQmF6cXV4MTIzNDU2Nzg5MGFiY2RlZkdISUpLTE1OT1BRUlNUVVZXWFla+/0\n", n),
+    "base64 words, one per line": lambda n: _fit("aB3d\n", n),
+    "escaped line breaks": lambda n: _fit("MIIEvQ7b\\n", n),
+    "PEM headers + fragments": lambda n: _fit("-----BEGIN PRIVATE KEY-----\nab3\n", n),
 }
 
 

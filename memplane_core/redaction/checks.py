@@ -38,6 +38,8 @@ _REFERENCE = re2.compile(
 # lower-case or camelCase names that mention what they name (db-credentials, openai_api_key, dbPassword)
 _NAMED = re2.compile(r"^(?:[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]*)+)$")
 _SECRET_WORD = re2.compile(r"(?i)pass|pwd|secret|token|key|cred|auth|cert")
+_PATH = re2.compile(r"^[a-z0-9_.\-]+(?:/[a-z0-9_.\-]+){2,}$")  # a lower-case relative path (detect-secrets: 3+ `/`)
+_IDENTIFIER = re2.compile(r"^[A-Za-z_][A-Za-z_.]*$")
 
 
 def shannon_entropy(value: str) -> float:
@@ -54,12 +56,16 @@ def looks_placeholder(value: str) -> bool:
     one: only values with no digits or symbols beyond separators count as words."""
     v = value.strip().strip("\"'")
     low = v.lower()
-    if not v or low.startswith(REDACTED_PREFIX) or low in _PLACEHOLDER_VALUES:
+    if not v or low.startswith(REDACTED_PREFIX) or low in _PLACEHOLDER_VALUES or low.rstrip(">)]}") in _PLACEHOLDER_VALUES:
         return True
     if _TEMPLATE.search(v) or "..." in v or "…" in v or "****" in v or "xxxx" in low:
         return True
-    if any(marker in v for marker in ("${", "{{", "%(", "<", ">")):
+    # a template stands in for the whole value (`${DB_PASS}`, `{{ .Values.pw }}`, `<token>`); a
+    # value that merely contains such characters (`m{{h}o)p${e]…`) is not one — detect-secrets' rule
+    if v.startswith(("${", "{{", "%(", "<", "$(", "#{")) or (v.startswith("{") and v.endswith("}}")):
         return True
+    if v.startswith("[") and v.endswith("]") and _WORDS_ONLY.search(v[1:-1]):
+        return True  # `[PASSWORD]`, `[YOUR_TOKEN]`: a bracketed name is a slot to fill in
     if _WORDS_ONLY.search(v) and any(word in low for word in _PLACEHOLDER_WORDS):
         return True
     core = _VENDOR_PREFIX.sub("", low, count=1)  # drop a vendor prefix such as sk- or ghp_
@@ -69,7 +75,7 @@ def looks_placeholder(value: str) -> bool:
 def looks_reference(value: str) -> bool:
     """True for a value that names a secret without holding it (see _REFERENCE)."""
     v = value.strip().strip("\"'`")
-    if _REFERENCE.search(v) or _CODE_REFERENCE.search(v):
+    if _REFERENCE.search(v) or _CODE_REFERENCE.search(v) or _PATH.search(v):
         return True
     return bool(_NAMED.search(v) and _SECRET_WORD.search(v))
 
@@ -81,8 +87,11 @@ def random_enough(value: str, min_entropy: float = 3.0) -> bool:
 def assignment_check(value: str) -> bool:
     """A value worth redacting: not a placeholder, not code or a name that points at the secret
     (`os.environ[...]`, `getpass()`, `$(cat …)`, `DB_PASSWORD`), not a comment."""
-    if looks_placeholder(value) or value.startswith(("#", "//")) or looks_reference(value):
-        return False
+    if looks_placeholder(value) or value.startswith(("#", "//", "(")) or looks_reference(value):
+        return False  # `(` opens a cast or a call: `setApiKey:(NSString *)apiKey`
+    bare = value.rstrip(")]};,")
+    if bare != value and "(" not in value and (looks_placeholder(bare) or _IDENTIFIER.search(bare)):
+        return False  # a call's argument (`password=password)`), not a value
     return len(value) >= 6 and shannon_entropy(value) >= 2.5
 
 

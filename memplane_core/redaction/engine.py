@@ -19,7 +19,9 @@ from jsonschema import Draft202012Validator
 
 from .checks import REDACTED_PREFIX, looks_placeholder
 from .gitleaks import gitleaks_rules
+from .lookalikes import allowed as lookalike_allowed
 from .overlay import OVERLAY_RULES
+from .pieces import KEY_BODY_RULE
 from .rule import Rule, RuleError, compile_re2
 
 # Strings this long or longer (in characters, summed over a JSON document) are scanned in a worker
@@ -30,8 +32,9 @@ T = TypeVar("T")
 
 
 def builtin_rules() -> tuple[Rule, ...]:
-    """memplane's overlay first (familiar kinds, its own shapes), then gitleaks' rules."""
-    return OVERLAY_RULES + gitleaks_rules()
+    """memplane's overlay first (familiar kinds, its own shapes), then gitleaks' rules, then the bare
+    key-body shape (pieces.py) for what is left."""
+    return OVERLAY_RULES + gitleaks_rules() + (KEY_BODY_RULE,)
 
 
 _SENSITIVE_KEY = re2.compile(
@@ -248,6 +251,8 @@ class Redactor:
         marker = f"{REDACTED_PREFIX}{rule.kind}]"
         for m in rule.pattern.finditer(text):
             span = _secret_span(m, rule)
+            if span is not None and rule.refine is not None:
+                span = rule.refine(text, *span)
             if span is None:
                 continue
             spans = [span] if rule.inner is None else [
@@ -275,7 +280,7 @@ class Redactor:
             return False
         if rule.allowed is not None and rule.allowed(secret, m.group(0), _line_around(text, *m.span(0))):
             return False
-        return True
+        return not lookalike_allowed(rule.kind, text, s, e, _line_around)
 
     # -- JSON documents --
 

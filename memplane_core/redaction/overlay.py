@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, mixed_token_check, \
     random_enough, shannon_entropy, vendor_token_check
-from .rule import Rule, rule
+from .pieces import PIECE_RULES
+from .rule import Rule, compile_re2, rule
 
 _B = r"(?:^|[^A-Za-z0-9_\-])"          # start of a token
 _E = r"(?:[^A-Za-z0-9_\-]|$)"          # end of a token
@@ -44,12 +45,26 @@ def _base64_value(v: str) -> bool:
     return not looks_placeholder(v) and shannon_entropy(v) >= 2.5
 
 
+_SECRET_KIND = compile_re2(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t]*$")
+
+
+def _in_secret_document(text: str, s: int, e: int) -> tuple[int, int] | None:
+    """A `data:` block belongs to a `kind: Secret` document (not ExternalSecret, SopsSecret or a
+    SecretStore reference): the kind line within the same YAML document, up to 2,000 characters away."""
+    lo, hi = max(0, s - 2000), min(len(text), e + 2000)
+    left = text.rfind("\n---", lo, s)
+    right = text.find("\n---", e, hi)
+    return (s, e) if _SECRET_KIND.search(text[left + 1 if left >= 0 else lo:right if right >= 0 else hi]) else None
+
+
 # Order matters: specific vendor formats first, generic shapes (bearer, assignments) last,
 # so a token is reported under its most precise kind.
 OVERLAY_RULES: tuple[Rule, ...] = (
     rule("private_key",
          r"-----BEGIN[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END[ A-Z0-9_]{0,100}PRIVATE KEY"
          r"(?: BLOCK)?-----", ["PRIVATE KEY"]),
+    # a key cut anywhere: no footer, no header, or encoded on one line (pieces.py)
+    *PIECE_RULES,
     rule("anthropic", _B + r"(sk-ant-[A-Za-z0-9_\-]{20,})", ["sk-ant-"], group=1, check=random_enough),
     rule("openai", _B + r"(sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,})", ["sk-"], group=1,
          check=lambda v: not v.startswith("sk-ant-") and random_enough(v)),
@@ -135,7 +150,7 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     # Kubernetes Secret: every value of its `data:` / `stringData:` block
     rule("kubernetes_secret", r"(?m)^[ \t]*(?:data|stringData):[ \t]*\n((?:[ \t]+[^\n]*(?:\n|$))+)",
          ["kind: secret"], icase=True, group=1,
-         inner=r"(?m)^[ \t]+[A-Za-z0-9_.\-]+:[ \t]*[\"']?([^\s\"'#]{4,})"),
+         inner=r"(?m)^[ \t]+[A-Za-z0-9_.\-]+:[ \t]*[\"']?([^\s\"'#]{4,})", refine=_in_secret_document),
     rule("credential_assignment",
          r"(?i)(?:^|[^A-Za-z0-9])" + _ASSIGN_KEYS + _SEP + _VALUE,
          ["pass", "pwd", "secret", "key", "token", "credential"], icase=True, group=None, check=assignment_check),
@@ -149,6 +164,18 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          r"(?i)\[\s{0,8}[\"'][A-Za-z0-9_.\-]{0,64}(?:password|passwd|pwd|secret|token|api_?key|auth)"
          r"[A-Za-z0-9_.\-]{0,64}[\"']\s{0,8}\]\s{0,8}=\s{0,8}(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})')",
          ["pass", "pwd", "secret", "token", "key", "auth"], icase=True, group=None, check=assignment_check),
+    # detect-secrets' keyword detector: a name that ends in a secret word (any prefix), `:=`/`:`/`=`/`=>` (also
+    # `[]=`, `= @"…"`), then the value quoted or bare; or a quoted value straight after the name
+    # ending in `;` (`private_key '…';`). The value may hold any characters (`m{{h}o)p${e]…}}`).
+    rule("credential_assignment",
+         r"(?i)(?:api_?key|auth_?key|service_?key|account_?key|db_?key|"
+         r"priv_?key|private_?key|client_?key|db_?pass|key_?pass|password|passwd|pwd|secret)(?:[\"']\])?[\"']?"
+         r"[ \t]{0,8}(?:\[\])?[ \t]{0,8}(?::=|=>|:|=)[ \t]{0,8}@?(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})'|([^\s\"'`,;]{4,}))",
+         ["key", "pass", "pwd", "secret"], icase=True, group=None, check=assignment_check),
+    rule("credential_assignment",
+         r"(?i)(?:api_?key|private_?key|password|secret)[A-Za-z0-9_]{0,20}"
+         r"[ \t]{0,8}(?:\"([^\"\s]{4,})\"|'([^'\s]{4,})')[ \t]{0,8};",
+         ["key", "pass", "secret"], icase=True, group=None, check=assignment_check),
     # environment-style names that end in a secret word: PGPASSWORD=…, MYSQL_PWD=…, REDISCLI_AUTH=…
     rule("credential_assignment",
          r"(?:^|[^A-Za-z0-9_])[A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|PWD|SECRET|TOKEN|APIKEY|API_KEY|_AUTH|_PASS|"

@@ -40,9 +40,12 @@ class Rule:
     check: Callable[[str], bool] | None = None
     inner: Any = None
     allowed: Callable[[str, str, str], bool] | None = None
+    # `refine(text, start, end)`: the secret's final span, or None when it is none (context decides)
+    refine: Callable[[str, int, int], tuple[int, int] | None] | None = None
 
 
 def rule(kind: str, regex: str, keywords: Iterable[str] = (), *, group: int | None = 0,
-         check: Callable[[str], bool] | None = None, icase: bool = False, inner: str | None = None) -> Rule:
+         check: Callable[[str], bool] | None = None, icase: bool = False, inner: str | None = None,
+         refine: Callable[[str, int, int], tuple[int, int] | None] | None = None) -> Rule:
     return Rule(kind, compile_re2(regex), tuple(k.lower() if icase else k for k in keywords), icase, group, check,
-                compile_re2(inner) if inner else None)
+                compile_re2(inner) if inner else None, refine=refine)
