@@ -214,6 +214,9 @@ async def test_claude_code_keeps_the_persons_words_and_what_was_done_not_its_rem
     async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/metrics") as r:
         metrics = await r.text()
     assert 'memplane_scaffolding_set_aside_parts_total{rule="tagged"}' in metrics
+    async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/memplane/ui/turns/{first.turn_ids[0]}") as r:
+        page = await r.text()
+    assert r.status == 200 and "8 part(s)" in page and "&lt;system-reminder&gt; ×8" in page  # the inspector says so
 
     # what the session left: one memory of the person's words and what was done, compact, no secret
     stored = await memories_of(service, "cc")
