@@ -208,12 +208,18 @@ def _agent_id(claw: dict[str, Any], name: str, seen: dict[str, str], pod_file: P
 
 
 def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path, where: str) -> dict[str, Any]:
-    """What metadata.json carries besides the id: the service, type, timezone, allowed models and whose
-    provider key goes upstream (`provider-key: client`: the agent's own, CONTRACT §1)."""
+    """What metadata.json carries besides the id: the service, type, timezone, allowed models, whose
+    provider key goes upstream (`provider-key: client`: the agent's own, CONTRACT §1) and whether a
+    coding agent's work is scoped to its project (`project-scope`, default on)."""
     extra: dict[str, Any] = {"service": name}
     for key in ("type", "timezone"):
         if claw.get(key):
             extra[key] = str(claw[key])
+    scope = claw.get("project-scope")
+    if scope is not None:
+        if not isinstance(scope, bool):
+            raise _fail(pod_file, f"{where}.project-scope", f"agent '{agent_id}': project-scope must be true or false")
+        extra["project_scope"] = scope
     models = claw.get("models", claw.get("allowed-models"))
     if models is not None:
         if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):

@@ -86,6 +86,7 @@ class AgentMetadata:
     @property
     def client_provider_key(self) -> bool:
         return self.provider_key == "client"
+    project_scope: bool = True  # coding agents: work memories scoped to the declared project
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "AgentMetadata":
@@ -98,4 +99,5 @@ class AgentMetadata:
             timezone=doc.get("timezone"),
             allowed_models=tuple(doc.get("allowed_models") or ()),
             provider_key=doc.get("provider_key") or "operator",
+            project_scope=doc.get("project_scope", True) is not False,
         )

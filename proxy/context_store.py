@@ -28,11 +28,13 @@ class AgentContext:
     def agent_id(self) -> str:
         return self.metadata.agent_id
 
-    def memory_metadata(self, api: str, requested_model: Any, session_id: str | None) -> dict[str, Any]:
+    def memory_metadata(self, api: str, requested_model: Any, session_id: str | None,
+                        project: str | None = None) -> dict[str, Any]:
         """The `metadata` object recall and retain send to the memory service (CONTRACT §5, §6)."""
         meta = self.metadata
         out = {"service": meta.service, "type": meta.type, "path": api, "requested_model": requested_model,
-               "session_id": session_id, "timezone": meta.timezone}
+               "session_id": session_id, "timezone": meta.timezone,
+               "project": project if meta.project_scope else None}
         return {k: v for k, v in out.items() if v is not None}
 
 

@@ -34,6 +34,10 @@ class RecallDetail:
     memories: list[dict[str, Any]] = _UNSET  # per recalled item: kind, source, score, id, decision, text
     repeated_lines_dropped: int = _UNSET
     reused: str = _UNSET  # a continuation got its user turn's first block again
+    set_aside: dict[str, Any] = _UNSET  # client scaffolding left out of the query and the retain (coding/)
+    call_kind: str = _UNSET  # side | subagent | compaction: not an ordinary turn (coding/side_calls.py)
+    project: str = _UNSET  # the project recall was scoped to (CONTRACT §5 metadata.project)
+    already_in_request: int = _UNSET  # recalled lines left out: the request already carries them
 
     def as_dict(self) -> dict[str, Any]:
         return _set_fields(self)

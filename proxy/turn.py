@@ -20,6 +20,8 @@ from memplane_core.contract import RecallRequest
 from memplane_core.tokens import estimate_tokens
 
 from . import memory_tool
+from .coding.already_said import drop_already_said
+from .coding.reading import CodingTurn, read_turn
 from .context_store import AgentContext
 from .errors import ProxyError, stream_error_event
 from .explanation import RecallDetail, TurnExplanation
@@ -113,12 +115,37 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
     return body, RecallSummary("reused", len(turn.memories), 0, 0.0, detail), turn
 
 
+def _coding_detail(detail: RecallDetail, coding: CodingTurn) -> RecallDetail:
+    """The coding read's part of the explanation: what was set aside, the call's kind, the project."""
+    if coding.set_aside.parts:
+        detail.set_aside = coding.set_aside.as_dict()
+    if coding.kind.value != "turn":
+        detail.call_kind = coding.kind.value
+    if coding.project:
+        detail.project = coding.project
+    return detail
+
+
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
-                            session_id: str | None) -> tuple[dict[str, Any], RecallSummary, TurnBlock | None]:
+                            session_id: str | None, coding: CodingTurn
+                            ) -> tuple[dict[str, Any], RecallSummary, TurnBlock | None]:
     """Recall for this call and inject what policy lets through: the turn's one memory step. The jobs
     (payload, policy + rendering, telemetry, explanation) are the helpers below."""
+    body, summary, turn = await _recall_and_inject(state, ctx, fmt, body, session_id, coding)
+    _coding_detail(summary.detail, coding)
+    return body, summary, turn
+
+
+async def _recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
+                             session_id: str | None, coding: CodingTurn
+                             ) -> tuple[dict[str, Any], RecallSummary, TurnBlock | None]:
     manifest = ctx.memory
     assert manifest is not None and manifest.recall is not None and state.session is not None
+    if not coding.recalls:  # a side call or a compaction request: no block, and not a loop's step
+        why = f"a {coding.kind.value} call gets no memories (coding/side_calls.py)"
+        state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
+                                  error=why)
+        return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
     messages = fmt.recall_messages(body)
     tools = offers_tools(body)  # without tools no call can continue this one: nothing to key or keep
     key = turn_key(ctx.agent_id, fmt.name, body, messages) if tools else TurnKey(None, False)
@@ -126,14 +153,15 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
         remembered = await state.turn_blocks.fetch(key.key)
         if remembered is not None:
             return _replay(state, ctx, fmt, body, remembered)
-    query = fmt.query(body)
+    query = fmt.query(coding.body)  # the person's words: the client's scaffolding set aside
     if not query.strip():  # nothing the user said to search with (tool results, images)
         why = "no user text to recall with"
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
     async with state.request_work.held(ctx.agent_id):  # large requests: never all the workers for one agent
-        request = await _recall_request(state, ctx, fmt, body, messages, query, session_id)
+        request = await _recall_request(state, ctx, fmt, body, fmt.recall_messages(coding.body), query,
+                                        session_id, coding.project)
     outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod,
                                      deadlines=state.recall_deadlines).recall(request)
     if outcome.status != "succeeded":
@@ -145,7 +173,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                                                        error=outcome.error, deadline_ms=outcome.deadline_ms)), None
     policy = apply_policy(outcome.memories, state.redactor, max_blocks=manifest.max_blocks,
                           budget_tokens=manifest.budget_tokens)
-    memories, repeated = drop_repeated_lines(policy.memories)
+    memories, already = drop_already_said(policy.memories, coding.carried)  # a resumed session's own turns
+    memories, repeated = drop_repeated_lines(memories)
     block = placement = note = None
     if memories:
         block = render_block(manifest.service, memories)
@@ -156,6 +185,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
                    removed)
     detail = _explain_recall(state, manifest.service, request.query or "", outcome, policy, block, placement, note,
                              tokens, repeated)
+    if already:
+        detail.already_in_request = already
     async with state.request_work.held(ctx.agent_id):
         question = (await state.redactor.text_async(question_of(messages, key)))[0]  # off the loop: any size
     turn = TurnBlock(block or "", tuple(memories), placement or "", note, question, detail.as_dict())
@@ -168,7 +199,8 @@ async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForma
 
 
 async def _recall_request(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
-                          messages: Any, query: str, session_id: str | None) -> RecallRequest:
+                          messages: Any, query: str, session_id: str | None,
+                          project: str | None = None) -> RecallRequest:
     """The recall body (CONTRACT §5). Secrets never leave for a memory service: it is scrubbed like a
     retain. Built, not validated: its parts were checked when the agent's context was loaded."""
     manifest = ctx.memory
@@ -178,7 +210,7 @@ async def _recall_request(state: ProxyState, ctx: AgentContext, fmt: WireFormat,
     return RecallRequest.model_construct(
         agent_id=ctx.agent_id, pod=ctx.metadata.pod,
         messages=(await redact.json_async(messages))[0], query=(await redact.text_async(query))[0],
-        metadata=ctx.memory_metadata(fmt.name, body.get("model"), session_id),
+        metadata=ctx.memory_metadata(fmt.name, body.get("model"), session_id, project),
         # memplane's extension: how much the proxy will inject, so a service can pack to fit
         budget_tokens=manifest.budget_tokens, max_blocks=manifest.max_blocks,
         system=None if system is None else (await redact.json_async(system))[0])
@@ -264,10 +296,12 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     session_id = session_id_of(request, body)
     turn_id = "turn_" + uuid.uuid4().hex[:24]
     state.tracing.agent(ctx.agent_id, turn_id)
-    effective, recall, turn = body, RecallSummary(), None
-    if ctx.memory is not None and ctx.memory.recall is not None:
+    effective, recall, turn, coding = body, RecallSummary(), None, None
+    if ctx.memory is not None:
+        coding = await read_turn(state, ctx, request.headers, body, session_id)  # kind, project, person's words
+    if coding is not None and ctx.memory is not None and ctx.memory.recall is not None:
         with state.tracing.step("memplane.recall"):
-            effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id)
+            effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id, coding)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
     state.explanations.record(turn_id, TurnExplanation(
         turn_id, ctx.agent_id, now_rfc3339(), time.time(), fmt.name, request.path, recall.status, recall.blocks,
@@ -301,7 +335,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
             state.threads.record(ctx.agent_id, thread, *reply)
         # shielded: a client that goes away mid-write must not cost the ledger its line
         await asyncio.shield(record_turn(state, ctx, fmt, request.path, original, effective, upstream.status, stream,
-                                         record, session_id, turn_id, question))
+                                         record, session_id, turn_id, question, coding))
 
     await state.ledger.ready(ctx.agent_id)  # a turn that could not be recorded is refused before it is paid for
     async with state.upstream_slots.held(ctx.agent_id), state.tracing.upstream(fmt.provider, effective, url):
@@ -490,7 +524,7 @@ def _stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
 async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, path: str,
                       original: dict[str, Any], effective: dict[str, Any], status: int, stream: bool,
                       record: dict[str, Any], session_id: str | None, turn_id: str | None = None,
-                      question: str | None = None) -> None:
+                      question: str | None = None, coding: CodingTurn | None = None) -> None:
     """Ledger first (the durable record), then hand the entry to the retain queue.
 
     A call that continues a user turn carries the turn's question (`turn_question`, redacted): a
@@ -503,6 +537,11 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
         extra["session_id"] = session_id
     if record.get("citations"):
         extra["citations"] = record["citations"]
+    if coding is not None:  # what retain, live or backfilled, sets aside and scopes (coding/for_memory.py)
+        if coding.ledger_marks():
+            extra["scaffolding"] = coding.ledger_marks()
+        if coding.project:
+            extra["project"] = coding.project
     entry = build_entry(
         agent_id=ctx.agent_id, path=path, requested_model=original.get("model"),
         provider=fmt.provider, effective_model=record.get("model") or effective.get("model"),

@@ -11,8 +11,11 @@ from __future__ import annotations
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from . import __version__
 from .config import ProxySettings
 from .errors import ProxyError
+
+PRODUCT = f"memplane/{__version__}"
 
 # Request headers an agent may pass through to its provider. Not `OpenAI-Organization` /
 # `OpenAI-Project`: they name the key's owner, and next to the operator's key an agent's own would be
@@ -43,11 +46,19 @@ AGENT_HEADER = "X-Memplane-Agent"  # `<agent-id>:<secret>` when the credential h
 _CLIENT_CREDENTIAL = ("Authorization", "x-api-key", "OpenAI-Organization", "OpenAI-Project")
 
 
+def user_agent(incoming: CIMultiDictProxy[str]) -> str:
+    """The client's `User-Agent` as sent, with memplane's product token after it (RFC 9110 §10.1.5:
+    products in order of significance): a provider sees which agent called, as without memplane."""
+    client = incoming.get("User-Agent", "").strip()
+    return f"{client} {PRODUCT}" if client else PRODUCT
+
+
 def upstream_headers(settings: ProxySettings, provider: str,
                      incoming: CIMultiDictProxy[str], *, client_key: bool = False) -> dict[str, str]:
     """The upstream request's headers. `client_key`: the agent brings its own credential (checked by
     `check_credentials`), forwarded as sent; otherwise only the operator's is attached."""
     headers = {k: incoming[k] for k in _FORWARD if k in incoming}
+    headers["User-Agent"] = user_agent(incoming)
     headers["Content-Type"] = "application/json"
     if client_key:
         headers.update((k, incoming[k]) for k in _CLIENT_CREDENTIAL if k in incoming)

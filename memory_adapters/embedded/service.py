@@ -34,6 +34,7 @@ from ..engine.episodes import episodes_from_entry, recall_query
 from ..engine.heap import HEAP
 from ..engine.index import AgentIndex, RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
+from ..engine.project_scope import project_of, scope_to_project
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .sqlite_store import SQLiteStore
@@ -169,7 +170,9 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id, req.entry, req.metadata, self.redactor)
+                    made = scope_to_project(await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id,
+                                                                         req.entry, req.metadata, self.redactor),
+                                            req.metadata)
                     put += made
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
@@ -233,7 +236,7 @@ class EmbeddedMemory:
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
-                                     visible=visible_in(session_id, time.time()),
+                                     visible=visible_in(session_id, time.time(), project_of(req.metadata)),
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
                                             id=p.id) for p in packed], packed.ranking)

@@ -22,11 +22,13 @@ from .fusion import Signal, z_fuse
 from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
+from .project_scope import memory_project
 from .record import StoredMemory, is_pinned, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
 IMPORTANCE_Z = 0.5  # REST search: how far importance 0 or 1 moves a memory, in standard deviations
+ANY_PROJECT = "\0any"  # a `Visible` that hides no project's memories (REST search, the inspector)
 IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share of its lexical z
 
 
@@ -51,15 +53,22 @@ class Visible:
 
     session_id: str | None
     now: float
+    project: str | None = ANY_PROJECT  # a recall's project: memories of another project are hidden
 
     def __call__(self, m: StoredMemory) -> bool:
         if m.expired(self.now):
             return False
+        if self.project != ANY_PROJECT:
+            own = memory_project(m)
+            if own is not None and own != self.project:
+                return False
         return m.scope != "session" or (self.session_id is not None and m.session_id == self.session_id)
 
 
-def visible_in(session_id: str | None, now: float) -> Visible:
-    return Visible(session_id, now)
+def visible_in(session_id: str | None, now: float, project: str | None = ANY_PROJECT) -> Visible:
+    """`project`: a recall's `metadata.project` (None: it names none, so it sees no project's
+    memories); left out (REST search, the inspector), every project's."""
+    return Visible(session_id, now, project)
 
 
 @dataclass
@@ -94,7 +103,7 @@ class AgentIndex:
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
-    conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring or session-scoped
+    conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -105,7 +114,7 @@ class AgentIndex:
         self.memories[m.id] = m
         if is_pinned(m):
             self.pinned.add(m.id)
-        if m.expires_at is not None or m.scope == "session":
+        if m.expires_at is not None or m.scope == "session" or memory_project(m) is not None:
             self.conditional.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))

@@ -1,6 +1,6 @@
 """Consolidation: merge near-duplicate memories, prune the faded ones, and report what changed.
 
-Near-duplicates are memories of one agent, scope and type whose content words overlap almost
+Near-duplicates are memories of one agent, scope, type and project whose content words overlap almost
 entirely (the same meaning in different word order or inflection). The newest value wins;
 access counts add up; every source entry id is kept.
 """
@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.lexical import terms
+from ..engine.project_scope import memory_project
 from ..engine.record import DAY_S, StoredMemory, is_pinned
 from .service import TieredMemory
 
@@ -50,6 +51,7 @@ async def consolidate(service: TieredMemory, agent_ids: list[str] | None = None,
                 await service.scheduler.background_turn()
             group = [m for m in memories[i + 1:] if m.id not in gone and not is_pinned(m) and m.type == keep.type
                      and m.scope == keep.scope and m.session_id == keep.session_id
+                     and memory_project(m) == memory_project(keep)  # one project's work never merges into another's
                      and similarity(keep, m) >= DUPLICATE_JACCARD]
             if not group:
                 continue

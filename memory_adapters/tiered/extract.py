@@ -15,6 +15,7 @@ from memplane_core.turn_text import user_text
 
 from ..engine.episodes import episodes_from_entry, sentences
 from ..engine.lexical import terms
+from ..engine.project_scope import scope_to_project
 from ..engine.record import StoredMemory
 
 _RULES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
@@ -63,6 +64,11 @@ def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
     episodes = episodes_from_entry(agent_id, entry, metadata, redactor)
     if not episodes:
         return []
+    return scope_to_project(_with_statements(agent_id, entry, episodes), metadata)
+
+
+def _with_statements(agent_id: str, entry: dict[str, Any], episodes: list[StoredMemory]) -> list[StoredMemory]:
+    """The episodes plus the profile facts and typed statements the person's words state."""
     eid = entry["id"]
     said = episodes[0].said_at
     session_id = episodes[0].session_id

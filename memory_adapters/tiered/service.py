@@ -28,6 +28,7 @@ from ..engine.dense import EmbeddingBacklog, QueryBatcher, load_embedder, query_
 from ..engine.episodes import recall_query
 from ..engine.heap import HEAP
 from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
+from ..engine.project_scope import project_of
 from ..engine.pins import pinned_first
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -303,7 +304,7 @@ class TieredMemory:
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
-                                     visible=visible_in(session_id, time.time()), stale=stale,
+                                     visible=visible_in(session_id, time.time(), project_of(req.metadata)), stale=stale,
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
                   for p in packed]

@@ -150,6 +150,8 @@ class BackfillSender(RetainSender):
     def _log(self, lane: Lane, manifest, entry_id: str | None, status: str, **fields: Any) -> None:
         if status == "succeeded":
             self.sent += 1
+        elif status == "skipped":  # a side call: nothing to send
+            pass
         elif not fields.get("will_retry"):
             self.failed += 1
             self.telemetry.warning("backfill_entry_failed", agent_id=lane.agent_id, entry_id=entry_id,

@@ -49,6 +49,15 @@ class ProxyMetrics:
                              "Ledgered entries not yet acknowledged by their memory service (all agents).",
                              registry=r)
 
+        self.scaffolding_parts = Counter("memplane_scaffolding_set_aside_parts",
+                                         "Client scaffolding parts set aside from recall queries and retains, by rule.",
+                                         ["rule"], registry=r)
+        self.scaffolding_chars = Counter("memplane_scaffolding_set_aside_chars",
+                                         "Characters of client scaffolding set aside.", registry=r)
+        self.calls_by_kind = Counter("memplane_calls_by_kind",
+                                     "Calls of agents with memory by kind: turn, side, subagent, compaction.",
+                                     ["kind"], registry=r)
+
     def watch_backlog(self, read: Callable[[], float]) -> None:
         self.backlog.set_function(read)
 

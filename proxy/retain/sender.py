@@ -19,6 +19,7 @@ import aiohttp
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 
+from ..coding.for_memory import for_memory, leaves_no_memory
 from ..formats import format_for_path
 from ..ledger.entry import LedgerEntry
 from ..memory_service import BatchUnsupported, MemoryService, RetryableRetainError
@@ -48,7 +49,21 @@ class RetainSender:
         return MemoryService.of(self.session, job.manifest, job.agent_id, job.pod)
 
     async def send(self, lane: Lane, ctx, manifest, entries: list[LedgerEntry]) -> list[bool]:
-        """Per entry: True when acknowledged, permanently refused or dead-lettered; False to retry."""
+        """Per entry: True when acknowledged, permanently refused, dead-lettered or leaving no memory
+        (a coding client's side call: coding/for_memory.py); False to retry."""
+        sends = [not leaves_no_memory(e) for e in entries]
+        if all(sends):
+            return await self._send(lane, ctx, manifest, entries)
+        for entry, s in zip(entries, sends):
+            if not s:
+                self._log(lane, manifest, entry.get("id"), "skipped",
+                          error="a side call or a subagent's call leaves no memory")
+        done = iter(await self._send(lane, ctx, manifest, [e for e, s in zip(entries, sends) if s]))
+        return [next(done) if s else True for s in sends]
+
+    async def _send(self, lane: Lane, ctx, manifest, entries: list[LedgerEntry]) -> list[bool]:
+        if not entries:
+            return []
         if len(entries) > 1 and self.can_batch(manifest):
             try:
                 return await self._send_together(lane, ctx, manifest, entries)
@@ -162,12 +177,15 @@ def retain_metadata(ctx, entry: LedgerEntry) -> dict[str, Any]:
     """The `metadata` every retain of `entry` carries (CONTRACT §6), live or backfilled: a memory
     rebuilt from the ledger is scoped, dated and attributed as the live one was."""
     fmt = format_for_path(entry.get("path", ""))
+    project = entry.get("project") if isinstance(entry.get("project"), str) else None
     return ctx.memory_metadata(fmt.name if fmt is not None else "openai", entry.get("requested_model"),
-                               entry.get("session_id"))
+                               entry.get("session_id"), project)
 
 
 async def retain_job(redactor: Redactor, agent_id: str, ctx, manifest, entry: LedgerEntry, *,
                      op: str = "retain", extra: dict[str, Any] | None = None) -> RetainJob:
-    """One entry ready to send: live metadata (plus `extra`), scrubbed by the operator's rules."""
+    """One entry ready to send: live metadata (plus `extra`), the person's words and what was done
+    (coding/for_memory.py: scaffolding set aside, tool output compacted), scrubbed by the operator's rules."""
     meta = {**retain_metadata(ctx, entry), **(extra or {})}
+    entry = for_memory(entry)
     return await scrub_job_async(redactor, RetainJob(agent_id, ctx.metadata.pod, manifest, entry, meta, op=op))

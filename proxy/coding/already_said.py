@@ -1,0 +1,75 @@
+"""Recall leaves out what the request already carries.
+
+A resumed conversation (`claude -c`, `codex exec resume`) resends its earlier turns, and those turns
+were retained: recalled again, they would fill the block with the request's own words. A memory
+most of whose word sequences (`SHINGLE` words in a row) appear in the request's text is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import re2
+
+from ..recall_policy import InjectedMemory
+
+SHINGLE = 4
+ALREADY = 0.6  # share of a memory's shingles found in the request for it to count as already there
+_WORD = re2.compile(r"[\pL\pN]+")
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _shingles(words: list[str]) -> set[tuple[str, ...]]:
+    if len(words) < SHINGLE:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i:i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+
+
+def request_shingles(texts: list[str]) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for text in texts:
+        out |= _shingles(_words(text))
+    return out
+
+
+def already_there(text: str, carried: set[tuple[str, ...]]) -> bool:
+    own = _shingles(_words(text))
+    if not own or not carried:
+        return False
+    return len(own & carried) / len(own) >= ALREADY
+
+
+def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ...]]
+                      ) -> tuple[list[InjectedMemory], int]:
+    """The memories without the turns the request already carries, and how many lines were left out.
+
+    A block packs several turns (`user: …`, then its `tools: …` and `assistant: …` lines); a turn
+    whose person's words are in the request's user messages goes with its tool and answer lines.
+    Only the person's words are compared: a model that quoted a memory in an earlier answer still
+    gets it (it was recalled, not said in this conversation)."""
+    if not carried:
+        return list(memories), 0
+    kept: list[InjectedMemory] = []
+    dropped = 0
+    for m in memories:
+        rest: list[str] = []
+        dropping = False
+        for line in m.text.split("\n"):
+            if line.startswith(("assistant: ", "tools: ")):
+                gone = dropping
+            elif len(_words(line)) < 3:  # a date heading, a blank
+                dropping = gone = False
+            else:
+                dropping = gone = already_there(line.removeprefix("user: "), carried)
+            if gone:
+                dropped += 1
+            else:
+                rest.append(line)
+        if len(rest) == len(m.text.split("\n")):
+            kept.append(m)
+        elif any(len(_words(line)) >= 3 for line in rest):
+            kept.append(replace(m, text="\n".join(rest)))
+    return kept, dropped

@@ -1,0 +1,218 @@
+"""What a coding turn leaves in memory: the retained copy of a ledger entry (CONTRACT §6).
+
+The ledger keeps the turn as it was sent; the memory service gets the person's words and what was
+done, compactly:
+
+* scaffolding set aside (`scaffolding.py`: the tag rule, and the recurring parts the turn's recall
+  found, recorded on the ledger line as `scaffolding.recurring`), in `request_original` and
+  `request_effective` alike;
+* a tool result becomes a short line: a file read is `[N lines]`; a command's output keeps its last
+  line (where test runners and compilers put the verdict), anything else its first, at most
+  `HEAD_CHARS`, with `failed:` in front when the client marked it an error; a line that assigns a
+  secret-named value (`API_KEY=…`, `password: …`) is never kept;
+* a tool call's long arguments (the `content` of a file written, an edit's old and new text)
+  become `[N lines]`, so "Write /src/app.py" stays and the file does not;
+* a compaction request (`side_calls.py`) leaves one memory, the session's summary: the model's
+  answer, under a fixed question. The summary a continued session resends is not stored again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import re2
+
+from .scaffolding import digest, is_compaction_summary, sift_messages
+from .side_calls import SideCall, classify
+
+HEAD_CHARS = 160
+LONG_ARG_CHARS = 200
+SUMMARY_QUESTION = "Summary of this session so far (the client compacted its context)."
+_SECRET_LINE = re2.compile(r"(?i)(secret|token|passw(or)?d|passwd|api[_-]?key|private[_-]?key|credential)"
+                           r"[A-Za-z0-9_.-]*[\"']?[ \t]*[=:]")
+_READS = re2.compile(r"(?i)(read|view|cat|open|show|get_?file|fetch)")
+_PATH_KEYS = ("file_path", "path", "filePath", "absolute_path", "filename", "notebook_path")
+_COMMAND_KEYS = ("command", "cmd")
+
+
+def _count(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _clip(text: str, limit: int = HEAD_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _args(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
+def compact_result(text: str, name: str | None, args: dict[str, Any], failed: bool = False) -> str:
+    """One short line for a tool's output (see the module docstring)."""
+    lines = _lines(text)
+    if not lines:
+        return text
+    path = next((args[k] for k in _PATH_KEYS if isinstance(args.get(k), str)), None)
+    if path is not None and name and _READS.search(name):
+        line = f"[{_count(len(lines))} of {_clip(path, 120)}]"
+    else:
+        command = any(isinstance(args.get(k), (str, list)) for k in _COMMAND_KEYS)
+        pick = lines[-1] if command else lines[0]
+        if _SECRET_LINE.search(pick):
+            pick = ""
+        if len(lines) == 1 and len(text) <= HEAD_CHARS and pick:
+            line = pick
+        else:
+            line = (_clip(pick) + " " if pick else "") + f"[{_count(len(lines))}]"
+    return ("failed: " if failed else "") + line
+
+
+def compact_args(args: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments with long strings (file contents, edits) as `[N lines]`."""
+    out: dict[str, Any] = {}
+    for k, v in args.items():
+        if isinstance(v, str) and len(v) > LONG_ARG_CHARS:
+            out[k] = f"[{_count(len(_lines(v)) or 1)}]"
+        else:
+            out[k] = v
+    return out
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def compact_tools(messages: list[Any]) -> list[Any]:
+    """Tool calls and results of every wire format, compacted."""
+    calls: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    out: list[Any] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        kind, role = m.get("type"), m.get("role")
+        if role == "assistant" and (m.get("tool_calls") or isinstance(m.get("content"), list)):
+            m = dict(m)
+            if m.get("tool_calls"):
+                new_calls = []
+                for call in m["tool_calls"]:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        args = _args(fn.get("arguments"))
+                        calls[str(call.get("id"))] = (fn.get("name"), args)
+                        call = {**call, "function": {**fn, "arguments": orjson.dumps(compact_args(args)).decode()}}
+                    new_calls.append(call)
+                m["tool_calls"] = new_calls
+            if isinstance(m.get("content"), list):
+                blocks = []
+                for b in m["content"]:
+                    if isinstance(b, dict) and b.get("type") == "tool_use":
+                        args = _args(b.get("input"))
+                        calls[str(b.get("id"))] = (b.get("name"), args)
+                        b = {**b, "input": compact_args(args)}
+                    blocks.append(b)
+                m["content"] = blocks
+        elif role == "tool":
+            name, args = calls.get(str(m.get("tool_call_id")), (None, {}))
+            m = {**m, "content": compact_result(_result_text(m.get("content")), name, args)}
+        elif role == "user" and isinstance(m.get("content"), list):
+            blocks = []
+            for b in m["content"]:
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    name, args = calls.get(str(b.get("tool_use_id")), (None, {}))
+                    b = {**b, "content": compact_result(_result_text(b.get("content")), name, args,
+                                                        bool(b.get("is_error")))}
+                blocks.append(b)
+            m = {**m, "content": blocks}
+        elif kind in ("function_call", "custom_tool_call"):
+            args = _args(m.get("arguments") if kind == "function_call" else m.get("input"))
+            calls[str(m.get("call_id"))] = (m.get("name"), args)
+            if kind == "function_call":
+                m = {**m, "arguments": orjson.dumps(compact_args(args)).decode()}
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            name, args = calls.get(str(m.get("call_id")), (None, {}))
+            m = {**m, "output": compact_result(_result_text(m.get("output")), name, args)}
+        out.append(m)
+    return out
+
+
+def _without_summaries(messages: list[Any]) -> list[Any]:
+    """A continued session resends its compaction summary: it was stored once, at compaction."""
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
+        if isinstance(content, str) and is_compaction_summary(content):
+            continue
+        if isinstance(content, list):
+            kept = [p for p in content if not (isinstance(p, dict) and isinstance(p.get("text"), str)
+                                               and is_compaction_summary(p["text"]))]
+            if not kept:
+                continue
+            if len(kept) != len(content):
+                m = {**m, "content": kept}
+        out.append(m)
+    return out
+
+
+def _request_for_memory(request: Any, recurring: set[str]) -> Any:
+    if not isinstance(request, dict):
+        return request
+    key = "messages" if isinstance(request.get("messages"), list) else "input"
+    items = request.get(key)
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        return request
+    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None)
+    return {**request, key: compact_tools(_without_summaries(sifted))}
+
+
+def _summary_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A compaction request leaves the session's summary: its answer under a fixed question."""
+    req = entry.get("request_original") if isinstance(entry.get("request_original"), dict) else {}
+    key = "messages" if "messages" in req else "input"
+    short = {k: v for k, v in req.items() if k not in ("messages", "input", "tools")}
+    short[key] = [{"role": "user", "content": SUMMARY_QUESTION}]
+    return {**entry, "request_original": short, "request_effective": short}
+
+
+def leaves_no_memory(entry: dict[str, Any]) -> bool:
+    """A side call or a subagent's call: retain acknowledges it without sending it (a subagent's
+    work is in its parent's tool line; a title or a topic check is nothing to remember)."""
+    marks = entry.get("scaffolding") if isinstance(entry.get("scaffolding"), dict) else {}
+    return marks.get("side_call") in (SideCall.SIDE, SideCall.SUBAGENT)
+
+
+def for_memory(entry: dict[str, Any]) -> dict[str, Any]:
+    """The copy of `entry` a memory service gets (see the module docstring); the ledger keeps the
+    original. The id and every other field stay as they were."""
+    marks = entry.get("scaffolding") if isinstance(entry.get("scaffolding"), dict) else {}
+    if marks.get("side_call") == SideCall.COMPACTION:
+        return _summary_entry(entry)
+    recurring = set(marks.get("recurring") or ())
+    out = dict(entry)
+    for key in ("request_original", "request_effective"):
+        if key in entry:
+            out[key] = _request_for_memory(entry[key], recurring)
+    return out
+
+
+__all__ = ["classify", "compact_result", "compact_tools", "for_memory", "leaves_no_memory"]

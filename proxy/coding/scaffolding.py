@@ -1,0 +1,218 @@
+"""The person's words, found: client scaffolding is set aside from the recall query and from what
+is retained.
+
+Coding agents wrap their own context around the person's request: Claude Code sends the request as
+the last of ~9 text blocks of one user message, the eight before it `<system-reminder>` blocks
+(environment, skills list, token budget, date); Codex sends `<environment_context>` and
+`<user_instructions>` as messages of their own; IDE plugins add `<ide_selection>` blocks. Read as
+the person's words, that text became the recall query and most of every stored memory. Two
+generic rules recognise it, not one client's strings:
+
+* tagged — a text part (or a message's whole string content) that is wholly wrapped in one
+  context tag: `<name …>…</name>` where `name` is snake_ or kebab-case (`system-reminder`,
+  `environment_context`, `user_instructions`, `ide_selection`, `command-name`) or one of a few
+  plain context words (`context`, `instructions`, `env`, `reminder`). HTML and the markup people
+  paste use plain names, so `<div>…</div>` stays the person's.
+* recurring — a text part of at least `RECUR_MIN_CHARS` that the same agent has sent verbatim in
+  `RECUR_SESSIONS` different sessions (a client's fixed preamble that carries no tag). The newest
+  message's last text part is never set aside by this rule: that is the request itself, and a
+  person may well ask the same thing every morning.
+
+A compaction summary ("This session is being continued from a previous conversation…") is the
+session's own memory and is never set aside. The decision is recorded on the turn's ledger line
+(`scaffolding.recurring`, the digests of recurring parts), so retain — live or backfilled — sets
+aside exactly what recall did (`for_memory.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import re2
+from cachetools import LRUCache
+
+from memplane_core.turn_text import latest_user_index
+
+RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as scaffolding
+RECUR_MIN_CHARS = 64  # shorter parts ("run the tests") are too likely to be the person's own words
+RECUR_MAX_PARTS = 200_000  # (agent, digest) pairs remembered, least recently seen first out
+TEXT_TYPES = ("text", "input_text")
+PLAIN_CONTEXT_TAGS = frozenset({"context", "instructions", "env", "environment", "reminder"})
+COMPACTION_LEAD = "This session is being continued from a previous conversation"
+
+_OPENER = re2.compile(r"^<([A-Za-z][A-Za-z0-9_.:-]{0,63})(?:\s[^<>]{0,512})?>")
+
+
+def context_tag(text: str) -> str | None:
+    """The context tag that wholly wraps `text`, or None (see the module docstring)."""
+    body = text.strip()
+    if not body.startswith("<") or not body.endswith(">"):
+        return None
+    m = _OPENER.match(body[:600])
+    if m is None:
+        return None
+    name = m.group(1)
+    if not body.endswith(f"</{name}>"):
+        return None
+    if "_" in name or "-" in name or name.lower() in PLAIN_CONTEXT_TAGS:
+        return name
+    return None
+
+
+def is_compaction_summary(text: str) -> bool:
+    return text.lstrip().startswith(COMPACTION_LEAD)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+
+
+@dataclass
+class SetAside:
+    """What one request's scaffolding was: parts and characters set aside, by rule and tag."""
+
+    parts: int = 0
+    chars: int = 0
+    by_rule: Counter[str] = field(default_factory=Counter)  # tagged | recurring
+    tags: Counter[str] = field(default_factory=Counter)
+    recurring: list[str] = field(default_factory=list)  # digests the recurring rule matched
+
+    def add(self, rule: str, text: str, tag: str | None = None) -> None:
+        self.parts += 1
+        self.chars += len(text)
+        self.by_rule[rule] += 1
+        if tag:
+            self.tags[tag] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"parts": self.parts, "chars": self.chars, "by_rule": dict(self.by_rule), "tags": dict(self.tags)}
+
+
+class Recurrence:
+    """Which long text parts an agent has sent in several sessions (bounded, in memory: after a
+    restart a preamble counts again from its next sessions; tagged scaffolding needs no history)."""
+
+    def __init__(self, max_parts: int = RECUR_MAX_PARTS, sessions: int = RECUR_SESSIONS) -> None:
+        self._seen: LRUCache[tuple[str, str], frozenset[str]] = LRUCache(maxsize=max_parts)
+        self.sessions = sessions
+
+    def observe(self, agent_id: str, session: str, texts: list[str]) -> None:
+        for text in texts:
+            if len(text.strip()) < RECUR_MIN_CHARS:
+                continue
+            key = (agent_id, digest(text))
+            seen = self._seen.get(key, frozenset())
+            if session not in seen and len(seen) < self.sessions:
+                self._seen[key] = seen | {session}
+
+    def of(self, agent_id: str) -> Callable[[str], bool]:
+        """Whether a text part recurs for this agent (seen in enough sessions)."""
+        def recurring(text: str) -> bool:
+            s = self._seen.get((agent_id, digest(text)))
+            return s is not None and len(s) >= self.sessions
+        return recurring
+
+
+def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:
+    """Which client session a request belongs to, for counting sessions: the session id the client
+    names (memplane's `X-Session-Id`, `metadata.session_id`, Claude Code's `…_session_<id>` in
+    `metadata.user_id`, Codex's `session_id` header or `prompt_cache_key`), else the conversation's
+    first message (a new session starts a new conversation)."""
+    if session_id:
+        return session_id
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    user = meta.get("user_id")
+    if isinstance(user, str) and "_session_" in user:
+        return user.rsplit("_session_", 1)[1]
+    for name in ("session_id", "conversation_id", "x-claude-code-session-id"):
+        value = headers.get(name) if headers is not None else None
+        if value:
+            return value
+    key = body.get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        return key
+    items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
+    first = items[0] if isinstance(items, list) and items else items
+    return digest(orjson.dumps(first, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and m.get("role") in ("user", "developer", "system") and \
+        m.get("type", "message") == "message"
+
+
+def user_texts(messages: list[Any]) -> list[str]:
+    """Every text part of the user messages, in order (what recurrence watches)."""
+    out: list[str] = []
+    for m in messages:
+        if not (_is_message(m) and m.get("role") == "user"):
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [p["text"] for p in content if isinstance(p, dict) and p.get("type") in TEXT_TYPES
+                    and isinstance(p.get("text"), str)]
+    return out
+
+
+def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None = None
+                  ) -> tuple[list[Any], SetAside]:
+    """The messages with scaffolding parts set aside (a message left with nothing is left out);
+    `recurring` says which long parts the recurring rule applies to."""
+    aside = SetAside()
+    newest = latest_user_index(messages, skip_tool_results=True)
+    out: list[Any] = []
+    for i, m in enumerate(messages):
+        if not (_is_message(m) and m.get("role") == "user"):
+            out.append(m)
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            parts: list[Any] = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            parts = content
+        else:
+            out.append(m)
+            continue
+        texts = [n for n, p in enumerate(parts) if isinstance(p, dict) and p.get("type") in TEXT_TYPES]
+        request_part = texts[-1] if i == newest and texts else None
+        kept = []
+        for n, p in enumerate(parts):
+            text = p.get("text") if isinstance(p, dict) and p.get("type") in TEXT_TYPES else None
+            if not isinstance(text, str) or is_compaction_summary(text):
+                kept.append(p)
+                continue
+            tag = context_tag(text)
+            if tag is not None:
+                aside.add("tagged", text, tag)
+                continue
+            if n != request_part and recurring is not None and len(text.strip()) >= RECUR_MIN_CHARS \
+                    and recurring(text):
+                aside.add("recurring", text)
+                aside.recurring.append(digest(text))
+                continue
+            kept.append(p)
+        if len(kept) == len(parts):
+            out.append(m)
+        elif kept:
+            out.append({**m, "content": kept})
+    return out, aside
+
+
+def sift_body(body: dict[str, Any], recurring: Callable[[str], bool] | None = None
+              ) -> tuple[dict[str, Any], SetAside]:
+    """`sift_messages` over a request body of any wire format (`messages`, or Responses `input`)."""
+    key = "messages" if isinstance(body.get("messages"), list) else "input"
+    items = body.get(key)
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        return body, SetAside()
+    sifted, aside = sift_messages(items, recurring)
+    return ({**body, key: sifted} if aside.parts else body), aside
