@@ -19,9 +19,10 @@ from typing import NamedTuple
 
 import orjson
 
+from memplane_core.contract import ORIGINS
 from memplane_core.tokens import estimate_tokens
 
-from .record import StoredMemory, iso, origin_attr, untrusted, writer_attr
+from .record import StoredMemory, iso, origin_attr, origins_of, untrusted, writer_attr
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
@@ -66,12 +67,14 @@ def quoted_roles(text: str) -> str:
 
 def memory_line(m: StoredMemory) -> str:
     """An episode as said; a typed memory with its type, and its key when a person chose one
-    (one line, whatever an older row holds)."""
+    (one line, whatever an older row holds). What a model or a tool wrote says so on its line
+    ('model-written fact (key): …'), so that a block mixing it with the user's words tells them apart."""
     if m.type == "episode":
         return m.value
+    kind = f"{'/'.join(o for o in ORIGINS if o in origins_of(m))}-written {m.type}" if untrusted(m) else m.type
     if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
-        return f"{m.type}: {quoted_roles(m.value)}"
-    return f"{m.type} ({' '.join(m.key.split())}): {quoted_roles(m.value)}"
+        return f"{kind}: {quoted_roles(m.value)}"
+    return f"{kind} ({' '.join(m.key.split())}): {quoted_roles(m.value)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,13 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             used += cost
         if room - used < 40:
             break
+    doubt = sum(len(c.snippet.line) + 2 for c in chosen.values() if c.snippet.doubtful)
+    for worst in sorted((c for c in chosen.values() if c.snippet.doubtful), key=lambda c: (-c.rank, c.score)):
+        if doubt <= UNTRUSTED_SHARE * used:
+            break  # what a model or a tool wrote takes at most its share of the block itself
+        del chosen[worst.id]
+        doubt -= len(worst.snippet.line) + 2
+        used -= len(worst.snippet.line) + 2
     while chosen:  # a pass over a limit builds no blocks: only their texts are measured
         groups = _group(sorted(chosen.values()), max_blocks)  # in time order
         texts = [_render([[c.snippet for c in run] for run in group]) for group in groups]

@@ -101,6 +101,17 @@ def users_words(directive: str, sources: list[StoredMemory]) -> bool:
     return bool(said) and asked <= said
 
 
+def drawn_from(text: str, sources: list[StoredMemory]) -> list[str]:
+    """Where a fact's words came from: the user's, when the user's own lines of its sources hold
+    them (or its sources hold nothing else); else the other parts it cites (the assistant's reply,
+    a tool's page), so a 'fact' a credulous curator read off a hostile page is the tool's, never the user's."""
+    if users_words(text, sources):
+        return ["user"]
+    others = {o for m in sources for o in origins_of(m) if o != "user"}
+    others |= {who for m in sources for who, said in said_by(m).items() if who != "user" and said.strip()}
+    return [o for o in ORIGINS if o in others] or ["user"]
+
+
 def memories_from(answer: Extraction, labels: dict[str, StoredMemory], *, agent_id: str, session_id: str,
                   model: str) -> list[StoredMemory]:
     """The memories an extraction answer describes, each traceable to its turns."""
@@ -113,6 +124,8 @@ def memories_from(answer: Extraction, labels: dict[str, StoredMemory], *, agent_
         made.metadata["origins"] = ["user"]
         out.append(made)
     for f in answer.facts:
-        out.append(_make(agent_id, "fact", f.text, [labels[x] for x in f.sources], f.importance, session_id, model,
-                         topic=f.topic))
+        made = _make(agent_id, "fact", f.text, [labels[x] for x in f.sources], f.importance, session_id, model,
+                     topic=f.topic)
+        made.metadata["origins"] = drawn_from(f.text, [labels[x] for x in f.sources])
+        out.append(made)
     return out
