@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import orjson
 
-from memplane_core.contract import ORIGINS
+from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.tokens import estimate_tokens
 
 from .record import StoredMemory, iso, origin_attr, origins_of, untrusted, writer_attr
@@ -159,7 +159,8 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
         tokens = sum(estimate_tokens(text) for text in texts)
         if size <= max_bytes and tokens <= budget_tokens:
             blocks = [_block(group, text) for group, text in zip(groups, texts)]
-            blocks.sort(key=lambda b: -b.score)  # best first
+            # best first; a block of only what a model or a tool wrote never leads
+            blocks.sort(key=lambda b: (_untrusted_only(b), -b.score))
             return blocks
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
         # the excess, then pack again
@@ -170,6 +171,11 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             if excess <= 0:
                 break
     return []
+
+
+def _untrusted_only(b: Packed) -> bool:
+    said = set((b.origin or "").split())
+    return bool(said) and said <= UNTRUSTED_ORIGINS
 
 
 def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
