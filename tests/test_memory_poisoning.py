@@ -297,7 +297,7 @@ async def test_a_model_cannot_forge_the_heading_claim_the_users_origin_or_pin_it
         async with s.get(f"{stack.proxy_url}/memplane/ui/agents/victim") as r:
             page = await r.text()
         row = next(line for line in page.split("<tr") if "standing_instructions" in line)
-        assert '<td class="origin">model <b class="tainted">tainted</b></td>' in row
+        assert 'class="origin">model <b class="tainted">tainted</b></td>' in row
         # an origin outside the closed set is never kept: the write is the operator's
         async with s.post(f"{url}/api/memories", json={"agent_id": "victim", "key": "claimed",
                                                        "value": "The user loves ferries.",
