@@ -241,7 +241,7 @@ def _rest_target(service: str, url: str | None, token: str | None, context_root:
 
 
 EXPORT_FIELDS = ("key", "scope", "session_id", "type", "value", "importance", "created_at", "updated_at", "said_at",
-                 "expires_at", "metadata", "source_entry_ids")
+                 "expires_at", "metadata", "source_entry_ids", "origin", "origins", "writer", "tainted")
 
 
 @memory_group.command("export")
@@ -367,6 +367,10 @@ def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str 
     if m.get("scope") == "global" and not allow_global:
         return {}, "scope 'global' is shared by every agent; pass --allow-global to restore it"
     body = {k: m[k] for k in IMPORT_FIELDS if m.get(k) is not None}
+    # the provenance the export showed comes back with it: an import never makes a model's words the user's
+    said = {k: m[k] for k in ("origin", "origins", "writer", "tainted") if m.get(k) not in (None, False)}
+    if said:
+        body["metadata"] = {**(body.get("metadata") if isinstance(body.get("metadata"), dict) else {}), **said}
     body["agent_id"] = agent  # always the agent named on the command line, whatever the line says
     if m.get("scope") == "session":
         body["session_id"] = m.get("session_id")

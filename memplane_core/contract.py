@@ -21,9 +21,26 @@ MAX_FORGET_IDS = 1000
 # Memory metadata a store writes itself: who wrote it, the operator's pin (recalled first, exempt
 # from caps and consolidation), the curator's marks. A stored memory's caller never sets them: a
 # pin comes only from the audited PATCH, the rest from the store and its curator.
-RESERVED_METADATA = frozenset({"author", "pinned", "curator", "superseded_by", "superseded_at", "merged"})
-# What the admin token may still restore from an export (`memplane memory import`): the curator's marks.
-RESTORABLE_METADATA = frozenset({"curator", "superseded_by", "superseded_at", "merged"})
+RESERVED_METADATA = frozenset({"author", "pinned", "curator", "superseded_by", "superseded_at", "merged",
+                               "origin", "origins", "writer", "tainted"})
+# What the admin token may still restore from an export (`memplane memory import`): the curator's marks
+# and the provenance the store gave a memory (an import never makes a model's memory the user's).
+RESTORABLE_METADATA = frozenset({"curator", "superseded_by", "superseded_at", "merged",
+                                 "origin", "origins", "writer", "tainted"})
+# Where a memory's words came from (docs/DESIGN.md, "Memory poisoning"), most trusted first. The
+# store sets it, never a body: `user` the person's own words, `operator` the REST API / inspector /
+# import, `curator` drawn by the curator (with the origins it was drawn from), `model` the model's own
+# `store_memory`, `tool` text from a tool result, a fetched document or another agent.
+ORIGINS = ("user", "operator", "curator", "model", "tool")
+UNTRUSTED_ORIGINS = frozenset({"model", "tool"})
+
+
+def single_line(key: str) -> str:
+    """A memory's key is a name on one line: a line break, tab or other control character in it
+    could be rendered as lines of its own and pose as a heading of the block (ValueError)."""
+    if any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in key):
+        raise ValueError("a key is one line: no line breaks, tabs or control characters")
+    return key
 
 
 class _Body(BaseModel):
@@ -56,6 +73,10 @@ class RecalledMemory(BaseModel):
     ts: str | None = None
     id: str | None = None
     title: str | None = None  # a heading for the block (Anthropic search_result placement); optional
+    # memplane's extension: where the words came from (ORIGINS, space-separated when a block mixes
+    # them) and, for shared memories, the agents that wrote them
+    origin: str | None = None
+    writer: str | None = None
 
 
 def _date_shaped(text: str) -> bool:

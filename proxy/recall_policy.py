@@ -5,11 +5,27 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from memplane_core.contract import RecalledMemory
+from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS, RecalledMemory
 from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 
 BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
+# At most this share of the block's budget for memories a model or a tool wrote (whatever the
+# service packed): one poisoned source cannot fill the block (docs/DESIGN.md, "Memory poisoning").
+UNTRUSTED_SHARE = 0.25
+
+
+def closed_origin(origin: str | None) -> str | None:
+    """A service's `origin` kept only as the closed words it may hold (ORIGINS), in their order."""
+    if not origin:
+        return None
+    said = set(origin.split())
+    kept = [o for o in ORIGINS if o in said]
+    return " ".join(kept) if kept and len(kept) == len(said) else None
+
+
+def untrusted_origin(origin: str | None) -> bool:
+    return origin is not None and set(origin.split()) <= UNTRUSTED_ORIGINS
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,8 @@ class InjectedMemory:
     score: float | None = None
     id: str | None = None
     title: str | None = None
+    origin: str | None = None  # where its words came from (ORIGINS, space-separated); None: the service did not say
+    writer: str | None = None  # the agents that wrote its shared memories
 
 
 @dataclass
@@ -42,7 +60,7 @@ def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: i
                  budget_tokens: int) -> PolicyResult:
     """Drop transcripts and blanks, redact secrets, keep the service's order within limits."""
     result = PolicyResult([])
-    used = 0
+    used = untrusted_used = 0
     seen: set[str] = set()
 
     def drop(reason: str) -> None:
@@ -70,8 +88,15 @@ def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: i
         if used + cost > budget_tokens:
             drop("over_budget")
             continue
+        origin = closed_origin(item.origin)
+        if untrusted_origin(origin):
+            if untrusted_used + cost > budget_tokens * UNTRUSTED_SHARE:
+                drop("untrusted_share")
+                continue
+            untrusted_used += cost
         used += cost
         result.decisions.append("injected")
+        writer = " ".join(item.writer.split())[:200] if item.writer else None
         result.memories.append(InjectedMemory(text=text, kind=kind, source=source, ts=item.ts, score=item.score,
-                                              id=item.id, title=item.title))
+                                              id=item.id, title=item.title, origin=origin, writer=writer or None))
     return result

@@ -32,7 +32,7 @@ from .inject import drop_repeated_lines, render_block
 from .ledger.entry import build_entry, nests_safely
 from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
-from .recall_policy import InjectedMemory, PolicyResult, apply_policy
+from .recall_policy import InjectedMemory, PolicyResult, apply_policy, closed_origin
 from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors, read_request_body, transport_errors
@@ -242,7 +242,8 @@ def _explain_recall(state: ProxyState, service: str, query: str, outcome: Recall
     detail = RecallDetail(
         service=service, query=query, block=block, placement=placement, tokens=tokens, ranking=outcome.ranking,
         deadline_ms=outcome.deadline_ms, redactions=dict(policy.redactions),
-        memories=[{"kind": m.kind, "source": m.source, "score": m.score, "id": m.id, "decision": decision,
+        memories=[{"kind": m.kind, "source": m.source, "origin": closed_origin(m.origin), "writer": m.writer,
+                   "score": m.score, "id": m.id, "decision": decision,
                    "text": (next(kept).text if decision == "injected"
                             else state.redactor.text(m.text[:2000])[0])[:500]}
                   for m, decision in zip(outcome.memories, policy.decisions)])

@@ -385,9 +385,11 @@ async def test_a_tool_loop_is_remembered_once_with_its_tools_and_answer(stack, r
     # the engine: intermediate steps make no episode; the last step carries the loop
     redactor = Redactor()
     made = [episodes_from_entry("claude", e, {}, redactor) for e in entries]
-    assert [len(m) for m in made] == [0, 0, 1]
-    text = made[2][0].value
-    assert QUESTION in text and "get_weather" in text and "<memories" not in text
+    assert [len(m) for m in made] == [0, 0, 2]  # the user's words with the answer; what the tools said apart
+    said, tools = made[2]
+    assert QUESTION in said.value and "get_weather" not in said.value and "<memories" not in said.value
+    assert tools.value.startswith("tools: get_weather(") and tools.metadata["origin"] == "tool"
+    assert said.metadata["origin"] == "user" and said.metadata["tainted"] is True
 
 
 async def test_streamed_anthropic_tool_use_is_ledgered_with_its_input(stack):

@@ -7,6 +7,8 @@ import openai
 import orjson
 import pytest
 
+from proxy.inject import PREAMBLE
+
 
 async def _teach(stack, agent, fact):
     await stack.openai(agent).chat.completions.create(model="m", messages=[{"role": "user", "content": fact}])
@@ -86,8 +88,11 @@ async def test_search_results_placement_lets_claude_cite_memory(stack, reference
     msg = await stack.anthropic("citer").messages.create(
         model="c", max_tokens=50, messages=[{"role": "user", "content": "What is the launch code name?"}])
     latest = stack.provider.received[-1].body["messages"][-1]["content"]
+    assert latest[0] == {"type": "text", "text": PREAMBLE}  # the results open with what they are: data
+    latest = latest[1:]
     assert latest[0]["type"] == "search_result" and latest[0]["source"].startswith("memplane://mem-svc/hist1_")
     assert latest[0]["citations"] == {"enabled": True} and "Bluebird" in latest[0]["content"][0]["text"]
+    assert latest[0]["content"][0]["text"].startswith('<memory kind="episode" source="reference" origin="user"')
     assert latest[-1] == {"type": "text", "text": "What is the launch code name?"}
     assert "system" not in stack.provider.received[-1].body
     assert msg.content[0].citations

@@ -239,7 +239,7 @@ class EmbeddedMemory:
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)),
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
-                                            id=p.id) for p in packed], packed.ranking)
+                                            id=p.id, origin=p.origin, writer=p.writer) for p in packed], packed.ranking)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),

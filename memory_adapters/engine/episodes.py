@@ -169,37 +169,58 @@ def _epoch(ts: Any) -> float | None:
         return None
 
 
-def episode_texts(entry: dict[str, Any]) -> list[str]:
-    """The turn's words: the user's, in pieces, what its tools returned, and the assistant's reply
-    when it says something.
+_ROLE_MARK = re.compile(r"^\s*(?:user|human|assistant|ai|system|developer|tool|tools|model|function)\s*:", re.I)
+
+
+def unlabelled(text: str) -> str:
+    """A user's piece that begins like a speaker's label ('assistant: …', 'System: …') is quoted,
+    so that only the labels episodes put there themselves begin a line with one."""
+    return f"> {text}" if _ROLE_MARK.match(text) else text
+
+
+def episode_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """The turn's words as (origin, text) parts: the user's, in pieces (`user`), what its tools
+    returned (`tool`, always a part of its own: a fetched page's words never sit in the user's
+    part) and the assistant's reply when it says something (`model`). A short turn keeps the
+    user's words and the reply together, each on its own labelled line ('user: …\nassistant: …');
+    that part is the user's, and its 'assistant:' line is labelled as the reply.
 
     A tool loop is one user turn over several calls: a call answered with tool calls is a step on
     the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
     """
     if calls_tools(entry):
         return []
-    texts = pieces(visible(user_text(entry)))
+    parts = [("user", unlabelled(p)) for p in pieces(visible(user_text(entry)))]
     steps = tool_steps(entry)
-    tools = "tools: " + "; ".join(steps) if steps else None
+    tools = ("tool", "tools: " + "; ".join(steps)) if steps else None
     reply = visible(assistant_text(entry))
     if reply and _informative(reply):
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
-        if len(texts) == 1:
-            return [f"user: {texts[0]}\n" + (f"{tools}\n" if tools else "") + f"assistant: {reply}"]
+        if len(parts) == 1:
+            return [("user", f"user: {parts[0][1]}\nassistant: {reply}"), *([tools] if tools else [])]
         if tools:
-            texts.append(tools)
-        texts.append(f"assistant: {reply}")
+            parts.append(tools)
+        parts.append(("model", f"assistant: {reply}"))
     elif tools:
-        texts.append(tools)
-    return texts
+        parts.append(tools)
+    return parts
+
+
+def episode_texts(entry: dict[str, Any]) -> list[str]:
+    """The texts of the turn's parts (`episode_parts`)."""
+    return [text for _, text in episode_parts(entry)]
 
 
 def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
                         redactor: Redactor) -> list[StoredMemory]:
-    """The episodes of one ledger entry (one per piece), secrets redacted; none for an empty turn."""
+    """The episodes of one ledger entry (one per part), secrets redacted; none for an empty turn.
+    Each carries its part's origin, and every episode of a turn whose tools returned text is
+    marked `tainted` (docs/DESIGN.md, "Memory poisoning")."""
     logged_at = _epoch(entry.get("ts"))
     out = []
-    texts = episode_texts(entry)
+    parts = episode_parts(entry)
+    tainted = any(origin == "tool" for origin, _ in parts)
+    texts = [text for _, text in parts]
     body, label, said_at = said_stamp(texts[0]) if texts else ("", None, None)
     if said_at is None:  # no stamp on the message: a date the conversation states, else the ledger's
         said_at = session_date(entry)
@@ -210,10 +231,13 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
         if not text.strip():
             continue
         suffix = f"#{n}" if n else ""
+        meta: dict[str, Any] = {"piece": n, **({"said": label} if label else {}), "origin": parts[n][0]}
+        if tainted:
+            meta["tainted"] = True
         m = StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
                    type="episode", importance=0.5, session_id=session_of(entry, metadata),
                    id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at or logged_at,
-                   source_entry_ids=[entry["id"]], metadata={"piece": n, **({"said": label} if label else {})})
+                   source_entry_ids=[entry["id"]], metadata=meta)
         if logged_at is not None:
             m.created_at = m.updated_at = logged_at
         out.append(m)

@@ -23,7 +23,7 @@ from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
 from .project_scope import memory_project
-from .record import StoredMemory, is_pinned, iso
+from .record import StoredMemory, is_pinned, iso, origin_attr, untrusted, writer_attr
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
@@ -333,14 +333,16 @@ def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuer
     """The best matching shared (global) memories first, then the agent's own packed into what is left
     of the budget and the block count."""
     first: list[Packed] = []
+    later: list[Packed] = []  # shared memories a model or a tool wrote: after the agent's own, never leading
     if shared is not None and len(shared):
         for m, score in shared.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=SHARED_FIRST):
-            if score > 0 and len(first) < q.max_blocks:
-                first.append(Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)),
-                                    id=m.id, memory_ids=[m.id]))
-    blocks_left = q.max_blocks - len(first)
+            if score > 0 and len(first) + len(later) < q.max_blocks:
+                (later if untrusted(m) else first).append(
+                    Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)), id=m.id,
+                           memory_ids=[m.id], origin=origin_attr([m]), writer=writer_attr([m])))
+    blocks_left = q.max_blocks - len(first) - len(later)
     if blocks_left <= 0:
-        return first
-    rest = replace(q, budget_tokens=q.budget_tokens - sum(estimate_tokens(p.text) for p in first),
+        return first + later
+    rest = replace(q, budget_tokens=q.budget_tokens - sum(estimate_tokens(p.text) for p in first + later),
                    max_blocks=blocks_left)
-    return first + own.recall(rest, visible=visible)
+    return first + own.recall(rest, visible=visible) + later

@@ -10,6 +10,7 @@ blocks, each run under its date. Budget binds, not the block count.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,14 +19,18 @@ from typing import NamedTuple
 
 import orjson
 
+from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.tokens import estimate_tokens
 
-from .record import StoredMemory, iso
+from .record import StoredMemory, iso, origin_attr, origins_of, untrusted, writer_attr
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
 MAX_HITS = 200  # ranked hits considered for one recall
 NEIGHBOURS_FOR = 10  # the best hits bring their neighbours; past them, breadth beats depth (bench/README.md)
+# At most this share of a recall's room goes to what a model or a tool wrote: thirty turns that carry
+# the same injected page cannot crowd the user's own words out of the block (docs/DESIGN.md, "Memory poisoning").
+UNTRUSTED_SHARE = 0.25
 
 
 @dataclass
@@ -36,6 +41,8 @@ class Packed:
     ts: str | None
     id: str
     memory_ids: list[str] = field(default_factory=list)
+    origin: str | None = None  # its memories' origins (record.origin_attr)
+    writer: str | None = None  # the agents that wrote its shared memories
 
 
 def said_time(m: StoredMemory) -> float:
@@ -48,13 +55,26 @@ def _day(m: StoredMemory) -> str:
     return said if isinstance(said, str) else datetime.fromtimestamp(said_time(m), timezone.utc).strftime("%Y-%m-%d")
 
 
+_ROLE_MARK = re.compile(r"^([ \t]*)((?:user|human|assistant|ai|system|developer|tool|tools|model|function)[ \t]*:)",
+                        re.I | re.M)
+
+
+def quoted_roles(text: str) -> str:
+    """Every line that begins like a speaker's label ('System:', 'user:') quoted with '> ': in a
+    typed memory such a line is never a turn of the conversation (only episodes label their parts)."""
+    return _ROLE_MARK.sub(r"\1> \2", text) if ":" in text else text
+
+
 def memory_line(m: StoredMemory) -> str:
-    """An episode as said; a typed memory with its type, and its key when a person chose one."""
+    """An episode as said; a typed memory with its type, and its key when a person chose one
+    (one line, whatever an older row holds). What a model or a tool wrote says so on its line
+    ('model-written fact (key): …'), so that a block mixing it with the user's words tells them apart."""
     if m.type == "episode":
         return m.value
+    kind = f"{'/'.join(o for o in ORIGINS if o in origins_of(m))}-written {m.type}" if untrusted(m) else m.type
     if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
-        return f"{m.type}: {m.value}"
-    return f"{m.type} ({m.key}): {m.value}"
+        return f"{kind}: {quoted_roles(m.value)}"
+    return f"{kind} ({' '.join(m.key.split())}): {quoted_roles(m.value)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +84,12 @@ class Snippet:
     line: str  # memory_line()
     day: str  # the date its run is filed under
     norm: str  # casefolded, whitespace-collapsed text: two memories that say the same thing
+    doubtful: bool = False  # a model or a tool wrote it (record.untrusted): capped in a block
 
 
 def snippet_of(m: StoredMemory) -> Snippet:
-    return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()))
+    return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()),
+                   doubtful=untrusted(m))
 
 
 def _render(runs: list[list[Snippet]]) -> str:
@@ -106,7 +128,7 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
     # characters for text, leaving each block's date header and separators some room
     room = budget_tokens * 4 - max_blocks * 16
     chosen: dict[str, Chosen] = {}
-    used = 0
+    used = untrusted_used = 0
     for rank, (hit, score) in enumerate(islice(ranked, MAX_HITS)):
         for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
             if m.id in chosen:
@@ -115,10 +137,21 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             cost = len(sn.line) + 2
             if used + cost > room:
                 continue
+            if sn.doubtful:
+                if untrusted_used + cost > room * UNTRUSTED_SHARE:
+                    continue
+                untrusted_used += cost
             chosen[m.id] = Chosen(position(m), m.id, m, score, rank, sn)
             used += cost
         if room - used < 40:
             break
+    doubt = sum(len(c.snippet.line) + 2 for c in chosen.values() if c.snippet.doubtful)
+    for worst in sorted((c for c in chosen.values() if c.snippet.doubtful), key=lambda c: (-c.rank, c.score)):
+        if doubt <= UNTRUSTED_SHARE * used:
+            break  # what a model or a tool wrote takes at most its share of the block itself
+        del chosen[worst.id]
+        doubt -= len(worst.snippet.line) + 2
+        used -= len(worst.snippet.line) + 2
     while chosen:  # a pass over a limit builds no blocks: only their texts are measured
         groups = _group(sorted(chosen.values()), max_blocks)  # in time order
         texts = [_render([[c.snippet for c in run] for run in group]) for group in groups]
@@ -126,7 +159,8 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
         tokens = sum(estimate_tokens(text) for text in texts)
         if size <= max_bytes and tokens <= budget_tokens:
             blocks = [_block(group, text) for group, text in zip(groups, texts)]
-            blocks.sort(key=lambda b: -b.score)  # best first
+            # best first; a block of only what a model or a tool wrote never leads
+            blocks.sort(key=lambda b: (_untrusted_only(b), -b.score))
             return blocks
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
         # the excess, then pack again
@@ -137,6 +171,11 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             if excess <= 0:
                 break
     return []
+
+
+def _untrusted_only(b: Packed) -> bool:
+    said = set((b.origin or "").split())
+    return bool(said) and said <= UNTRUSTED_ORIGINS
 
 
 def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
@@ -171,4 +210,5 @@ def _block(group: list[list[Chosen]], text: str) -> Packed:
     best = min(members, key=lambda c: (c.rank, -c.score))
     return Packed(text=text, score=round(best.score, 4),
                   kind="episode" if all(c.memory.type == "episode" for c in members) else best.memory.type,
-                  ts=iso(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members])
+                  ts=iso(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members],
+                  origin=origin_attr([c.memory for c in members]), writer=writer_attr([c.memory for c in members]))

@@ -11,7 +11,7 @@ from memplane_core.tokens import estimate_tokens
 
 from .index import AgentIndex, RecallQuery
 from .packing import Packed, memory_line, said_time
-from .record import StoredMemory, iso
+from .record import StoredMemory, iso, origin_attr, untrusted, writer_attr
 
 Recall = Callable[..., list[Packed]]
 
@@ -22,7 +22,8 @@ def pinned_first(recall: Recall) -> Recall:
         pins = [own.memories[i] for i in own.pinned if i in own.memories]
         if shared is not None:
             pins += [shared.memories[i] for i in shared.pinned if i in shared.memories]
-        pins = [m for m in pins if visible is None or visible(m)]
+        # a pin a model's or a tool's memory still carries (set before the store refused it) does not lead
+        pins = [m for m in pins if (visible is None or visible(m)) and not untrusted(m)]
         if not pins:
             return recall(own, shared, q, visible=visible)
         pins.sort(key=lambda m: (-m.importance, -m.updated_at, m.id))
@@ -34,7 +35,8 @@ def pinned_first(recall: Recall) -> Recall:
             if len(first) >= q.max_blocks or cost > budget:
                 continue  # a pin that does not fit is skipped, never cut mid-sentence
             budget -= cost
-            first.append(Packed(text=text, score=1.0, kind=m.type, ts=iso(said_time(m)), id=m.id, memory_ids=[m.id]))
+            first.append(Packed(text=text, score=1.0, kind=m.type, ts=iso(said_time(m)), id=m.id, memory_ids=[m.id],
+                                origin=origin_attr([m]), writer=writer_attr([m])))
         shown = {p.id for p in first}
 
         def rest_visible(m: StoredMemory) -> bool:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
+from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.instants import MAX_EPOCH, MIN_EPOCH
 
 GLOBAL_AGENT = "*"  # global memories are shared: stored under this agent id
@@ -38,6 +39,57 @@ def is_pinned(m: "StoredMemory") -> bool:
     """An operator pinned it in the inspector: always eligible in recall (within the budget) and
     never removed by consolidation, caps or the curator. Kept in metadata, so no store changes shape."""
     return isinstance(m.metadata, dict) and m.metadata.get("pinned") is True
+
+
+def origin_of(m: "StoredMemory") -> str:
+    """Where the memory's words came from (one of ORIGINS). A row written before the store kept an
+    origin is read by what it is: a turn's words are the user's, the curator's mark is the
+    curator's, a `store_memory` write is the model's whatever it claimed, the rest the operator's."""
+    meta = m.metadata if isinstance(m.metadata, dict) else {}
+    if meta.get("via") == "store_memory":
+        return "model"
+    origin = meta.get("origin")
+    if origin in ORIGINS:
+        return origin
+    if "curator" in meta:
+        return "curator"
+    return "user" if m.type == "episode" and m.key.startswith("episode:") else "operator"
+
+
+def origins_of(m: "StoredMemory") -> frozenset[str]:
+    """The origins its words go back to: a curated memory's sources, else its own origin."""
+    own = origin_of(m)
+    if own == "curator":
+        drawn = m.metadata.get("origins") if isinstance(m.metadata, dict) else None
+        if isinstance(drawn, list) and drawn and all(o in ORIGINS for o in drawn):
+            return frozenset(drawn)
+    return frozenset((own,))
+
+
+def untrusted(m: "StoredMemory") -> bool:
+    """Written by a model or a tool (or drawn by the curator from their words only): never pinned,
+    never leading a recall, never among the user's standing instructions, and capped in a block."""
+    return origins_of(m) <= UNTRUSTED_ORIGINS
+
+
+def writer_of(m: "StoredMemory") -> str | None:
+    """The agent that wrote a shared (global) memory; None for an agent's own."""
+    meta = m.metadata if isinstance(m.metadata, dict) else {}
+    if m.scope != "global" and m.agent_id != GLOBAL_AGENT:
+        return None
+    writer = meta.get("writer") or meta.get("author")
+    return writer if isinstance(writer, str) and writer else None
+
+
+def origin_attr(memories: "list[StoredMemory]") -> str:
+    """A block's origin: its memories' origins, most trusted first, space-separated."""
+    found = {origin_of(m) for m in memories}
+    return " ".join(o for o in ORIGINS if o in found)
+
+
+def writer_attr(memories: "list[StoredMemory]") -> str | None:
+    writers = sorted({w for m in memories if (w := writer_of(m))})
+    return " ".join(writers) or None
 
 
 def new_id() -> str:
@@ -116,7 +168,9 @@ class StoredMemory:
             "access_count": self.access_count, "last_accessed_at": iso(self.last_accessed_at),
             "created_at": iso(self.created_at), "updated_at": iso(self.updated_at),
             "expires_at": iso(self.expires_at), "said_at": iso(self.said_at), "metadata": self.metadata,
-            "source_entry_ids": self.source_entry_ids,
+            "source_entry_ids": self.source_entry_ids, "origin": origin_of(self),
+            "origins": sorted(origins_of(self), key=ORIGINS.index) if origin_of(self) == "curator" else None,
+            "writer": writer_of(self), "tainted": bool(isinstance(self.metadata, dict) and self.metadata.get("tainted")),
         }
 
 

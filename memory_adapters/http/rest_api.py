@@ -23,9 +23,9 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from memplane_core.contract import RESERVED_METADATA, RESTORABLE_METADATA
+from memplane_core.contract import ORIGINS, RESERVED_METADATA, RESTORABLE_METADATA, UNTRUSTED_ORIGINS
 
-from ..engine.record import GLOBAL_AGENT, StoredMemory, is_pinned
+from ..engine.record import GLOBAL_AGENT, StoredMemory, is_pinned, untrusted
 from .auth import CALLER_AGENT, CALLER_GRANTS
 from .bodies import parse, parse_query
 from .errors import json_error, json_response
@@ -107,9 +107,11 @@ async def store(request: web.Request) -> web.Response:
     body = await parse(request, StoreBody)  # 400 naming the field; 403 for another agent's id
     agent = GLOBAL_AGENT if body.scope == "global" else body.agent_id
     # no pin without the audited PATCH; an agent token cannot forge the curator's marks either
-    keep = RESTORABLE_METADATA if request.get(CALLER_AGENT) is None else frozenset()
+    admin = request.get(CALLER_AGENT) is None
+    keep = RESTORABLE_METADATA if admin else frozenset()
     meta = {k: v for k, v in body.metadata.items() if k not in RESERVED_METADATA or k in keep}
     meta["author"] = _author(request)
+    meta.update(provenance(body.metadata, admin=admin, author=meta["author"], shared=body.scope == "global"))
     m = StoredMemory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
                      importance=body.importance, session_id=body.session_id if body.scope == "session" else None,
                      expires_at=body.expires_at(), metadata=meta, source_entry_ids=list(body.source_entry_ids),
@@ -120,6 +122,26 @@ async def store(request: web.Request) -> web.Response:
         return json_error(403, "writing global memories needs the admin token or a global grant", "scope")
     stored, created = await service.store_memory(m)
     return json_response(stored.public(), 201 if created else 200)
+
+
+def provenance(said: dict[str, Any], *, admin: bool, author: str, shared: bool) -> dict[str, Any]:
+    """The provenance the store gives a REST write: `operator` unless the caller declares a less
+    trusted origin (the proxy writes the model's `store_memory` as `model`); only the admin token
+    may restore another (an export's origin, the curator's). A shared memory names its writer: an
+    agent token's own identity, or the agent the admin token writes for."""
+    declared = said.get("origin")
+    if declared not in ORIGINS or not (admin or declared in UNTRUSTED_ORIGINS):
+        declared = "operator"
+    out: dict[str, Any] = {"origin": declared}
+    drawn = said.get("origins")
+    if admin and declared == "curator" and isinstance(drawn, list) and drawn and all(o in ORIGINS for o in drawn):
+        out["origins"] = list(dict.fromkeys(drawn))
+    if said.get("tainted") is True:
+        out["tainted"] = True  # a caller may only ever add the mark
+    writer = said.get("writer") if admin else author
+    if shared and isinstance(writer, str) and writer:
+        out["writer"] = writer[:200]
+    return out
 
 
 async def _record_audit(request: web.Request, action: str, before: StoredMemory | None,
@@ -149,6 +171,9 @@ async def edit(request: web.Request) -> web.Response:
         new.importance = body.importance
     if "ttl" in sent:
         new.expires_at = None if body.ttl is None else expiry(body.ttl)
+    if body.pinned and untrusted(old):
+        return json_error(409, "a memory a model or a tool wrote cannot be pinned: pinned memories lead every "
+                               "recall (store it again as the operator to pin it)", "pinned")
     if body.pinned is not None:
         new.metadata = {k: v for k, v in new.metadata.items() if k != "pinned"}
         if body.pinned:

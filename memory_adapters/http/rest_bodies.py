@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from memplane_core.contract import single_line
 from memplane_core.ids import AGENT_ID_PATTERN
 from memplane_core.instants import Instant, OutOfRange, parse_instant
 
@@ -46,7 +47,7 @@ class StoreBody(BaseModel):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     scope: Literal["session", "agent", "global"] = "agent"
     session_id: str | None = None
-    key: str = Field(min_length=1, max_length=256)
+    key: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(single_line)]
     value: str = Field(min_length=1, max_length=65536)
     type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
     importance: float = Field(default=0.5, ge=0.0, le=1.0)

@@ -48,6 +48,12 @@ def tokens(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP}
 
 
+def _origin(rec: dict[str, Any]) -> str:
+    """A summary holds the user's words and the reply, labelled; one that holds what a tool
+    returned says so (docs/DESIGN.md, "Memory poisoning")."""
+    return "user tool" if rec.get("tools") or "[tools: " in str(rec.get("summary", "")) else "user"
+
+
 def summarize(user: str, assistant: str) -> str:
     user = " ".join(user.split())
     assistant = " ".join(assistant.split())
@@ -152,7 +158,7 @@ class ReferenceStore:
             if not summary:
                 return "empty"
             record = {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
-                      "session_id": session_of(entry, req.metadata)}
+                      "session_id": session_of(entry, req.metadata), **({"tools": True} if steps else {})}
             # One short line into the page cache: cheaper inline than a hop to a thread.
             self._append(req.agent_id, "entries.jsonl", [record])
             agent.add(record)
@@ -183,7 +189,7 @@ class ReferenceStore:
             if eid not in seen:
                 picked.append((0.0, agent.records[eid]))
         return [RecalledMemory(text=rec["summary"], score=score, kind="episode", source="reference",
-                            ts=rec["ts"], id=rec["id"]) for score, rec in picked]
+                            ts=rec["ts"], id=rec["id"], origin=_origin(rec)) for score, rec in picked]
 
     async def forget(self, req: ForgetRequest) -> int:
         agent = await self._agent(req.agent_id)

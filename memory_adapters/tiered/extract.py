@@ -72,7 +72,10 @@ def _with_statements(agent_id: str, entry: dict[str, Any], episodes: list[Stored
     eid = entry["id"]
     said = episodes[0].said_at
     session_id = episodes[0].session_id
-    meta = {"session_id": session_id} if session_id else {}
+    meta: dict[str, Any] = {"session_id": session_id} if session_id else {}
+    meta["origin"] = "user"  # drawn from the user's own words only
+    if any(e.metadata.get("tainted") for e in episodes):
+        meta["tainted"] = True
     user = " ".join(user_text(entry).split()) if user_text(entry) else ""
     out: list[StoredMemory] = list(episodes)
     for slot, fact in profile_facts(user):

@@ -306,7 +306,8 @@ class TieredMemory:
                                                  session_id=session_id),
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)), stale=stale,
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
-        blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id)
+        blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id,
+                                 origin=p.origin, writer=p.writer)
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]
         if picked:

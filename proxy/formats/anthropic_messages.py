@@ -9,6 +9,7 @@ import orjson
 from memplane_core.turn_text import answers_tools, latest_user_index, query_from
 
 from ..errors import Dialect
+from ..inject import PREAMBLE, render_memory
 from ..recall_policy import InjectedMemory
 from . import rules
 from .base import NoResponseId, StreamState, append_text, event_json, require, usage_counts
@@ -79,7 +80,8 @@ class AnthropicMessages(NoResponseId):
             parts.append({"type": "text", "text": block})
         else:
             if placement == "search_results":
-                lead = [_search_result(m, service, n) for n, m in enumerate(memories)]
+                lead = [{"type": "text", "text": PREAMBLE},
+                        *(_search_result(m, service, n) for n, m in enumerate(memories))]
             else:
                 lead = [{"type": "text", "text": block}]
             at = rules.after_tool_results(parts)
@@ -154,7 +156,7 @@ def _search_result(m: InjectedMemory, service: str, n: int) -> dict[str, Any]:
         "type": "search_result",
         "source": f"memplane://{service}/{ref}",
         "title": m.title or " · ".join(x for x in (m.kind, m.ts) if x) or "memory",
-        "content": [{"type": "text", "text": m.text}],
+        "content": [{"type": "text", "text": render_memory(m)}],  # escaped, its origin said, like every placement
         "citations": {"enabled": True},
     }
 

@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from memplane_core.turn_text import carries_tool_results
+
 from ..ledger.entry import nests_safely
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
@@ -63,11 +65,13 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         return web.Response(status=upstream.status, body=data, headers=headers)
 
     answers, final, note = [doc], doc, None
+    tainted = carries_tool_results(body)
     for extra in range(MAX_EXTRA_CALLS + 1):
         mine, others = calls(fmt.name, final)
         if not mine:
             break
-        results = {c.id: await store(state, ctx, session_id, turn_id, c.arguments) for c in mine}
+        results = {c.id: await store(state, ctx, session_id, turn_id, c.arguments, tainted=tainted)
+                   for c in mine}
         if others or extra == MAX_EXTRA_CALLS:
             final = without_calls(fmt.name, final)
             note = None if others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"

@@ -18,6 +18,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from memplane_core.turn_text import carries_tool_results
+
 from ..errors import stream_error_event
 from ..formats.base import usage_counts
 from ..ledger.entry import nests_safely
@@ -47,6 +49,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     written: list[bytes] = []
     rounds: list[Any] = []
     incomplete = note = None
+    tainted = carries_tool_results(body)
 
     async def send(data: bytes) -> None:
         written.append(data)
@@ -79,7 +82,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
                     args = orjson.loads(slot["arguments"] or "{}")
                 except orjson.JSONDecodeError:
                     args = slot["arguments"]
-                results[slot["id"]] = await store(state, ctx, session_id, turn_id, args)
+                results[slot["id"]] = await store(state, ctx, session_id, turn_id, args, tainted=tainted)
             if rnd.others or extra == MAX_EXTRA_CALLS:
                 note = None if rnd.others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
                 break

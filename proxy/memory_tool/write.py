@@ -5,23 +5,38 @@ failed turn: bad arguments, a refused scope (`global` needs a grant), an unreach
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import aiohttp
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memplane_core.contract import RESERVED_METADATA
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from memplane_core.contract import RESERVED_METADATA, single_line
 
 from ..memory_service import MemoryService, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 MAX_METADATA_BYTES = 4096
+# How many memories one turn (one call to memplane, with its follow-up calls) may write: a model
+# steered by a hostile page cannot flood the store from one answer (docs/DESIGN.md, "Memory poisoning").
+MAX_WRITES_PER_TURN = 5
+_TURNS_KEPT = 4096
+_writes: dict[str, int] = {}  # turn id → writes so far (the newest turns only)
+
+
+def _count_write(turn_id: str) -> bool:
+    """Whether this turn may write once more (and count it if so)."""
+    done = _writes.pop(turn_id, 0)
+    _writes[turn_id] = done + (done < MAX_WRITES_PER_TURN)
+    while len(_writes) > _TURNS_KEPT:
+        del _writes[next(iter(_writes))]
+    return done < MAX_WRITES_PER_TURN
 
 
 class StoreArgs(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    key: str = Field(min_length=1, max_length=256)
+    key: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(single_line)]
     value: str = Field(min_length=1, max_length=65536)
     scope: Literal["session", "agent", "global"] = "agent"
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -34,9 +49,11 @@ def _first_error(exc: ValidationError) -> str:
 
 
 async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, arguments: Any, *,
-                via: str = "store_memory") -> tuple[bool, str]:
+                via: str = "store_memory", tainted: bool = False) -> tuple[bool, str]:
     """(ok, the text the model gets back), and a `memory_op: store` event either way. `via` says who
-    asked: the proxy's tool in a turn, or an MCP client (`proxy/mcp/`; `turn_id` is then its call's id)."""
+    asked: the proxy's tool in a turn, or an MCP client (`proxy/mcp/`; `turn_id` is then its call's id).
+    Either way the memory is the model's (`origin: model`, written by this agent; `tainted` when the
+    turn carried tool results): the store never takes it for the user's words."""
     manifest = ctx.memory
     started = time.perf_counter()
     status_code: int | None = None
@@ -60,7 +77,9 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     if args.scope == "session" and not session_id:
         return said(False, "store_memory was not saved: scope 'session' needs a session, and this call has none; "
                            "use scope 'agent'")
-    # the store's bookkeeping (a pin, the curator's marks, the author) is never the model's to set
+    if not _count_write(turn_id):
+        return said(False, f"store_memory was not saved: one turn may store at most {MAX_WRITES_PER_TURN} memories")
+    # the store's bookkeeping (a pin, the curator's marks, the author, the origin) is never the model's to set
     metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str) and k not in RESERVED_METADATA}
     if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
         metadata = {}
@@ -68,7 +87,8 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     redact = state.redactor
     body = {"agent_id": ctx.agent_id, "scope": args.scope, "key": redact.text(args.key)[0],
             "value": redact.text(args.value)[0], "type": "fact",
-            "metadata": {**redact.json(metadata)[0], "via": via, "turn_id": turn_id}}
+            "metadata": {**redact.json(metadata)[0], "via": via, "turn_id": turn_id,
+                         "origin": "model", "writer": ctx.agent_id, **({"tainted": True} if tainted else {})}}
     if args.scope == "session":
         body["session_id"] = session_id
     client = MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod, timeout=TIMEOUT)

@@ -89,6 +89,7 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"query: {doc['query'][:200]!r}")
     for i, m in enumerate(doc.get("memories", []), 1):
         lines.append(f"  {i:>2}. [{m['decision']}] kind={m.get('kind')} source={m.get('source')} "
+                     f"origin={m.get('origin') or '-'}" + (f" writer={m['writer']}" if m.get("writer") else "") + " "
                      f"score={m.get('score')}  {str(m.get('text', ''))[:100]!r}")
     if doc.get("redactions"):
         lines.append("redacted: " + ", ".join(f"{k} x{n}" for k, n in doc["redactions"].items()))

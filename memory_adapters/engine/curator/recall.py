@@ -19,7 +19,7 @@ from memplane_core.tokens import estimate_tokens
 from ..index import AgentIndex, RecallQuery, recall_with_shared
 from ..lexical import terms
 from ..packing import BLOCK_OVERHEAD_BYTES, MAX_ANSWER_BYTES, Packed
-from ..record import StoredMemory, iso
+from ..record import StoredMemory, iso, origin_attr, origins_of, untrusted
 from .consolidation import superseded
 
 LEAD_TYPES = ("directive", "fact")
@@ -29,6 +29,14 @@ LEAD_MAX_BYTES = 4000  # and of the answer's bytes (the proxy refuses recall ans
 
 def curated(m: StoredMemory) -> bool:
     return m.type == "directive" or (m.type == "fact" and isinstance(m.metadata, dict) and "curator" in m.metadata)
+
+
+def may_lead(m: StoredMemory) -> bool:
+    """Only what the user or the operator said leads: a directive drawn from anything else, and
+    any memory a model or a tool wrote, is never shown as the user's standing instruction."""
+    if untrusted(m):
+        return False
+    return m.type != "directive" or origins_of(m) <= {"user", "operator", "curator"}
 
 
 def _fact_terms(m: StoredMemory) -> frozenset[str]:
@@ -61,7 +69,7 @@ def lead_block(idx: AgentIndex, q: RecallQuery, visible: Any = None) -> Packed |
     facts: list[tuple[float, StoredMemory]] = []
     qterms = set(terms(q.text))
     for m, mine in _lead(idx):
-        if not curated(m) or superseded(m) or (visible is not None and not visible(m)):
+        if not curated(m) or not may_lead(m) or superseded(m) or (visible is not None and not visible(m)):
             continue
         if m.type == "directive":
             directives.append(m)
@@ -94,7 +102,7 @@ def lead_block(idx: AgentIndex, q: RecallQuery, visible: Any = None) -> Packed |
     newest = max(used, key=lambda m: m.said_at or m.created_at)
     return Packed(text="\n".join(lines), score=1.0, kind="directive" if directives and used[0].type == "directive"
                   else "fact", ts=iso(newest.said_at or newest.created_at), id=used[0].id,
-                  memory_ids=[m.id for m in used])
+                  memory_ids=[m.id for m in used], origin=origin_attr(used))
 
 
 def recall_curated_first(own: AgentIndex, shared: AgentIndex | None, q: RecallQuery,
@@ -103,7 +111,7 @@ def recall_curated_first(own: AgentIndex, shared: AgentIndex | None, q: RecallQu
     left of the budget and block count; curated directives and facts, and superseded facts, are
     not ranked again among the episodes."""
     def rest_visible(m: StoredMemory) -> bool:
-        return not curated(m) and not superseded(m) and (visible is None or visible(m))
+        return (not curated(m) or not may_lead(m)) and not superseded(m) and (visible is None or visible(m))
 
     lead = lead_block(own, q, visible)
     if lead is None:

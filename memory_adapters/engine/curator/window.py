@@ -12,22 +12,39 @@ from dataclasses import dataclass, field
 
 from memplane_core.tokens import estimate_tokens
 
-from ..record import StoredMemory
+from ..record import StoredMemory, origin_of
 from .config import CuratorSettings
 
 MAX_BACKOFF_S = 3600.0
 HELD_PER_WINDOW = 2000  # pending messages kept per window while the model is away; older ones are let go
 
 
+_LABELS = (("user: ", "user"), ("assistant: ", "model"), ("tools: ", "tool"))
+
+
+def said_by(m: StoredMemory) -> dict[str, str]:
+    """An episode's words by who said them: `user` (the person), `model` (the assistant's reply),
+    `tool` (what a tool returned). Episodes label their parts ('user: …\nassistant: …', a piece of
+    the user's words, 'assistant: …', 'tools: …') and carry the part's origin; text that is not
+    the user's part is never read as the user's, whatever it says."""
+    origin = origin_of(m)
+    out = {"user": "", "model": "", "tool": ""}
+    current = {"user": "user", "model": "model", "tool": "tool"}.get(origin, "tool")
+    for line in m.value.split("\n"):
+        for label, who in _LABELS:
+            if line.startswith(label):
+                current, line = who, line[len(label):]
+                break
+        if origin != "user" and current == "user":
+            current = "tool"  # a memory that is not the user's never has a user part
+        out[current] = f"{out[current]}\n{line}" if out[current] else line
+    return out
+
+
 def speakers(text: str) -> tuple[str, str]:
-    """An episode's user part and assistant part (episodes are 'user: …\\nassistant: …', a piece
-    of the user's words, or 'assistant: …')."""
-    if text.startswith("assistant: "):
-        return "", text[len("assistant: "):]
-    if text.startswith("user: ") and "\nassistant: " in text:
-        user, reply = text[len("user: "):].split("\nassistant: ", 1)
-        return user, reply
-    return text, ""
+    """An episode's user part and assistant part, from its text alone (a legacy reader)."""
+    parts = said_by(StoredMemory(agent_id="", scope="agent", key="episode:", value=text, type="episode"))
+    return parts["user"], parts["model"]
 
 
 @dataclass
@@ -47,7 +64,8 @@ class Window:
         return [i[0] for i in self.items]
 
     def add(self, m: StoredMemory, s: CuratorSettings) -> None:
-        user, reply = speakers(m.value)
+        parts = said_by(m)
+        user, reply = parts["user"], parts["model"]
         n, wm, wt = 0, 0.0, 0.0
         for text, weight in ((user, s.user_weight), (reply, s.agent_weight)):
             if text.strip():
