@@ -29,6 +29,7 @@ class Site:
     host: str
     port: int
     name: str = ""
+    reuse_port: bool = False  # one of several worker processes on this port (memplane_cli/workers.py)
 
 
 MAX_HEADER_BYTES = 8190  # one header line; a longer Authorization is refused (400) before any handler
@@ -39,7 +40,7 @@ async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, 
     runner = web.AppRunner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s,
                            max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES)
     await runner.setup()
-    tcp = web.TCPSite(runner, site.host, site.port, reuse_address=True)
+    tcp = web.TCPSite(runner, site.host, site.port, reuse_address=True, reuse_port=site.reuse_port or None)
     await tcp.start()
     port = runner.addresses[0][1] if runner.addresses else site.port
     return runner, port

@@ -1,0 +1,87 @@
+"""`memplane serve --workers N`: several processes answer on one port, and the turns they answer
+land in the shared ledger once each. With the file ledger (one writer per agent) it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from manifests.agents import write_agent
+from memplane_cli.runner import free_port
+from proxy.ledger.redis_streams import RedisLedger
+from tests.harness import stop, wait_port
+
+BIN = Path(sys.executable).parent / "memplane"
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+async def test_two_workers_both_answer_and_every_turn_is_in_the_shared_ledger_once(tmp_path, provider_server,
+                                                                                     redis_url):
+    _, provider_url = provider_server
+    prefix = f"w{uuid.uuid4().hex[:6]}"
+    token, _ = write_agent(tmp_path / "ctx", "many")
+    port = free_port()
+    proc = subprocess.Popen([str(BIN), "serve", "--workers", "2", "--port", str(port), "--context-root",
+                             str(tmp_path / "ctx"), "--history-root", str(tmp_path / "hist"), "--openai-base-url",
+                             f"{provider_url}/v1", "--ledger", "redis", "--redis-url", redis_url,
+                             "--ledger-prefix", prefix],
+                            stdout=subprocess.PIPE, stderr=open(tmp_path / "serve.log", "wb"), env=os.environ.copy())
+    try:
+        await wait_port(port, 60)
+        pids = set()
+        async def healthz() -> int:  # a new connection each time: the kernel picks a worker per connection
+            async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                return (await r.json())["pid"]
+        for _ in range(40):
+            pids.add(await healthz())
+            if len(pids) == 2:
+                break
+        assert len(pids) == 2, pids
+        assert {_parent_of(p) for p in pids} == {proc.pid}  # the workers of this serve, not another process
+
+        async def turn(i: int) -> str:
+            body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": f"mark-{i:03d} hello"}]})
+            async with aiohttp.ClientSession() as s, s.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}) as r:
+                assert r.status == 200, await r.text()
+                return r.headers["X-Memplane-Turn-Id"]
+        turn_ids = await asyncio.gather(*(turn(i) for i in range(60)))
+        entries = [ref.entry for ref in RedisLedger(redis_url, tmp_path, prefix=prefix).read("many")]
+        marks = sorted(str(e["request_original"]["messages"][0]["content"]).split()[0] for e in entries)
+        assert marks == [f"mark-{i:03d}" for i in range(60)]  # nothing lost, nothing twice
+        assert len({e["id"] for e in entries}) == 60 and len(set(turn_ids)) == 60
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+    for pid in pids:  # the workers went with it
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_more_than_one_worker_on_the_file_ledger_is_refused_with_the_reason(tmp_path):
+    out = subprocess.run([str(BIN), "serve", "--workers", "2", "--port", str(free_port()), "--context-root",
+                          str(tmp_path / "ctx"), "--history-root", str(tmp_path / "hist")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--ledger redis" in out.stderr and "one writer per agent" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_port_another_program_serves_is_refused_not_shared(tmp_path):
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        out = subprocess.run([str(BIN), "adapter", "tiered", "--workers", "2", "--port", str(held.getsockname()[1])],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "cannot listen" in out.stderr and "Traceback" not in out.stderr
