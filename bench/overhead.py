@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import time
 import tempfile
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
 
 from . import peers
-from .harness import QUICK, load, mongo, redis_url, role, table, write_results
+from .harness import PIDS, QUICK, cpu_seconds, load, mongo, redis_url, role, table, write_results
 from .seed import seed_embedded, seed_reference, seed_tiered, turn_summaries
 
 MEMORIES = 1000
@@ -68,8 +69,11 @@ def main(argv: list[str] | None = None) -> dict:
         prov_port = stack.enter_context(role("provider"))
         upstream = f"http://127.0.0.1:{prov_port}/v1"
         targets: list[tuple[str, str, str]] = [("direct", f"{upstream}/chat/completions", "bench")]
+        serving: dict[str, list[int]] = {"direct": [prov_port]}  # whose CPU time a target's turns cost
         pt_port = stack.enter_context(role("passthrough", "--upstream", upstream))
         targets.append(("passthrough", f"http://127.0.0.1:{pt_port}/v1/chat/completions", "bench"))
+        serving["passthrough"] = [prov_port, pt_port]
+        adapter_port: dict[str, int] = {}
         ctx, hist = tmp / "ctx", tmp / "hist"
         tok_off, _ = write_agent(ctx, "off")
         tokens: dict[str, str] = {"memplane-off": tok_off}
@@ -77,12 +81,14 @@ def main(argv: list[str] | None = None) -> dict:
             ref_port = stack.enter_context(role("reference", "--data-dir", str(tmp / "ref")))
             tokens["memplane+reference"], _ = write_agent(ctx, "ref", memory=memory_manifest(
                 "reference", f"http://127.0.0.1:{ref_port}", retain_batch_path=RETAIN_BATCH_PATH))
+            adapter_port["reference"] = ref_port
             seed_reference(tmp / "ref", "ref", MEMORIES)
         if "memplane+embedded" in wanted:
             asyncio.run(seed_embedded(tmp / "emb", {"emb": MEMORIES}, dim=384))
             emb_port = stack.enter_context(role("embedded", "--data-dir", str(tmp / "emb")))
             tokens["memplane+embedded"], _ = write_agent(ctx, "emb", memory=memory_manifest(
                 "embedded", f"http://127.0.0.1:{emb_port}", retain_batch_path=RETAIN_BATCH_PATH))
+            adapter_port["embedded"] = emb_port
         rurl = redis_url()
         mongo_url = stack.enter_context(mongo(tmp)) if "memplane+tiered" in wanted else None
         if rurl and mongo_url:
@@ -90,6 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
             tier_port = stack.enter_context(role("tiered", "--redis-url", rurl, "--mongo-url", mongo_url))
             tokens["memplane+tiered"], _ = write_agent(ctx, "tier", memory=memory_manifest(
                 "tiered", f"http://127.0.0.1:{tier_port}"))
+            adapter_port["tiered"] = tier_port
         elif "memplane+tiered" in wanted:
             notes.append("memplane+tiered skipped: no Redis or no Mongo-wire server available")
         mp_port = stack.enter_context(role("memplane", "--upstream", upstream, "--context-root", str(ctx),
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name in ("memplane-off", "memplane+reference", "memplane+embedded", "memplane+tiered"):
             if name in wanted and name in tokens:
                 targets.append((name, mp, tokens[name]))
+                serving[name] = [prov_port, mp_port] + ([adapter_port[name.split("+")[1]]] if "+" in name else [])
         # the same proxy as one and as two worker processes, on the shared (Redis) ledger workers need
         for workers in (1, 2):
             name = f"memplane-redis-{workers}w+reference"
@@ -111,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
                                             "--ledger-prefix", f"bench{workers}w{os.getpid()}",
                                             "--workers", str(workers)))
             targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", tokens["memplane+reference"]))
+            serving[name] = [prov_port, port, adapter_port["reference"]]
         if "peers" in wanted:
             peer_rows, skipped = _peer_targets(stack, prov_port, tmp)
             targets += peer_rows
@@ -120,7 +129,13 @@ def main(argv: list[str] | None = None) -> dict:
                 for mode in opts.modes:
                     for conc in opts.conc:
                         n = requests if conc >= 32 else requests // 4
-                        this[f"{name}|{mode}|c{conc}"] = load(url, token, conc, n, seconds, mode == "stream")
+                        pids = [PIDS[p] for p in serving.get(name, [])]
+                        before = cpu_seconds(pids)
+                        row = load(url, token, conc, n, seconds, mode == "stream")
+                        _settle(pids)  # work the turns left behind (retains, embeddings) counts too
+                        row["cpu_us_per_turn"] = (round((cpu_seconds(pids) - before) / (row["requests"] + min(20, n)) * 1e6)
+                                                  if pids and row["requests"] else None)
+                        this[f"{name}|{mode}|c{conc}"] = row
             rounds.append(this)
         rows = rounds[-1]
     for i, r in enumerate(rounds):
@@ -132,9 +147,9 @@ def main(argv: list[str] | None = None) -> dict:
         floor = rows[f"passthrough|{mode}|{conc}"]
         out_rows.append([name, mode, conc, r["rps"], r["p50_ms"], r["p99_ms"], r["ttfb_p50_ms"], r["ttfb_p99_ms"],
                          r["p50_ms"] - direct["p50_ms"], r["rps"] / direct["rps"], r["rps"] / floor["rps"],
-                         r["errors"]])
+                         r["errors"], r.get("cpu_us_per_turn")])
     print(table(["target", "mode", "conc", "req/s", "p50_ms", "p99_ms", "ttfb50", "ttfb99", "+p50_vs_direct",
-                 "rps/direct", "rps/passthru", "errors"], out_rows))
+                 "rps/direct", "rps/passthru", "errors", "cpu_us/turn"], out_rows))
     for name, reason in skipped.items():
         print(f"{name}: {reason}")
     for n in notes:
@@ -168,6 +183,20 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+def _settle(pids: list[int], quiet: float = 0.05, most_s: float = 15.0) -> None:
+    """Until the serving processes use under `quiet` of a core (the retain and embedding backlogs done)."""
+    if not pids:
+        return
+    deadline = time.monotonic() + most_s
+    last = cpu_seconds(pids)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = cpu_seconds(pids)
+        if now - last < quiet * 0.5:
+            return
+        last = now
+
+
 def issue41_ratios(r: dict[str, dict]) -> dict[str, float]:
     """Issue 41's targets from one round's rows (every ratio against rows of the same round)."""
     out: dict[str, float] = {}
@@ -190,6 +219,18 @@ def issue41_ratios(r: dict[str, dict]) -> dict[str, float]:
         if s1 and ds1 and row1 and direct1 and s1["ttfb_p50_ms"] is not None:
             ttfb_added = s1["ttfb_p50_ms"] - ds1["ttfb_p50_ms"]
             out[f"{short}_ttfb_added_minus_json_added_ms"] = round(ttfb_added - (row1["p50_ms"] - direct1["p50_ms"]), 3)
+    for name in ("memplane-off", "memplane+reference", "memplane+embedded", "memplane+tiered"):
+        short = name.split("+")[-1] if "+" in name else "off"
+        row32 = get(name, "json", 32)
+        if row32 and floor32 and row32.get("cpu_us_per_turn") and floor32.get("cpu_us_per_turn"):
+            # when the machine is the bottleneck, throughput follows CPU per turn: a load-proof ratio
+            out[f"{short}_c32_cpu_floor_over_target"] = round(floor32["cpu_us_per_turn"] / row32["cpu_us_per_turn"], 3)
+            out[f"{short}_c32_cpu_us_per_turn"] = row32["cpu_us_per_turn"]
+        row1, floor1c = get(name, "json", 1), get("passthrough", "json", 1)
+        if row1 and floor1c and row1.get("cpu_us_per_turn") and floor1c.get("cpu_us_per_turn"):
+            out[f"{short}_c1_cpu_us_above_floor"] = row1["cpu_us_per_turn"] - floor1c["cpu_us_per_turn"]
+    if floor32 and floor32.get("cpu_us_per_turn"):
+        out["floor_c32_cpu_us_per_turn"] = floor32["cpu_us_per_turn"]
     one, two = get("memplane-redis-1w+reference", "json", 32), get("memplane-redis-2w+reference", "json", 32)
     if one and two:
         out["workers2_over_1_c32"] = round(two["rps"] / one["rps"], 3)
