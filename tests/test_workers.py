@@ -85,3 +85,40 @@ def test_a_port_another_program_serves_is_refused_not_shared(tmp_path):
         out = subprocess.run([str(BIN), "adapter", "tiered", "--workers", "2", "--port", str(held.getsockname()[1])],
                              capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "cannot listen" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_two_tiered_workers_both_serve_and_see_each_others_writes(tmp_path, redis_url, mongo_url):
+    """`memplane adapter tiered --workers 2`: two replicas on one port. Every search, whichever
+    worker the connection lands on, finds a memory stored through the other one after both had
+    loaded the agent."""
+    port = free_port()
+    proc = subprocess.Popen([str(BIN), "adapter", "tiered", "--workers", "2", "--port", str(port),
+                             "--redis-url", redis_url, "--mongo-url", mongo_url],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "tiered.log", "wb"),
+                            env={**os.environ, "MEMPLANE_EMBEDDINGS": "off"})
+    url = f"http://127.0.0.1:{port}"
+
+    async def search(query: str) -> list[str]:  # a new connection each time: either worker
+        async with aiohttp.ClientSession() as s, s.post(url + "/api/memories/search",
+                                                        json={"agent_id": "pair", "query": query}) as r:
+            assert r.status == 200, await r.text()
+            return [m["value"] for m in (await r.json())["results"]]
+    try:
+        await wait_port(port, 90)
+        children = set()
+        for _ in range(100):
+            children = set(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split())
+            if len(children) == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert len(children) == 2
+        for _ in range(16):  # both workers load the agent (still empty)
+            assert await search("where is the staging database") == []
+        async with aiohttp.ClientSession() as s, s.post(url + "/api/memories", json={
+                "agent_id": "pair", "key": "staging", "value": "The staging database lives in Frankfurt"}) as r:
+            assert r.status == 201
+        found = [await search("where is the staging database") for _ in range(16)]
+        assert all(f == ["The staging database lives in Frankfurt"] for f in found), found
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
