@@ -208,7 +208,8 @@ def _agent_id(claw: dict[str, Any], name: str, seen: dict[str, str], pod_file: P
 
 
 def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path, where: str) -> dict[str, Any]:
-    """What metadata.json carries besides the id: the service, type, timezone and allowed models."""
+    """What metadata.json carries besides the id: the service, type, timezone, allowed models and whose
+    provider key goes upstream (`provider-key: client`: the agent's own, CONTRACT §1)."""
     extra: dict[str, Any] = {"service": name}
     for key in ("type", "timezone"):
         if claw.get(key):
@@ -219,6 +220,13 @@ def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path,
             raise _fail(pod_file, f"{where}.models", f"agent '{agent_id}': models must be a list of model names")
         if models:
             extra["allowed_models"] = list(models)
+    provider_key = claw.get("provider-key", claw.get("provider_key"))
+    if provider_key is not None:
+        if provider_key not in ("operator", "client"):
+            raise _fail(pod_file, f"{where}.provider-key",
+                        f"agent '{agent_id}': provider-key must be 'operator' or 'client'")
+        if provider_key == "client":
+            extra["provider_key"] = "client"
     return extra
 
 

@@ -81,6 +81,11 @@ class AgentMetadata:
     type: str | None = None
     timezone: str | None = None
     allowed_models: tuple[str, ...] = field(default_factory=tuple)
+    provider_key: str = "operator"  # "client": the agent brings its own provider credential (CONTRACT §1)
+
+    @property
+    def client_provider_key(self) -> bool:
+        return self.provider_key == "client"
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "AgentMetadata":
@@ -92,4 +97,5 @@ class AgentMetadata:
             type=doc.get("type"),
             timezone=doc.get("timezone"),
             allowed_models=tuple(doc.get("allowed_models") or ()),
+            provider_key=doc.get("provider_key") or "operator",
         )

@@ -363,8 +363,11 @@ def agent() -> None:
 @click.option("--memory-service", default="memory", show_default=True, help="Service name in memory.json.")
 @click.option("--memory-token", default=None, help="Bearer token for the memory service.")
 @click.option("--pod", default="", help="Pod name recorded in metadata.json.")
+@click.option("--client-provider-key", is_flag=True,
+              help="The agent brings its own provider key or subscription: memplane forwards it upstream and knows "
+                   "the agent by its X-Memplane-Agent header (metadata.json \"provider_key\": \"client\").")
 def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memory: bool, memory_service: str,
-              memory_token: str | None, pod: str) -> None:
+              memory_token: str | None, pod: str, client_provider_key: bool) -> None:
     """Create (or update) an agent and print its token once."""
     from manifests.validate import ManifestError, validate
 
@@ -379,7 +382,8 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
     else:  # the embedded engine that `memplane up` serves on its default port
         memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
                                  retain_batch_path=RETAIN_BATCH_PATH)
-    token, created = write_agent(context_root, agent_id, pod=pod, memory=memory)
+    extra = {"provider_key": "client"} if client_provider_key else None
+    token, created = write_agent(context_root, agent_id, pod=pod, memory=memory, extra=extra)
     if created:
         click.echo(token)
         click.echo(f"(token shown once; also stored in {context_root / agent_id / 'token'} with mode 0600)", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import traceback
@@ -22,6 +23,7 @@ from .forward_policy import (allowed, check_passthrough_body, check_raw_path, pa
                              require_model_allowed)
 from .header_logs import quiet_header_values
 from .ledger.files import Ledger
+from .mcp import add_mcp_routes
 from .operator.admin import admin_only
 from .operator.explain import explanation
 from .operator.metrics import CONTENT_TYPE_LATEST, ProxyMetrics
@@ -29,6 +31,7 @@ from .operator.ui import add_ui_routes
 from .rate_limit import RateLimiter
 from .retain.delivery import RetainDelivery
 from .state import ProxyState
+from .tracing import Tracing
 from .transport_errors import read_request_body
 from .turn import authenticate, handle_turn, open_upstream
 from .upstream import passthrough_url, returned_headers, upstream_headers
@@ -63,7 +66,9 @@ async def errors_middleware(request: web.Request, handler):
 
 def _turn_route(fmt):
     async def route(request: web.Request) -> web.StreamResponse:
-        return await handle_turn(request, fmt, request.app[STATE])
+        state = request.app[STATE]
+        with state.tracing.turn(fmt.name, fmt.provider, request) as traced:  # a no-op unless OTEL_* is set
+            return traced.answered(await handle_turn(request, fmt, state))
     return route
 
 
@@ -92,7 +97,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                            request.headers.get("Content-Type", ""), body)
     if request.match_info.get("tail", "").startswith("models/"):
         require_model_allowed(ctx.metadata.allowed_models, path.rsplit("/", 1)[-1])
-    headers = upstream_headers(state.settings, provider, request.headers)
+    headers = upstream_headers(state.settings, provider, request.headers, client_key=ctx.metadata.client_provider_key)
     if body and request.content_type == "multipart/form-data":
         headers["Content-Type"] = request.headers["Content-Type"]  # with its boundary
     upstream = await open_upstream(state, request.method, passthrough_url(state.settings, provider, raw_path),
@@ -144,9 +149,19 @@ def build_state(settings: ProxySettings, telemetry: Telemetry | None = None) -> 
     )
 
 
+def watch(state: ProxyState) -> None:
+    """What listens to every memory op besides the metrics: the inspector's recall history, and
+    traces (when OTEL_* asks for them)."""
+    state.telemetry.observers.append(state.recall_history.observe)
+    state.tracing = Tracing.from_env(state.redactor, telemetry=state.telemetry)
+    if state.tracing.enabled:
+        state.telemetry.observers.append(state.tracing.memory_op)
+
+
 def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> web.Application:
     quiet_header_values()  # a refused Authorization header is logged without its value
     state = build_state(settings, telemetry)
+    watch(state)
     app = web.Application(middlewares=[errors_middleware], client_max_size=settings.max_body_bytes)
     app[STATE] = state
 
@@ -172,6 +187,8 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
         if state.session is not None:
             await state.session.close()
         state.ledger.close()
+        if state.tracing.enabled:
+            await asyncio.to_thread(state.tracing.shutdown)  # the spans still queued go out
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
@@ -179,6 +196,7 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/memplane/turns/{turn_id}", explain_turn)
     add_ui_routes(app, STATE)
+    add_mcp_routes(app, state)  # memory as MCP tools at /mcp
     for fmt in FORMATS:
         app.router.add_post(fmt.route, _turn_route(fmt))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)

@@ -18,10 +18,12 @@ from .ledger.files import Ledger
 from .memory_service import RecallDeadlines
 from .operator.explain import TurnExplanations
 from .operator.metrics import ProxyMetrics
+from .operator.recall_history import RecallHistory
 from .rate_limit import RateLimiter
 from .response_owners import ResponseOwners
 from .retain.delivery import RetainDelivery
 from .threads import Threads
+from .tracing import Tracing
 from .turn_blocks import TurnBlocks
 
 
@@ -43,6 +45,8 @@ class ProxyState:
     # redacting a turn's request (large ones go to worker threads): a share per agent
     request_work: AgentShares = field(default_factory=lambda: AgentShares(REQUEST_WORK, REQUEST_WORK_PER_AGENT))
     response_owners: ResponseOwners = field(default_factory=ResponseOwners)  # whose Responses answer an id is
+    recall_history: RecallHistory = field(default_factory=RecallHistory)  # the inspector's recall charts
+    tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry spans; off (no-ops) unless OTEL_* asks
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -35,14 +35,16 @@ from .sse import SSESplitter, end_stream, parse_event
 from .state import ProxyState
 from .transport_errors import provider_errors, read_request_body, transport_errors
 from .turn_blocks import TurnBlock, TurnKey, conversation_key, conversation_of, offers_tools, question_of, turn_key
-from .upstream import agent_token, returned_headers, upstream_headers, upstream_target
+from .upstream import agent_token, check_credentials, returned_headers, upstream_headers, upstream_target
 
 
 async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
     ctx = state.contexts.authenticate(agent_token(request.headers))
     if ctx is None:
-        raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key.",
+        raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key "
+                              "(or, for an agent that brings its own provider key, in X-Memplane-Agent).",
                          code="invalid_api_key")
+    check_credentials(ctx.metadata.client_provider_key, request.headers)
     wait = await state.rate_limiter.check(ctx.agent_id)
     if wait > 0:
         raise ProxyError(429, "Rate limit exceeded for this agent; retry later.", code="rate_limit_exceeded",
@@ -261,9 +263,11 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
     turn_id = "turn_" + uuid.uuid4().hex[:24]
+    state.tracing.agent(ctx.agent_id, turn_id)
     effective, recall, turn = body, RecallSummary(), None
     if ctx.memory is not None and ctx.memory.recall is not None:
-        effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id)
+        with state.tracing.step("memplane.recall"):
+            effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
     state.explanations.record(turn_id, TurnExplanation(
         turn_id, ctx.agent_id, now_rfc3339(), time.time(), fmt.name, request.path, recall.status, recall.blocks,
@@ -273,7 +277,8 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     effective, hidden_usage = fmt.prepare_upstream(effective)
     stream = bool(body.get("stream"))
     url = upstream_target(state.settings, fmt.provider, fmt.upstream_path)
-    headers = upstream_headers(state.settings, fmt.provider, request.headers)
+    headers = upstream_headers(state.settings, fmt.provider, request.headers,
+                               client_key=ctx.metadata.client_provider_key)  # the agent's own key, or the operator's
 
     question = turn.question if turn is not None and recall.status == "reused" else None
 
@@ -299,7 +304,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
                                          record, session_id, turn_id, question))
 
     await state.ledger.ready(ctx.agent_id)  # a turn that could not be recorded is refused before it is paid for
-    async with state.upstream_slots.held(ctx.agent_id):
+    async with state.upstream_slots.held(ctx.agent_id), state.tracing.upstream(fmt.provider, effective, url):
         sent = time.perf_counter()
         upstream = await open_upstream(state, "POST", url, data=orjson.dumps(effective), headers=headers,
                                        params=request.query or None)  # e.g. the anthropic SDK's ?beta=true
@@ -507,9 +512,11 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     retained = state.retain is not None and ctx.memory is not None and ctx.memory.retain is not None
     if retained:
         state.retain.prepare(ctx.agent_id)
-    start, end = await state.ledger.append(ctx.agent_id, entry)
+    with state.tracing.ledger_write(entry):
+        start, end = await state.ledger.append(ctx.agent_id, entry)
     if turn_id:
         state.explanations.update(turn_id, entry_id=entry["id"], ledger_end=end, status_code=status)
     if retained:
-        state.retain.submit(ctx.agent_id, start, end, entry)
+        with state.tracing.step("memplane.retain.enqueue"):
+            state.retain.submit(ctx.agent_id, start, end, entry)
 

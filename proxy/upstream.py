@@ -1,4 +1,10 @@
-"""Where a call goes upstream and with which credentials: the agent's token never leaves."""
+"""Where a call goes upstream and with which credentials: the agent's token never leaves.
+
+Whose provider credential goes upstream: the operator's (the default), or — for an agent whose
+metadata.json says `"provider_key": "client"` — the client's own `Authorization` / `x-api-key`, the
+agent then naming itself in `X-Memplane-Agent` (CONTRACT §1). The client's credential is only ever
+copied into the upstream request's headers: never logged, ledgered, stored or sent to a memory service.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from .config import ProxySettings
+from .errors import ProxyError
 
 # Request headers an agent may pass through to its provider. Not `OpenAI-Organization` /
 # `OpenAI-Project`: they name the key's owner, and next to the operator's key an agent's own would be
@@ -31,10 +38,22 @@ def passthrough_url(settings: ProxySettings, provider: str, raw_path: str) -> UR
     return URL(str(URL(base)) + rel, encoded=True)
 
 
+AGENT_HEADER = "X-Memplane-Agent"  # `<agent-id>:<secret>` when the credential headers hold the client's own key
+# the client's own credential, and what names its owner (right next to the owner's key, unlike the operator's)
+_CLIENT_CREDENTIAL = ("Authorization", "x-api-key", "OpenAI-Organization", "OpenAI-Project")
+
+
 def upstream_headers(settings: ProxySettings, provider: str,
-                     incoming: CIMultiDictProxy[str]) -> dict[str, str]:
+                     incoming: CIMultiDictProxy[str], *, client_key: bool = False) -> dict[str, str]:
+    """The upstream request's headers. `client_key`: the agent brings its own credential (checked by
+    `check_credentials`), forwarded as sent; otherwise only the operator's is attached."""
     headers = {k: incoming[k] for k in _FORWARD if k in incoming}
     headers["Content-Type"] = "application/json"
+    if client_key:
+        headers.update((k, incoming[k]) for k in _CLIENT_CREDENTIAL if k in incoming)
+        if provider == "anthropic":
+            headers.setdefault("anthropic-version", "2023-06-01")
+        return headers
     if provider == "anthropic":
         headers.setdefault("anthropic-version", "2023-06-01")
         if settings.anthropic_api_key:
@@ -54,8 +73,32 @@ def returned_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 def agent_token(headers: CIMultiDictProxy[str]) -> str | None:
-    """The agent's `<agent-id>:<secret>` from `Authorization: Bearer` or `x-api-key`."""
+    """The agent's `<agent-id>:<secret>`: from `X-Memplane-Agent` when the client sent one (its
+    `Authorization` / `x-api-key` are then its own provider credential), else from
+    `Authorization: Bearer` or `x-api-key`."""
+    if AGENT_HEADER in headers:
+        return headers[AGENT_HEADER].strip() or None
     auth = headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
     return headers.get("x-api-key", "").strip() or None
+
+
+def check_credentials(client_key: bool, headers: CIMultiDictProxy[str]) -> None:
+    """An agent that brings its own provider credential must name itself in X-Memplane-Agent and
+    send that credential (401 otherwise: its agent token alone would leave with no key, and the
+    operator's is not its to use). Another agent's client credential is simply never forwarded."""
+    if not client_key:
+        return
+    if AGENT_HEADER not in headers:
+        raise ProxyError(401, "This agent brings its own provider key: send it as the API key and name the agent "
+                              f"in the {AGENT_HEADER} header ('<agent-id>:<secret>').", code="invalid_api_key")
+    key, auth = headers.get("x-api-key", "").strip(), headers.get("Authorization", "").strip()
+    if not (key or auth):
+        raise ProxyError(401, "This agent brings its own provider key, and the request carries none "
+                              "(Authorization or x-api-key).", code="invalid_api_key")
+    token = headers[AGENT_HEADER].strip()
+    if token in (key, auth, auth[7:].strip() if auth[:7].lower() == "bearer " else None):
+        # the agent's token in the credential's place would be forwarded to the provider: never
+        raise ProxyError(401, "The API key is this agent's memplane token; send your own provider key there "
+                              f"(the token goes only in {AGENT_HEADER}).", code="invalid_api_key")

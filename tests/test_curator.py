@@ -522,8 +522,9 @@ async def test_the_curator_can_call_through_memplane_itself_and_the_operator_see
         async with s.get(f"{stack.proxy_url}/memplane/ui/agents/ana",
                          headers={"Authorization": "Bearer inspector-admin-token"}) as r:
             page = await r.text()
-    row = next(line for line in page.split("<tr>") if "The user lives in Lisbon." in line)
-    assert f'<td class="sources">{source}</td>' in row
+    row = next(r for r in re.findall(r'<tr class="memory[^"]*">.*?</tr>', page, re.S) if "The user lives in Lisbon." in r)
+    sources = row.split('class="sources">')[1].split("</td>")[0]
+    assert f'title="{source}"' in sources  # the source turn's id: shown short, whole in its tooltip
 
 
 async def test_a_huge_budget_never_makes_an_answer_the_proxy_would_refuse(aiohttp_server, tmp_path):

@@ -33,8 +33,10 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg', 'invalid')}"
 
 
-async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, arguments: Any) -> tuple[bool, str]:
-    """(ok, the text the model gets back), and a `memory_op: store` event either way."""
+async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, arguments: Any, *,
+                via: str = "store_memory") -> tuple[bool, str]:
+    """(ok, the text the model gets back), and a `memory_op: store` event either way. `via` says who
+    asked: the proxy's tool in a turn, or an MCP client (`proxy/mcp/`; `turn_id` is then its call's id)."""
     manifest = ctx.memory
     started = time.perf_counter()
     status_code: int | None = None
@@ -43,7 +45,8 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="store",
                                   status="succeeded" if ok else "failed", status_code=status_code,
                                   latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                                  error=None if ok else text, turn_id=turn_id, **extra)
+                                  error=None if ok else text, turn_id=turn_id,
+                                  **({"via": via} if via != "store_memory" else {}), **extra)
         return ok, text
 
     try:
@@ -65,7 +68,7 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     redact = state.redactor
     body = {"agent_id": ctx.agent_id, "scope": args.scope, "key": redact.text(args.key)[0],
             "value": redact.text(args.value)[0], "type": "fact",
-            "metadata": {**redact.json(metadata)[0], "via": "store_memory", "turn_id": turn_id}}
+            "metadata": {**redact.json(metadata)[0], "via": via, "turn_id": turn_id}}
     if args.scope == "session":
         body["session_id"] = session_id
     client = MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod, timeout=TIMEOUT)

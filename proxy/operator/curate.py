@@ -12,6 +12,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from memplane_core.turn_text import assistant_text, user_text
 
 from ..ledger.entry import LedgerEntry
@@ -86,3 +88,54 @@ def conversation(entry: LedgerEntry) -> dict[str, str]:
     """What the user said in a turn and what the agent was answered."""
     return {"user": user_text(entry), "assistant": assistant_text(entry), "ts": str(entry.get("ts") or ""),
             "turn_id": str(entry.get("turn_id") or ""), "id": str(entry.get("id") or "")}
+
+
+_ID_PREFIX = re.compile(r"(turn_|mem_|[a-z_]+:)?")  # what says what an id is: kept before the short part
+
+
+def short_id(value: Any, keep: int = 10) -> str:
+    """A long id (a 64-character hash, a turn id) as its first characters: enough to tell ids apart."""
+    text = str(value or "")
+    head = _ID_PREFIX.match(text)
+    prefix = head.group(0) if head else ""
+    rest = text[len(prefix):]
+    return text if len(rest) <= keep + 2 else f"{prefix}{rest[:keep]}…"
+
+
+def id_html(value: Any) -> Markup:
+    """A short id, the whole one in its tooltip (Jinja filter `id`). A screen reader reads the short
+    one too (the title is its description, not 64 characters read aloud)."""
+    text = str(value or "")
+    shown = short_id(text)
+    if shown == text:
+        return Markup('<span class="id">{}</span>').format(text)
+    return Markup('<span class="id" title="{}">{}</span>').format(text, shown)
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def memory_stats(memories: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the agent page draws from a listing: counts by kind, creation times, the curator's work."""
+    by_kind: dict[str, int] = {}
+    created: list[float] = []
+    curated, superseded = [], []
+    for m in memories:
+        by_kind[str(m.get("type") or "memory")] = by_kind.get(str(m.get("type") or "memory"), 0) + 1
+        if (at := _epoch(m.get("created_at"))) is not None:
+            created.append(at)
+        meta = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
+        if meta.get("curator"):
+            curated.append(m)
+        if meta.get("superseded_by"):
+            superseded.append(m)
+    newest = lambda ms: sorted(ms, key=lambda m: str(m.get("created_at") or ""), reverse=True)  # noqa: E731
+    return {"total": len(memories), "by_kind": by_kind, "created": created,
+            "curated": [view(m) for m in newest(curated)[:8]], "curated_total": len(curated),
+            "superseded": [view(m) for m in newest(superseded)[:8]], "superseded_total": len(superseded)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,11 +30,20 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from ..memory_service import MemoryService, MemoryServiceError
 from ..retain.files import dead_letter_path
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
-from .curate import KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, operator_name, view
+from . import charts
+from .curate import (KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, id_html, memory_stats,
+                     operator_name, view)
 from .explain import explanation
 from .memory_ops import remote_forget
 
 _env = Environment(loader=PackageLoader("proxy.operator", "templates"), autoescape=select_autoescape(["html"]))
+_env.filters["id"] = id_html  # a long id shown short, whole in its tooltip
+_env.filters["utc"] = lambda at: datetime.fromtimestamp(at, timezone.utc).strftime("%H:%M")
+_env.filters["ts"] = lambda ts: str(ts or "").replace("T", " ")[:19]  # RFC 3339 (UTC) to the second
+
+RECENT_HOURS = 6  # the recall charts' window
+SLICES = 24  # its bars (15 minutes each)
+STATS_PAGES, STATS_PAGE_SIZE = 4, 500  # the memory charts read at most 2,000 memories of an agent
 
 
 MAX_FORGET_ENTRY_IDS = 1_000  # what one memory can name (StoreBody.source_entry_ids)
@@ -69,25 +77,6 @@ def _page(name: str, *, status: int = 200, **context: Any) -> web.Response:
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
     if request.path.startswith("/memplane/"):
         response.headers.update(PAGE_HEADERS)
-
-
-def _chart(points: list[tuple[float, float, float]]) -> str:
-    """A small inline SVG: recall latency (ms) and injected tokens per turn over the last hour."""
-    if not points:
-        return "<p>No turns in the last hour.</p>"
-    w, h = 600, 120
-    lat_max = max(p[1] for p in points) or 1.0
-    tok_max = max(p[2] for p in points) or 1.0
-    step = w / max(1, len(points) - 1)
-
-    def line(values: list[float], top: float) -> str:
-        return " ".join(f"{i * step:.1f},{h - v / top * (h - 10):.1f}" for i, v in enumerate(values))
-
-    return (f'<svg id="chart" width="{w}" height="{h}" role="img" aria-label="recall latency and injected tokens">'
-            f'<polyline fill="none" stroke="#c33" points="{line([p[1] for p in points], lat_max)}"/>'
-            f'<polyline fill="none" stroke="#36c" points="{line([p[2] for p in points], tok_max)}"/>'
-            f'<text x="4" y="12" fill="#c33">latency ≤ {lat_max:.0f} ms</text>'
-            f'<text x="200" y="12" fill="#36c">tokens ≤ {tok_max:.0f}</text></svg>')
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -207,11 +196,16 @@ async def agents(request: web.Request) -> web.Response:
             "last_status": last["recall"]["status"] if last else None,
             "last_latency": round(last["recall"]["latency_ms"], 1) if last else None,
             "backlog": int(state.retain.backlog(agent_id)) if state.retain else 0,
-            "dead": len(dead.read_bytes().splitlines()) if dead.exists() else 0})
-    hour_ago = time.time() - 3600
-    points = [(t["_at"], t["recall"]["latency_ms"], float(t.get("tokens", 0)))
-              for t in reversed(state.explanations.recent(limit=500)) if t.get("_at", 0) >= hour_ago]
-    return render(request, operator, "agents.html", agents=rows, chart=_chart(points))
+            "dead": len(dead.read_bytes().splitlines()) if dead.exists() else 0,
+            "turns": len(recent), "last_ts": last["ts"] if last else None})
+    history = state.recall_history
+    for row in rows:
+        row["spark"] = charts.sparkline(history.buckets(row["id"], hours=RECENT_HOURS, slices=SLICES),
+                                        f"Recall of {row['id']}, last {RECENT_HOURS} hours")
+    every = history.buckets(None, hours=RECENT_HOURS, slices=SLICES)
+    return render(request, operator, "agents.html", agents=rows, hours=RECENT_HOURS, buckets=every,
+                  status_chart=charts.recall_status(every, RECENT_HOURS),
+                  latency_chart=charts.recall_latency(every, RECENT_HOURS))
 
 
 def service_of(state: Any, agent_id: str) -> MemoryService:
@@ -250,11 +244,43 @@ async def agent(request: web.Request) -> web.Response:
         except (CurateError, KeyError, TypeError) as exc:
             error = str(exc) if isinstance(exc, CurateError) else "The memory service answered in an unknown shape."
     more = urlencode({**{k: v for k, v in filters.items() if v}, "cursor": next_cursor}) if next_cursor else None
-    return render(request, operator, "agent.html", agent=agent_id,
+    overview = await _overview(state, agent_id) if ctx.memory is not None else {}
+    buckets = state.recall_history.buckets(agent_id, hours=RECENT_HOURS, slices=SLICES)
+    return render(request, operator, "agent.html", agent=agent_id, hours=RECENT_HOURS, buckets=buckets,
+                  status_chart=charts.recall_status(buckets, RECENT_HOURS),
+                  latency_chart=charts.recall_latency(buckets, RECENT_HOURS), **overview,
+                  backlog=int(state.retain.backlog(agent_id)) if state.retain else 0,
                   turns=state.explanations.recent(agent_id, limit=50),
                   memories=[view(m) for m in found], memories_error=error, f=filters, kinds=KINDS,
                   scopes=SCOPES, more=more, notice=request.query.get("notice"),
                   service=ctx.memory.service if ctx.memory else None)
+
+
+async def _overview(state: Any, agent_id: str) -> dict[str, Any]:
+    """The agent page's picture of its memory: counts by kind and over time, the curator's work,
+    the latest changes. A service that cannot answer costs the charts, not the page."""
+    client = service_of(state, agent_id)
+    found: list[dict] = []
+    out: dict[str, Any] = {"stats_error": None, "stats_capped": False, "changes": [], "changes_error": None}
+    try:
+        cursor = None
+        for _ in range(STATS_PAGES):
+            page, cursor = await client.listing(cursor=cursor, limit=STATS_PAGE_SIZE)
+            found += page
+            if not cursor:
+                break
+        out["stats_capped"] = bool(cursor)
+    except (CurateError, KeyError, TypeError) as exc:
+        out["stats_error"] = str(exc) if isinstance(exc, CurateError) else "The memory service answered in an unknown shape."
+    if out["stats_error"] is None:  # a page of zeros would say "no memories", which nobody knows
+        stats = memory_stats(found)
+        out.update(stats=stats, kinds_chart=charts.memories_by_kind(stats["by_kind"]),
+                   growth_chart=charts.memories_over_time(stats["created"]))
+    try:
+        out["changes"] = [audit_view(e) for e in (await client.audit())[:8]]
+    except (CurateError, KeyError, TypeError) as exc:
+        out["changes_error"] = str(exc) if isinstance(exc, CurateError) else "The memory service answered in an unknown shape."
+    return out
 
 
 async def memory(request: web.Request) -> web.Response:

@@ -1,0 +1,241 @@
+"""An operator points memplane at an OpenTelemetry collector with the standard OTEL_* variables and
+sees each turn as a trace: recall, the provider call with GenAI attributes, the ledger write and
+the retain hand-off, under one root. The collector here is a real OTLP/HTTP receiver on loopback
+that decodes the protobuf `ExportTraceServiceRequest` the SDK's exporter sends. No message text,
+no agent token and no provider key reach it unless content capture is opted in, and then redacted."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import subprocess
+import sys
+
+import pytest
+from aiohttp import web
+
+from memory_adapters.embedded.app import build_embedded_app
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from tests.conftest import url_of
+
+trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+
+SECRET = "sk-proj-Zq8Jt3vXb9LmN2pQr5sTu7wXy0zA1bC4dE6fG8hI"  # an OpenAI-shaped key the user pastes
+
+
+class Collector:
+    """What an OTLP/HTTP collector received: raw bodies and the decoded spans."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.spans: list[dict] = []
+
+    async def traces(self, request: web.Request) -> web.Response:
+        assert request.content_type == "application/x-protobuf"
+        raw = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip":
+            raw = gzip.decompress(raw)
+        self.bodies.append(raw)
+        export = trace_service_pb2.ExportTraceServiceRequest()
+        export.ParseFromString(raw)
+        for rs in export.resource_spans:
+            resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    self.spans.append({
+                        "name": s.name, "trace": s.trace_id.hex(), "id": s.span_id.hex(),
+                        "parent": s.parent_span_id.hex(), "kind": s.kind, "status": s.status.code,
+                        "attrs": {a.key: _value(a.value) for a in s.attributes}, "resource": resource,
+                        "scope": ss.scope.name})
+        return web.Response(body=trace_service_pb2.ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    def named(self, name: str) -> list[dict]:
+        return [s for s in self.spans if s["name"] == name]
+
+    async def wait_for(self, count: int, name: str = "memplane.turn", timeout: float = 20.0) -> None:
+        async def enough() -> None:
+            while len(self.named(name)) < count:
+                await asyncio.sleep(0.02)
+        await asyncio.wait_for(enough(), timeout)
+
+
+def _value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+@pytest.fixture
+async def collector(aiohttp_server, monkeypatch):
+    found = Collector()
+    app = web.Application()
+    app.router.add_post("/v1/traces", found.traces)
+    server = await aiohttp_server(app)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url_of(server))  # the exporter adds /v1/traces
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "memplane-under-test")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # ms: the batch goes out soon after a turn
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER",
+                 "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
+        monkeypatch.delenv(name, raising=False)
+    return found
+
+
+async def _agent_with_memory(make_stack, aiohttp_server, tmp_path):
+    stack = await make_stack()
+    stack.provider.reply = lambda body: "Noted."
+    memory = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
+                                                     telemetry=Telemetry(make_logger(io.StringIO()))))
+    stack.tokens["traced"] = stack.add_agent("traced", url_of(memory), service="embedded",
+                                             recall={"path": "/recall", "timeout_ms": 3000})
+    return stack
+
+
+async def test_each_turn_is_one_trace_with_recall_provider_call_ledger_and_retain(
+        collector, make_stack, aiohttp_server, tmp_path):
+    stack = await _agent_with_memory(make_stack, aiohttp_server, tmp_path)
+    client = stack.openai("traced")
+    await client.chat.completions.create(model="gpt-test", messages=[
+        {"role": "user", "content": f"My cat is called Miso. My key is {SECRET}"}], max_tokens=50)
+    await stack.settle()
+    await client.chat.completions.create(model="gpt-test", messages=[
+        {"role": "user", "content": "What is my cat called?"}])
+    await stack.settle()
+    await collector.wait_for(2)
+    await collector.wait_for(2, "memplane.retain.enqueue")
+
+    roots = collector.named("memplane.turn")
+    assert len({r["trace"] for r in roots}) == 2  # one trace per turn
+    second = roots[-1]
+    assert second["attrs"]["memplane.agent.id"] == "traced"
+    assert second["attrs"]["memplane.turn.id"].startswith("turn_")
+    assert second["attrs"]["http.response.status_code"] == 200
+    assert second["resource"]["service.name"] == "memplane-under-test"
+    children = {s["name"]: s for s in collector.spans if s["trace"] == second["trace"] and s["parent"] == second["id"]}
+    assert {"memplane.recall", "chat gpt-test", "memplane.ledger.write", "memplane.retain.enqueue"} <= set(children)
+
+    recall = children["memplane.recall"]["attrs"]
+    assert recall["memplane.memory.op"] == "recall" and recall["memplane.memory.status"] == "succeeded"
+    assert recall["memplane.memory.blocks"] >= 1 and recall["memplane.memory.service"] == "embedded"
+
+    call = children["chat gpt-test"]
+    assert call["kind"] == 3  # SPAN_KIND_CLIENT
+    attrs = call["attrs"]
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.provider.name"] == attrs["gen_ai.system"] == "openai"
+    assert attrs["gen_ai.request.model"] == "gpt-test" and attrs["gen_ai.response.model"]
+    assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
+    assert attrs["server.address"] == "127.0.0.1"
+    first_call = next(s for s in collector.named("chat gpt-test") if s["trace"] == roots[0]["trace"])
+    assert first_call["attrs"]["gen_ai.request.max_tokens"] == 50
+    ledgered = stack.ledger("traced")[-1]
+    assert children["memplane.ledger.write"]["attrs"]["memplane.ledger.entry_id"] == ledgered["id"]
+
+    # the retain delivery the turn handed off is a span too, with the memory op's attributes
+    await collector.wait_for(1, "memplane.retain")
+    retain = collector.named("memplane.retain")[0]["attrs"]
+    assert retain["memplane.memory.op"] == "retain" and retain["memplane.agent.id"] == "traced"
+
+    everything = b"".join(collector.bodies)
+    for private in (b"Miso", b"cat is called", SECRET.encode(), stack.tokens["traced"].encode(),
+                    b"sk-operator-openai-key"):
+        assert private not in everything
+
+
+async def test_message_content_is_sent_only_when_opted_in_and_then_redacted(
+        collector, make_stack, aiohttp_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    stack = await _agent_with_memory(make_stack, aiohttp_server, tmp_path)
+    client = stack.openai("traced")
+    await client.chat.completions.create(model="gpt-test", messages=[
+        {"role": "user", "content": f"My cat is called Miso. My key is {SECRET}"}])
+    await stack.settle()
+    await collector.wait_for(1)
+
+    call = collector.named("chat gpt-test")[0]["attrs"]
+    assert "My cat is called Miso" in call["gen_ai.input.messages"]
+    assert "Noted." in call["gen_ai.output.messages"]
+    everything = b"".join(collector.bodies)
+    assert SECRET.encode() not in everything and stack.tokens["traced"].encode() not in everything
+
+
+async def test_an_agents_own_trace_continues_through_memplane(collector, make_stack, aiohttp_server, tmp_path):
+    stack = await _agent_with_memory(make_stack, aiohttp_server, tmp_path)
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    await stack.openai("traced").chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hello"}],
+        extra_headers={"traceparent": f"00-{trace_id}-{parent_id}-01"})
+    await stack.settle()
+    await collector.wait_for(1)
+
+    root = collector.named("memplane.turn")[0]
+    assert root["trace"] == trace_id and root["parent"] == parent_id
+    assert stack.provider.received[-1].headers.get("traceparent") is None  # never forwarded to the provider
+
+
+async def test_a_refused_turn_is_a_trace_with_its_status_and_no_provider_call(collector, make_stack):
+    stack = await make_stack()
+    stack.add_agent("plain")
+    stack.tokens["plain"] = "plain:wrong-secret"
+    import openai
+
+    with pytest.raises(openai.AuthenticationError):
+        await stack.openai("plain").chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+    await collector.wait_for(1)
+
+    root = collector.named("memplane.turn")[0]
+    assert root["attrs"]["http.response.status_code"] == 401 and root["attrs"]["error.type"] == "401"
+    assert not [s for s in collector.spans if s["name"].startswith("chat")]
+    assert b"wrong-secret" not in b"".join(collector.bodies)
+
+
+def test_without_an_otlp_endpoint_the_sdk_is_never_imported(tmp_path):
+    """Off and costless: a proxy built and answering without OTEL_* never loads the SDK."""
+    code = f"""
+import sys
+from aiohttp.test_utils import TestClient, TestServer
+import asyncio
+from proxy.app import build_app
+from proxy.config import ProxySettings
+
+async def main():
+    app = build_app(ProxySettings(context_root={str(tmp_path / 'ctx')!r}, history_root={str(tmp_path / 'h')!r},
+                                  openai_base_url="http://127.0.0.1:9/v1", openai_api_key="sk-x"))
+    async with TestClient(TestServer(app)) as client:
+        r = await client.post("/v1/chat/completions", json={{"model": "m", "messages": []}},
+                              headers={{"Authorization": "Bearer nobody:nothing"}})
+        assert r.status == 401, r.status
+    # (redis-py imports opentelemetry.sdk.metrics by itself when the SDK is installed: not memplane's)
+    loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk.trace", "opentelemetry.exporter",
+                                                            "proxy.tracing.otel")))
+    print("LOADED", loaded)
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LOADED []" in out.stdout
+
+
+async def test_a_streamed_anthropic_turn_reports_its_usage_on_the_provider_span(
+        collector, make_stack, aiohttp_server, tmp_path):
+    stack = await _agent_with_memory(make_stack, aiohttp_server, tmp_path)
+    client = stack.anthropic("traced")
+    async with client.messages.stream(model="claude-test", max_tokens=64,
+                                      messages=[{"role": "user", "content": "Tell me about Miso."}]) as stream:
+        async for _ in stream.text_stream:
+            pass
+    await stack.settle()
+    await collector.wait_for(1)
+
+    call = collector.named("chat claude-test")[0]
+    root = collector.named("memplane.turn")[0]
+    assert call["parent"] == root["id"] and root["attrs"]["memplane.format"] == "anthropic"
+    attrs = call["attrs"]
+    assert attrs["gen_ai.provider.name"] == "anthropic" and attrs["memplane.stream"] is True
+    assert attrs["gen_ai.request.max_tokens"] == 64
+    assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
+    assert b"Miso" not in b"".join(collector.bodies)
