@@ -7,6 +7,7 @@ period, then run each app's cleanup (retain drain, ledger close).
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,16 @@ async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, 
     return runner, port
 
 
+def freeze_startup_heap() -> None:
+    """Move what start-up made (modules, apps, clients: ~78k objects in the proxy) out of the cycle
+    collector's sight, as the memory engines do for their indexes (memory_adapters/engine/heap.py).
+    Why: a full collection walked all of it — 136-218 ms on this project's busy 2-core host — and
+    every turn in flight, a stream's first byte included, waited for it; after the freeze the same
+    collection takes microseconds. Per-turn objects are freed by reference counting as before."""
+    gc.collect()  # start-up's garbage first: only what lives is frozen
+    gc.freeze()
+
+
 async def serve(sites: list[Site], *, grace_s: float = 30.0,
                 on_ready: Callable[[list[int]], Awaitable[None] | None] | None = None) -> None:
     runners = []
@@ -55,6 +66,7 @@ async def serve(sites: list[Site], *, grace_s: float = 30.0,
             runner, port = await start_site(site, grace_s)
             runners.append(runner)
             ports.append(port)
+        freeze_startup_heap()
         if on_ready is not None:
             maybe = on_ready(ports)
             if asyncio.iscoroutine(maybe):
