@@ -144,6 +144,8 @@ def serve_processes(processes: list[list[Listener]], *, grace_s: float = 30.0,
         for number in range(len(processes)):
             spawn(number)
         if not _await_ready(read_fd, len(processes), pids) or stopping:
+            if not stopping:
+                echo("a worker exited before it listened (its error is above); stopping the others")
             stop(signal.SIGTERM, None)
             _reap_all(pids)
             return 1 if not stopping else 0
