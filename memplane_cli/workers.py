@@ -144,11 +144,12 @@ def serve_processes(processes: list[list[Listener]], *, grace_s: float = 30.0,
         for number in range(len(processes)):
             spawn(number)
         if not _await_ready(read_fd, len(processes), pids) or stopping:
-            if not stopping:
+            failed = not stopping  # a signal meanwhile is a normal stop; else a worker died starting
+            if failed:
                 echo("a worker exited before it listened (its error is above); stopping the others")
             stop(signal.SIGTERM, None)
             _reap_all(pids)
-            return 1 if not stopping else 0
+            return 1 if failed else 0
         if on_ready is not None:
             on_ready()
         return _supervise(pids, spawn, lambda: stopping, echo, stop)

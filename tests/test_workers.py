@@ -122,3 +122,12 @@ async def test_two_tiered_workers_both_serve_and_see_each_others_writes(tmp_path
     finally:
         stop(proc)
     assert proc.returncode == 0
+
+
+def test_a_worker_that_cannot_start_stops_the_command_with_its_error_instead_of_hanging(tmp_path):
+    out = subprocess.run([str(BIN), "adapter", "tiered", "--workers", "2", "--port", str(free_port()),
+                          "--mongo-url", "notaurl://x"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MEMPLANE_EMBEDDINGS": "off"})
+    assert out.returncode == 1
+    assert "URI must begin with 'mongodb://'" in out.stderr
+    assert "a worker exited before it listened" in out.stderr
