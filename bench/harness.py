@@ -18,6 +18,7 @@ import orjson
 from memplane_cli.runner import free_port
 
 RESULTS = Path(__file__).parent / "results"
+PIDS: dict[int, int] = {}  # port -> pid of the role serving it (bench.overhead reads their CPU time)
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 
 
@@ -42,11 +43,42 @@ def role(name: str, *args: str) -> Iterator[int]:
         if not line.startswith("READY"):
             errors.seek(0)
             raise RuntimeError(f"{name} did not start: {errors.read()[-2000:]}")
-        yield int(line.split()[1])
+        port = int(line.split()[1])
+        PIDS[port] = proc.pid
+        yield port
     finally:
         stop(proc)
         errors.close()
         Path(errors.name).unlink(missing_ok=True)
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a role's worker processes)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes and their children so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in {p for root in pids for p in _tree(root)}:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            continue
+    return total / tick
 
 
 def load(url: str, token: str, concurrency: int, requests: int, seconds: float, stream: bool) -> dict:

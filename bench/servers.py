@@ -78,12 +78,14 @@ def passthrough_app(upstream: str) -> web.Application:
     return app
 
 
-def memplane_app(upstream: str, context_root: Path, history_root: Path) -> web.Application:
+def memplane_app(upstream: str, context_root: Path, history_root: Path, redis_url: str = "",
+                 ledger_prefix: str = "memplane") -> web.Application:
     from memplane_core.telemetry import Telemetry, make_logger
     from proxy.app import build_app
     from proxy.config import ProxySettings
+    shared = {"ledger": "redis", "redis_url": redis_url, "ledger_prefix": ledger_prefix} if redis_url else {}
     settings = ProxySettings(context_root=context_root, history_root=history_root, openai_base_url=upstream,
-                             openai_api_key="sk-bench")
+                             openai_api_key="sk-bench", **shared)
     return build_app(settings, Telemetry(make_logger(io.StringIO())) if not sys.stderr.isatty() else None)
 
 
@@ -107,13 +109,21 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path)
     p.add_argument("--redis-url", default="")
     p.add_argument("--mongo-url", default="")
+    p.add_argument("--ledger-prefix", default="memplane")
+    p.add_argument("--workers", type=int, default=1, help="memplane: forked workers on the Redis ledger")
     a = p.parse_args()
+    if a.role == "memplane" and a.workers > 1:
+        from memplane_cli.workers import Listener, serve_processes
+        listener = Listener(lambda: memplane_app(a.upstream, a.context_root, a.history_root, a.redis_url,
+                                                 a.ledger_prefix), "127.0.0.1", a.port)
+        raise SystemExit(serve_processes([[listener]] * a.workers, grace_s=2,
+                                         on_ready=lambda: print(f"READY {listener.port}", flush=True)))
     if a.role == "provider":
         app = provider_app()
     elif a.role == "passthrough":
         app = passthrough_app(a.upstream)
     elif a.role == "memplane":
-        app = memplane_app(a.upstream, a.context_root, a.history_root)
+        app = memplane_app(a.upstream, a.context_root, a.history_root, a.redis_url, a.ledger_prefix)
     elif a.role == "reference":
         from memory_adapters.reference.app import build_reference_app
         app = build_reference_app(a.data_dir, redactor=Redactor())

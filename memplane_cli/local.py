@@ -22,6 +22,7 @@ from proxy.config import (
 )
 
 from . import runner
+from .workers import auto_workers
 
 
 @click.command()
@@ -33,7 +34,11 @@ from . import runner
 @click.option("--agent", "agent_id", default="default", show_default=True, help="The agent created on first run.")
 @click.option("--admin-token", default=None, envvar="MEMPLANE_ADMIN_TOKEN",
               help="Opens /metrics and the inspector (/memplane/ui/) with this token; unset = loopback only.")
-def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin_token: str | None) -> None:
+@click.option("--workers", type=click.IntRange(0, 2), default=0, envvar="MEMPLANE_WORKERS",
+              help="2: the proxy and the memory engine in a process each (both cores work); 1: one process; "
+                   "0 (default): 2 on a machine with two cores or more.")
+def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin_token: str | None,
+       workers: int = 0) -> None:
     """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.embedded.config import EmbeddedSettings
@@ -79,10 +84,20 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
                    f"({'log in with MEMPLANE_ADMIN_TOKEN' if admin_token else 'loopback only, no token set'})",
                    err=True)
 
+    def engine():
+        return build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(), settings=memory_settings,
+                                  curator=curator)
+
+    if (workers or auto_workers()) > 1:
+        # one writer each still: the proxy's file ledger and the engine's SQLite file (docs/DESIGN.md, "Workers")
+        from .workers import Listener, serve_processes
+
+        listeners = [Listener(lambda: build_app(settings), host, port, "proxy"),
+                     Listener(engine, "127.0.0.1", adapter_port, "embedded")]
+        raise SystemExit(serve_processes([[listeners[0]], [listeners[1]]],
+                                         on_ready=lambda: ready([l.port for l in listeners])))
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
-             runner.Site(build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(),
-                                            settings=memory_settings, curator=curator),
-                         "127.0.0.1", adapter_port, "embedded")]
+             runner.Site(engine(), "127.0.0.1", adapter_port, "embedded")]
     runner.run(runner.serve(sites, on_ready=ready))
 
 

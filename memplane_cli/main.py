@@ -54,6 +54,24 @@ def main() -> None:
     """memplane: durable memory for any LLM agent, by changing only its base URL."""
 
 
+WORKERS = click.option(
+    "--workers", type=click.IntRange(0), default=1, show_default=True, envvar="MEMPLANE_WORKERS",
+    help="Processes serving the port (SO_REUSEPORT), so every core works; 0 = one per core (at most 8).")
+
+
+def _worker_count(asked: int, refusal: str | None) -> int:
+    """The workers to start: `asked`, 0 meaning one per core; more than one only where it is safe
+    (`refusal` says why not; docs/DESIGN.md, "Workers")."""
+    from .workers import auto_workers
+
+    count = asked or auto_workers()
+    if count > 1 and refusal:
+        if asked == 0:
+            return 1  # "as many as fit": one is what fits here
+        raise click.ClickException(f"--workers {asked}: {refusal}.")
+    return count
+
+
 def _check_contexts(settings: ProxySettings) -> None:
     """Report every invalid manifest at start-up (the proxy still serves the rest)."""
     from memplane_core.telemetry import Telemetry
@@ -117,6 +135,7 @@ def _check_contexts(settings: ProxySettings) -> None:
 @click.option("--retain-in-flight", default=default("retain_max_in_flight"), show_default=True,
               type=click.IntRange(1), envvar="MEMPLANE_RETAIN_IN_FLIGHT",
               help="Retain calls in flight across all agents.")
+@WORKERS
 def serve(host: str, port: int, context_root: Path, history_root: Path, openai_base_url: str,
           anthropic_base_url: str, max_body_bytes: int, upstream_connect_timeout: float,
           upstream_read_timeout: float, max_concurrent_upstream: int, max_concurrent_upstream_per_agent: int,
@@ -126,7 +145,7 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0,
           retain_batch: int = default("retain_batch"), retain_batch_call: int = default("retain_batch_call"),
           retain_linger: float = default("retain_linger_s"),
-          retain_in_flight: int = default("retain_max_in_flight")) -> None:
+          retain_in_flight: int = default("retain_max_in_flight"), workers: int = 1) -> None:
     """Run the memory proxy."""
     from memplane_core.redact import RedactionConfigError, Redactor
 
@@ -153,10 +172,17 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
     except (RedactionConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     _check_contexts(settings)
-    app = build_app(settings)
+    workers = _worker_count(workers, "a file ledger has one writer per agent: run the workers on the shared "
+                                     "ledger (--ledger redis)" if ledger == "file" else None)
     where = f"ledger redis {settings.redis_url}" if ledger == "redis" else f"history {history_root}"
-    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, {where})", err=True)
-    runner.run(runner.serve([runner.Site(app, host, port, "proxy")], grace_s=shutdown_grace))
+    click.echo(f"memplane proxy on http://{host}:{port} (context {context_root}, {where}"
+               f"{f', {workers} workers' if workers > 1 else ''})", err=True)
+    if workers > 1:
+        from .workers import Listener, serve_processes
+
+        proxy = Listener(lambda: build_app(settings), host, port, "proxy")
+        raise SystemExit(serve_processes([[proxy]] * workers, grace_s=shutdown_grace))
+    runner.run(runner.serve([runner.Site(build_app(settings), host, port, "proxy")], grace_s=shutdown_grace))
 
 
 def _curator_options(fn):
@@ -249,10 +275,11 @@ def _warn_if_open(host: str, auth) -> None:
               help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
 @REDACTION_RULES
 @_curator_options
+@WORKERS
 @click.pass_context
 def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
                    curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None,
-                   redaction_rules: Path | None = None) -> None:
+                   redaction_rules: Path | None = None, workers: int = 1) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
     from memory_adapters.tiered.config import TieredSettings
 
@@ -267,7 +294,14 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
         curator = _curator_settings(curator_base_url, curator_model)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url})", err=True)
+    workers = _worker_count(workers, None)  # replicas stay coherent through Redis (tiered/coherence.py)
+    click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url}"
+               f"{f', {workers} workers' if workers > 1 else ''})", err=True)
+    if workers > 1:
+        from .workers import Listener, serve_processes
+
+        replica = Listener(lambda: build_tiered_app(settings, Telemetry(), redactor, curator=curator), host, port)
+        raise SystemExit(serve_processes([[replica]] * workers))
     runner.run(runner.serve([runner.Site(build_tiered_app(settings, Telemetry(), redactor, curator=curator), host, port)]))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import traceback
 
@@ -72,7 +73,8 @@ def _turn_route(fmt):
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    # the pid: which worker answered (`memplane serve --workers N`), to match with its logs
+    return web.json_response({"status": "ok", "pid": os.getpid()})
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:

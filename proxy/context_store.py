@@ -38,7 +38,7 @@ class AgentContext:
         return {k: v for k, v in out.items() if v is not None}
 
 
-def _mtime(path: Path) -> int | None:
+def _mtime(path: str | Path) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
     except FileNotFoundError:
@@ -50,21 +50,29 @@ class ContextStore:
         self.root = Path(root)
         self.telemetry = telemetry
         self._cache: dict[str, tuple[tuple[int | None, int | None], AgentContext | None]] = {}
+        self._paths: dict[str, tuple[str, str]] = {}  # agent -> (metadata.json, memory.json)
 
     def get(self, agent_id: str) -> AgentContext | None:
         """The agent's context, or None when it does not exist or its metadata is invalid."""
         if not is_agent_id(agent_id):
             return None
-        agent_dir = self.root / agent_id
-        stamp = (_mtime(agent_dir / "metadata.json"), _mtime(agent_dir / "memory.json"))
+        # the two paths as strings, kept per known agent: building them with pathlib on every turn
+        # cost several times the two stat calls themselves
+        paths = self._paths.get(agent_id)
+        if paths is None:
+            agent_dir = self.root / agent_id
+            paths = (str(agent_dir / "metadata.json"), str(agent_dir / "memory.json"))
+        stamp = (_mtime(paths[0]), _mtime(paths[1]))
         cached = self._cache.get(agent_id)
         if cached and cached[0] == stamp:
             return cached[1]
-        ctx = self._load(agent_dir, stamp)
+        ctx = self._load(self.root / agent_id, stamp)
         if ctx is not None:  # only known agents are cached: random ids cannot grow memory
             self._cache[agent_id] = (stamp, ctx)
+            self._paths[agent_id] = paths
         else:
             self._cache.pop(agent_id, None)
+            self._paths.pop(agent_id, None)
         return ctx
 
     def _load(self, agent_dir: Path, stamp: tuple[int | None, int | None]) -> AgentContext | None:

@@ -6,14 +6,20 @@ explanation read one shape; a field that was never set is left out, not sent as 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 _UNSET: Any = object()
 
 
+@functools.cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))  # dataclasses.fields() per turn was a hot-path cost
+
+
 def _set_fields(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not _UNSET}
+    return {n: v for n in _names(type(obj)) if (v := getattr(obj, n)) is not _UNSET}
 
 
 @dataclass

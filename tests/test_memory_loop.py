@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 
@@ -92,7 +94,7 @@ async def test_models_and_other_v1_paths_pass_through(stack):
 async def test_healthz(stack, aiohttp_client):
     import aiohttp
     async with aiohttp.ClientSession() as s, s.get(f"{stack.proxy_url}/healthz") as r:
-        assert r.status == 200 and (await r.json()) == {"status": "ok"}
+        assert r.status == 200 and (await r.json()) == {"status": "ok", "pid": os.getpid()}  # in-process stack
 
 
 async def test_context_dir_changes_are_picked_up_without_restart(stack, reference):

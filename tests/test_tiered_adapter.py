@@ -318,3 +318,23 @@ async def test_a_memory_a_person_stores_is_embedded_by_the_background_thread_and
     assert stored["id"] in service.indexes.current("m").vectors.rows
     assert (await service.ltm.get(stored["id"])).embedding is not None
     assert found["results"] and found["results"][0]["id"] == stored["id"]
+
+
+async def test_a_burst_of_recalls_on_one_replica_shares_its_version_reads_and_sees_the_others_write(
+        tiered, aiohttp_server, tiered_settings):
+    """Two replicas of the service: a memory stored through one is found by twenty recalls asked at
+    once on the other, which learn of the write with far fewer Redis reads than recalls."""
+    _, first = tiered
+    other_app = build_tiered_app(tiered_settings, Telemetry(make_logger(io.StringIO())), Redactor())
+    await aiohttp_server(other_app)
+    other = other_app[TIERED_SERVICE]
+    await other.recall(RecallRequest(agent_id="burst", query="warm the index"))  # loaded before the write
+    stored, _ = await first.store(StoredMemory(agent_id="burst", scope="agent", key="k",
+                                               value="The staging database lives in Frankfurt"))
+    reads_before = other.versions.reads
+    answers = await asyncio.gather(*(other.recall(RecallRequest(agent_id="burst", query="where is the staging database"))
+                                     for _ in range(20)))
+    assert all([b.id for b in blocks] == [stored.id] for blocks in answers)
+    assert other.versions.reads - reads_before < 20
+    health = await other.health()
+    assert health["version_reads"]["asked"] >= 40  # each recall asks for its agent's and the global version

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from aiohttp import web
 
@@ -57,7 +58,8 @@ def build_tiered_app(settings: TieredSettings, telemetry: Telemetry, redactor: R
     async def start() -> None:
         await service.start()
         HEAP.freeze()  # what start-up made (modules, the encoder, warmed indexes) lives as long as we do
-        if settings.consolidate_every_s > 0:
+        # several workers of one service (`--workers N`): one of them consolidates, not N at once
+        if settings.consolidate_every_s > 0 and os.environ.get("MEMPLANE_WORKER", "0") == "0":
             service.spawn(_consolidate_every(service, settings.consolidate_every_s))
 
     app = build_store_app(service, telemetry, start=start, curator=curator, token=settings.adapter_token,

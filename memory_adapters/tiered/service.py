@@ -33,7 +33,7 @@ from ..engine.pins import pinned_first
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from .access_counts import AccessCounts
-from .coherence import CoherentIndexes, VersionedIndex
+from .coherence import CoherentIndexes, SharedVersionReads, VersionedIndex
 from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
@@ -52,6 +52,7 @@ class TieredMemory:
         self.embedder = None  # the shipped MiniLM, loaded at start unless embeddings are off
         self.queries: QueryBatcher | None = None  # embeds recall queries, once the embedder is loaded
         self.indexes = CoherentIndexes(ltm, stm, self._new_index, settings.index_cache_mb * 1024 * 1024)
+        self.versions = SharedVersionReads(stm)  # concurrent recalls share one MGET
         self.access = AccessCounts(ltm)
         self._background: set[asyncio.Task] = set()
         self.backlog: EmbeddingBacklog | None = None  # episodes waiting for a vector
@@ -191,7 +192,7 @@ class TieredMemory:
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
                      ) -> list[tuple[StoredMemory, float]]:
-        remote = await self.stm.version(agent_id)
+        remote, = await self.versions.get([agent_id])
         idx = await self.indexes.get(agent_id, remote)
         vector = await query_vector(self.queries, query)
         return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()),
@@ -290,7 +291,7 @@ class TieredMemory:
         loaded: list = []
 
         async def indexes():
-            remote, gremote = await self.stm.versions([req.agent_id, GLOBAL_AGENT])
+            remote, gremote = await self.versions.get([req.agent_id, GLOBAL_AGENT])
             loaded[:] = [await self.indexes.get(req.agent_id, remote), await self.indexes.get(GLOBAL_AGENT, gremote)]
             return tuple(loaded)
 
@@ -326,5 +327,6 @@ class TieredMemory:
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "gc": HEAP.as_dict(),
+                "version_reads": {"reads": self.versions.reads, "asked": self.versions.asked},
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
