@@ -18,6 +18,7 @@ from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
 from . import context
+from .dates import indexed
 from .fusion import Signal, z_fuse
 from .heap import HEAP
 from .lexical import LexicalIndex
@@ -34,7 +35,8 @@ IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share
 def index_text(m: StoredMemory) -> str:
     """A memory's searchable text: its value, plus its key when a person chose it."""
     derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
-    return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
+    text = m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
+    return f"{text} {indexed(m.metadata)}" if m.type == "episode" and "dates" in m.metadata else text
 
 
 def _order_key(m: StoredMemory) -> tuple[float, float, str]:

@@ -20,6 +20,7 @@ import orjson
 
 from memplane_core.tokens import estimate_tokens
 
+from .dates import note
 from .record import StoredMemory, iso
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
@@ -51,7 +52,7 @@ def _day(m: StoredMemory) -> str:
 def memory_line(m: StoredMemory) -> str:
     """An episode as said; a typed memory with its type, and its key when a person chose one."""
     if m.type == "episode":
-        return m.value
+        return m.value + note(m.metadata)  # "yesterday" with the day it meant (dates.py)
     if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
         return f"{m.type}: {m.value}"
     return f"{m.type} ({m.key}): {m.value}"
