@@ -22,7 +22,7 @@ from .dates import indexed
 from .fusion import Signal, z_fuse
 from .heap import HEAP
 from .lexical import LexicalIndex
-from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
+from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .record import StoredMemory, is_pinned, iso
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
@@ -72,6 +72,7 @@ class RecallQuery:
     session_id: str | None = None
     vector: Any = None  # the query's embedding, when vectors are on
     candidates: int = CANDIDATES  # per signal: fewer when the deadline is near
+    past: frozenset[str] = frozenset()  # episodes stating what has since changed: shown marked (curator/recall.py)
 
 
 class RecallAnswer(list):
@@ -314,8 +315,8 @@ class AgentIndex:
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
             return [n for n in map(memories.__getitem__, around.get(m.id, ())) if visible is None or visible(n)]
 
-        return pack(distinct(), near, self.position, self.snippet, budget_tokens=q.budget_tokens,
-                    max_blocks=q.max_blocks)
+        snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)
+        return pack(distinct(), near, self.position, snippet, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
 
 
 SHARED_FIRST = 2  # global memories that may lead a recall: few, and they bind every agent

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from itertools import islice
 from typing import NamedTuple
@@ -69,6 +69,18 @@ class Snippet:
 
 def snippet_of(m: StoredMemory) -> Snippet:
     return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()))
+
+
+PAST_MARK = "[since changed, see Current facts] "
+
+
+def past_marked(snippet: Callable[[StoredMemory], Snippet], past: frozenset[str]) -> Callable[[StoredMemory], Snippet]:
+    """`snippet`, with the memories in `past` (turns that stated what a newer fact replaced) marked so
+    the model does not take them for the current state."""
+    def marked(m: StoredMemory) -> Snippet:
+        sn = snippet(m)
+        return replace(sn, line=PAST_MARK + sn.line) if m.id in past else sn
+    return marked
 
 
 def _render(runs: list[list[Snippet]]) -> str:
