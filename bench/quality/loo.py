@@ -1,6 +1,6 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates|speakers]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -25,6 +25,8 @@ Experiments:
   it does not have yet (index.IMPUTE_DENSE; 0 is the mean cosine, i.e. no dense evidence).
 * `dates`: relative dates ("yesterday", "last Saturday") resolved against the day each turn was
   said, shown beside it and indexed (engine/dates.py), against the same turns without.
+* `speakers`: how far a hit spoken by a person the question names (a `Name: text` turn) moves
+  up (speakers.BOOST; 0 is off).
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
   vector is the mean of its WordPiece tokens' vectors, each token run through the shipped MiniLM
   alone once (model2vec's idea, without its distillation), plain or weighted by the token's idf over
@@ -168,6 +170,16 @@ def impute_grid(*_) -> dict:
             for share in dict.fromkeys([index.IMPUTE_DENSE, 0.0, 0.25, 0.5, 0.75, 1.0])}
 
 
+def speakers_grid(*_) -> dict:
+    """How far a hit spoken by a person the question names moves up (speakers.BOOST; 0 is off)."""
+    from memory_adapters.engine import speakers
+    out = {f"boost {speakers.BOOST} (default)": with_constants()}
+    for boost in (0.0, 2.0, 3.0, 4.0, 6.0, 8.0):
+        if boost != speakers.BOOST:
+            out[f"boost {boost}" if boost else "boost 0 (off)"] = with_constants((speakers, "BOOST", boost))
+    return out
+
+
 def dates_grid(*_) -> dict:
     """Relative dates resolved against the day said (dates.py), shown and indexed, against none."""
     from memory_adapters.engine import index, packing
@@ -243,6 +255,7 @@ EXPERIMENTS = {
     "static-query": static_query,
     "impute": impute_grid,
     "dates": dates_grid,
+    "speakers": speakers_grid,
 }
 
 

@@ -24,6 +24,7 @@ from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .record import StoredMemory, is_pinned, iso
+from .speakers import Speakers
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
@@ -98,6 +99,7 @@ class AgentIndex:
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring or session-scoped
+    speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -112,8 +114,10 @@ class AgentIndex:
             self.conditional.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
-        if m.type == "episode" and context.asks(m.value):
-            self.asking.add(m.id)
+        if m.type == "episode":
+            if context.asks(m.value):
+                self.asking.add(m.id)
+            self.speakers.put(m.id, m.value)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -164,6 +168,7 @@ class AgentIndex:
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
+        self.speakers.drop(memory_id)
         self.conditional.discard(memory_id)
         self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
@@ -224,7 +229,8 @@ class AgentIndex:
         signals = self._signals(text, vector, k)
         out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
-            out = context.rerank(out, self.around, sum(s.floor() for s in signals), self.asking)
+            out = context.rerank(self.speakers.boosted(out, text), self.around, sum(s.floor() for s in signals),
+                                 self.asking)
         return out
 
     def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
