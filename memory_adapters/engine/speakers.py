@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import re2
 
@@ -21,6 +22,7 @@ BOOST = 5.0  # z units: above the flat tail of the ranking, below a strong match
 MIN_TURNS = 2  # a prefix seen once is not yet a speaker ("Note: …")
 _SPEAKER = re2.compile(r"^([A-Z][A-Za-z'.\-]{1,30}): ")  # a capitalised single name before a colon
 _NAME = re2.compile(r"[A-Z][A-Za-z]+")  # a capitalised word in a question
+_score = itemgetter(1)
 
 
 def speaker_of(text: str) -> str | None:
@@ -59,12 +61,22 @@ class Speakers:
     def boosted(self, ranked: list[tuple[str, float]], question: str, boost: float | None = None
                 ) -> list[tuple[str, float]]:
         """`ranked` (id, fused score) with the hits spoken by someone the question names moved up by
-        `boost`, best first again (ties by id, as fusion breaks them); unchanged when it names none."""
+        `boost`, best first again; unchanged when it names none."""
         boost = BOOST if boost is None else boost
         names = self.named_in(question) if boost else set()
         if not names:
             return ranked
         of = self.of.get
-        out = [(d, s + boost) if of(d) in names else (d, s) for d, s in ranked]
-        out.sort(key=lambda pair: (-pair[1], pair[0]))
+        moved: list[tuple[str, float]] = []
+        rest: list[tuple[str, float]] = []
+        for pair in ranked:
+            if of(pair[0]) in names:
+                moved.append((pair[0], pair[1] + boost))
+            else:
+                rest.append(pair)
+        if not moved:
+            return ranked
+        # two runs already in order: one stable merge (equal scores keep fusion's order, by id)
+        out = moved + rest
+        out.sort(key=_score, reverse=True)
         return out
