@@ -1,6 +1,6 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates|speakers]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -23,6 +23,10 @@ Experiments:
 * `impute`: with `--lag` (the newest share of each conversation not embedded yet, as when the
   backlog is behind), how much of a lexical candidate's z-score stands in for the dense z-score
   it does not have yet (index.IMPUTE_DENSE; 0 is the mean cosine, i.e. no dense evidence).
+* `dates`: relative dates ("yesterday", "last Saturday") resolved against the day each turn was
+  said, shown beside it and indexed (engine/dates.py), against the same turns without.
+* `speakers`: how far a hit spoken by a person the question names (a `Name: text` turn) moves
+  up (speakers.BOOST; 0 is off).
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
   vector is the mean of its WordPiece tokens' vectors, each token run through the shipped MiniLM
   alone once (model2vec's idea, without its distillation), plain or weighted by the token's idf over
@@ -39,7 +43,7 @@ from dataclasses import replace
 from memplane_core.redact import Redactor
 
 from ..harness import table, write_results
-from .locomo import CATEGORIES, DATASET, evidence_found, load, memory_elements, scores
+from .locomo import CATEGORIES, DATASET, bm25_baseline, evidence_found, load, memory_elements, scores
 
 
 def turn_entry(n: int, message: str, prefix: str = "hist1", hour: int = 0) -> dict:
@@ -166,6 +170,26 @@ def impute_grid(*_) -> dict:
             for share in dict.fromkeys([index.IMPUTE_DENSE, 0.0, 0.25, 0.5, 0.75, 1.0])}
 
 
+def speakers_grid(*_) -> dict:
+    """How far a hit spoken by a person the question names moves up (speakers.BOOST; 0 is off)."""
+    from memory_adapters.engine import speakers
+    out = {f"boost {speakers.BOOST} (default)": with_constants()}
+    for boost in (0.0, 2.0, 3.0, 4.0, 6.0, 8.0):
+        if boost != speakers.BOOST:
+            out[f"boost {boost}" if boost else "boost 0 (off)"] = with_constants((speakers, "BOOST", boost))
+    return out
+
+
+def dates_grid(*_) -> dict:
+    """Relative dates resolved against the day said (dates.py), shown and indexed, against none."""
+    from memory_adapters.engine import index, packing
+
+    def none(metadata) -> str:
+        return ""
+    return {"relative dates resolved (default)": with_constants(),
+            "no resolved dates": with_constants((packing, "note", none), (index, "indexed", none))}
+
+
 def dense_skip(threshold: float):
     from memory_adapters.engine.index import RecallQuery
 
@@ -230,6 +254,8 @@ EXPERIMENTS = {
                  "lexical, fewer candidates": deadline_path(True, True)},
     "static-query": static_query,
     "impute": impute_grid,
+    "dates": dates_grid,
+    "speakers": speakers_grid,
 }
 
 
@@ -281,6 +307,13 @@ def main() -> None:
               three(scores([r for c in convs for r in grid[name][c["name"]][0]]).get("multi-hop")),
               round(sum(grid[name][c["name"]][1] for c in convs) / len(convs), 2)] for name in settings]
     print(table(["setting", *[c["name"] for c in convs], "all", "multi-hop", "encoder skipped"], every))
+    cats = [*CATEGORIES.values(), "all"]
+    print(table(["setting", "conversation", *cats],
+                [[name, c["name"], *[three(scores(grid[name][c["name"]][0]).get(k)) for k in cats]]
+                 for name in settings for c in convs] +
+                [["baseline: BM25 top 8 over raw turns", c["name"], *[three(bm25_baseline([c]).get(k)) for k in cats]]
+                 for c in convs] +
+                [["baseline: BM25 top 8 over raw turns", "all", *[three(bm25_baseline(convs).get(k)) for k in cats]]]))
     path = write_results(f"loo-{args.experiment}", {"retained_questions": args.retained, "splits": doc, "grid": {
         name: {c: {"scores": scores(v[0]), "skipped": v[1]} for c, v in per.items()} for name, per in grid.items()}})
     print(f"leave-one-conversation-out, {args.experiment}, questions {'retained' if args.retained else 'not retained'}, "

@@ -16,6 +16,7 @@ from memplane_core.instants import epoch_or_none
 from memplane_core.redact import Redactor
 from memplane_core.turn_text import assistant_text, bounded_query, calls_tools, session_of, tool_steps, user_text
 
+from .dates import dated
 from .record import StoredMemory
 
 PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
@@ -238,6 +239,7 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
                    type="episode", importance=0.5, session_id=session_of(entry, metadata),
                    id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at or logged_at,
                    source_entry_ids=[entry["id"]], metadata=meta)
+        m.metadata.update(dated(text, m.said_at))  # "yesterday" as a day (dates.py)
         if logged_at is not None:
             m.created_at = m.updated_at = logged_at
         out.append(m)

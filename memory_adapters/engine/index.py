@@ -18,12 +18,14 @@ from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
 from . import context
+from .dates import indexed
 from .fusion import Signal, z_fuse
 from .heap import HEAP
 from .lexical import LexicalIndex
-from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, said_time, snippet_of
+from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
 from .record import StoredMemory, is_pinned, iso, origin_attr, untrusted, writer_attr
+from .speakers import Speakers
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
 NEIGHBOURS = 1  # turns on each side of a hit that come with it
@@ -36,7 +38,8 @@ IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share
 def index_text(m: StoredMemory) -> str:
     """A memory's searchable text: its value, plus its key when a person chose it."""
     derived = m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint")
-    return m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
+    text = m.value if derived else f"{m.key.replace('-', ' ')} {m.value}"
+    return f"{text} {indexed(m.metadata)}" if m.type == "episode" and "dates" in m.metadata else text
 
 
 def _order_key(m: StoredMemory) -> tuple[float, float, str]:
@@ -79,6 +82,7 @@ class RecallQuery:
     session_id: str | None = None
     vector: Any = None  # the query's embedding, when vectors are on
     candidates: int = CANDIDATES  # per signal: fewer when the deadline is near
+    past: frozenset[str] = frozenset()  # episodes stating what has since changed: shown marked (curator/recall.py)
 
 
 class RecallAnswer(list):
@@ -104,6 +108,7 @@ class AgentIndex:
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
+    speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -118,8 +123,10 @@ class AgentIndex:
             self.conditional.add(m.id)
         self.snippets[m.id] = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
-        if m.type == "episode" and context.asks(m.value):
-            self.asking.add(m.id)
+        if m.type == "episode":
+            if context.asks(m.value):
+                self.asking.add(m.id)
+            self.speakers.put(m.id, m.value)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -170,6 +177,7 @@ class AgentIndex:
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
+        self.speakers.drop(memory_id)
         self.conditional.discard(memory_id)
         self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
@@ -230,7 +238,8 @@ class AgentIndex:
         signals = self._signals(text, vector, k)
         out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
-            out = context.rerank(out, self.around, sum(s.floor() for s in signals), self.asking)
+            out = context.rerank(self.speakers.boosted(out, text), self.around, sum(s.floor() for s in signals),
+                                 self.asking)
         return out
 
     def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
@@ -321,8 +330,8 @@ class AgentIndex:
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
             return [n for n in map(memories.__getitem__, around.get(m.id, ())) if visible is None or visible(n)]
 
-        return pack(distinct(), near, self.position, self.snippet, budget_tokens=q.budget_tokens,
-                    max_blocks=q.max_blocks)
+        snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)
+        return pack(distinct(), near, self.position, snippet, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
 
 
 SHARED_FIRST = 2  # global memories that may lead a recall: few, and they bind every agent

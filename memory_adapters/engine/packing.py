@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from itertools import islice
 from typing import NamedTuple
@@ -22,6 +22,7 @@ import orjson
 from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.tokens import estimate_tokens
 
+from .dates import note
 from .record import StoredMemory, iso, origin_attr, origins_of, untrusted, writer_attr
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
@@ -70,7 +71,7 @@ def memory_line(m: StoredMemory) -> str:
     (one line, whatever an older row holds). What a model or a tool wrote says so on its line
     ('model-written fact (key): …'), so that a block mixing it with the user's words tells them apart."""
     if m.type == "episode":
-        return m.value
+        return m.value + note(m.metadata)  # "yesterday" with the day it meant (dates.py)
     kind = f"{'/'.join(o for o in ORIGINS if o in origins_of(m))}-written {m.type}" if untrusted(m) else m.type
     if ":" in m.key and m.key.split(":", 1)[0] in ("episode", "fact", "preference", "constraint", "profile"):
         return f"{kind}: {quoted_roles(m.value)}"
@@ -90,6 +91,18 @@ class Snippet:
 def snippet_of(m: StoredMemory) -> Snippet:
     return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()),
                    doubtful=untrusted(m))
+
+
+PAST_MARK = "[since changed, see Current facts] "
+
+
+def past_marked(snippet: Callable[[StoredMemory], Snippet], past: frozenset[str]) -> Callable[[StoredMemory], Snippet]:
+    """`snippet`, with the memories in `past` (turns that stated what a newer fact replaced) marked so
+    the model does not take them for the current state."""
+    def marked(m: StoredMemory) -> Snippet:
+        sn = snippet(m)
+        return replace(sn, line=PAST_MARK + sn.line) if m.id in past else sn
+    return marked
 
 
 def _render(runs: list[list[Snippet]]) -> str:
