@@ -205,7 +205,9 @@ async def test_a_pasted_env_file_in_a_tool_result_never_reaches_memory_or_a_late
         elif isinstance(v, dict):
             for x in v.values():
                 collect(x)
-    collect([r["entry"] for r in service.retained])
+    # what retain sends is compacted (a tool's output is one line, proxy/coding/for_memory.py); the
+    # recall request still carries the whole redacted file: give back what both held
+    collect([r["entry"] for r in service.retained] + service.recalls)
     service.serve = [s for s in strings if "[redacted:" in s][:4]
     await stack.openai("coder").chat.completions.create(
         model="m", messages=[{"role": "user", "content": "what was in my .env?"}])
