@@ -46,8 +46,9 @@ ANTHROPIC_ROLES = ("user", "assistant")
 MAX_CACHE_BREAKPOINTS = 4
 
 
-def anthropic_problem(body: dict[str, Any]) -> Problem | None:
-    """The first rule of the Messages API `body` breaks, or None."""
+def anthropic_problem(body: dict[str, Any], betas: str | None = None) -> Problem | None:
+    """The first rule of the Messages API `body` breaks, or None. `betas`: the request's
+    `anthropic-beta` header (None: not known, the beta-gated rules are not checked)."""
     # https://platform.claude.com/docs/en/api/messages — `model`, `max_tokens` and `messages` are required.
     for required in ("model", "max_tokens", "messages"):
         if required not in body:
@@ -89,7 +90,7 @@ def anthropic_problem(body: dict[str, Any]) -> Problem | None:
                         and not isinstance(block[key], str):
                     return Problem(f"messages.{i}.content.{k}.{key}: Input should be a valid string", "messages")
     return (_tool_pairing_problem(_merged(messages)) or _citations_problem(body)
-            or _cache_control_problem(body))
+            or _cache_control_problem(body) or _agent_params_problem(body, betas))
 
 
 def _merged(messages: list[dict[str, Any]]) -> list[tuple[int, str, list[dict[str, Any]]]]:
@@ -181,6 +182,65 @@ def _citations_problem(body: dict[str, Any]) -> Problem | None:
         # outputs are incompatible with citations; a request that enables both gets a 400.
         return Problem("Citations are not supported together with structured outputs (`output_config.format`). "
                        "Disable citations or remove the output format.", "output_config")
+    return None
+
+
+CONTEXT_EDITS = ("clear_tool_uses_20250919", "clear_thinking_20251015")
+
+
+def _agent_params_problem(body: dict[str, Any], betas: str | None) -> Problem | None:
+    """What coding agents such as Claude Code send beside the messages: `thinking`,
+    `context_management` and `metadata`."""
+    thinking = body.get("thinking")
+    if thinking is not None:
+        kind = _obj(thinking).get("type")
+        if kind not in ("enabled", "disabled", "adaptive"):
+            return Problem("thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'", "thinking")
+        budget = _obj(thinking).get("budget_tokens")
+        # https://platform.claude.com/docs/en/build-with-claude/extended-thinking — "the minimum
+        # budget is 1,024 tokens"; budget_tokens must be below max_tokens, except with interleaved
+        # thinking (beta `interleaved-thinking-2025-05-14`), where it may reach the context window.
+        if kind == "enabled":
+            if not isinstance(budget, int) or budget < 1024:
+                return Problem("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                               "thinking")
+            interleaved = betas is None or "interleaved-thinking" in betas
+            if not interleaved and isinstance(body.get("max_tokens"), int) and budget >= body["max_tokens"]:
+                return Problem("`max_tokens` must be greater than `thinking.budget_tokens`.", "max_tokens")
+        # Same page ("Feature compatibility"): thinking is not compatible with temperature or top_k
+        # modifications.
+        if kind in ("enabled", "adaptive") and (body.get("temperature", 1) != 1 or "top_k" in body):
+            return Problem("`temperature` may only be set to 1 when thinking is enabled.", "temperature")
+    management = body.get("context_management")
+    if management is not None:
+        # https://platform.claude.com/docs/en/build-with-claude/context-editing — beta
+        # `context-management-2025-06-27`; `edits` are clear_tool_uses_20250919 and
+        # clear_thinking_20251015, and clearing thinking needs thinking on.
+        if betas is not None and "context-management-2025-06-27" not in betas:
+            return Problem("context_management: Extra inputs are not permitted (requires the "
+                           "`context-management-2025-06-27` beta)", "context_management")
+        edits = _obj(management).get("edits")
+        if not isinstance(edits, list):
+            return Problem("context_management.edits: Input should be a valid list", "context_management")
+        for k, edit in enumerate(edits):
+            kind = _obj(edit).get("type")
+            if kind not in CONTEXT_EDITS:
+                return Problem(f"context_management.edits.{k}.type: Input tag '{kind}' found using 'type' does not "
+                               f"match any of the expected tags: {', '.join(map(repr, CONTEXT_EDITS))}",
+                               "context_management")
+            if kind == "clear_thinking_20251015" and _obj(thinking).get("type") not in ("enabled", "adaptive"):
+                return Problem("context_management.edits.clear_thinking_20251015 requires thinking to be enabled",
+                               "context_management")
+    metadata = body.get("metadata")
+    if metadata is not None:
+        # https://platform.claude.com/docs/en/api/messages — `metadata` has one field, `user_id`
+        # (a string of at most 256 characters); anything else is an extra input (400).
+        extra = [k for k in _obj(metadata) if k != "user_id"] if isinstance(metadata, dict) else ["(not an object)"]
+        if extra:
+            return Problem(f"metadata.{extra[0]}: Extra inputs are not permitted", "metadata")
+        user_id = metadata.get("user_id")
+        if user_id is not None and not (isinstance(user_id, str) and len(user_id) <= 256):
+            return Problem("metadata.user_id: String should have at most 256 characters", "metadata")
     return None
 
 
@@ -294,6 +354,8 @@ def responses_problem(body: dict[str, Any],
         return problem
     if body.get("instructions") is not None and not isinstance(body["instructions"], str):
         return Problem("Invalid type for 'instructions': expected a string.", "instructions")
+    if problem := _responses_agent_problem(body):
+        return problem
     context: list[dict[str, Any]] = []
     prev = body.get("previous_response_id")
     if prev is not None and not isinstance(prev, str):
@@ -334,4 +396,48 @@ def responses_problem(body: dict[str, Any],
     unanswered = [c for c, done in calls.items() if not done]
     if unanswered:
         return Problem(f"No tool output found for function call {unanswered[0]}.", "input")
+    return None
+
+
+# https://platform.openai.com/docs/api-reference/responses/create — `include`'s documented values.
+RESPONSES_INCLUDES = ("web_search_call.action.sources", "code_interpreter_call.outputs",
+                      "computer_call_output.output.image_url", "file_search_call.results",
+                      "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content")
+# The same reference, `tools`: the built-in tool types, function tools, custom tools and (as Codex
+# sends) a `namespace` grouping function tools under one name.
+RESPONSES_TOOL_TYPES = ("function", "custom", "namespace", "web_search", "web_search_preview",
+                        "web_search_2025_08_26", "file_search", "computer_use_preview", "code_interpreter",
+                        "image_generation", "local_shell", "mcp", "shell", "apply_patch", "tool_search")
+
+
+def _responses_agent_problem(body: dict[str, Any]) -> Problem | None:
+    """What coding agents such as Codex send beside the input: `include`, `prompt_cache_key`,
+    `client_metadata`, namespaced and built-in tools."""
+    include = body.get("include")
+    if include is not None:
+        if not isinstance(include, list):
+            return Problem("Invalid type for 'include': expected an array of strings.", "include")
+        for k, value in enumerate(include):
+            if value not in RESPONSES_INCLUDES:
+                return Problem(f"Invalid value: '{value}'. Supported values are: "
+                               + ", ".join(f"'{v}'" for v in RESPONSES_INCLUDES) + ".", f"include[{k}]")
+    key = body.get("prompt_cache_key")
+    if key is not None and not isinstance(key, str):
+        return Problem("Invalid type for 'prompt_cache_key': expected a string.", "prompt_cache_key")
+    for name in ("metadata", "client_metadata"):
+        meta = body.get(name)
+        if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+            return Problem(f"Invalid type for '{name}': expected an object with string values.", name)
+    for k, tool in enumerate(body.get("tools") or ()):
+        kind = tool.get("type", "function")
+        if kind not in RESPONSES_TOOL_TYPES:
+            return Problem(f"Invalid value: '{kind}'. Supported values are: "
+                           + ", ".join(f"'{v}'" for v in RESPONSES_TOOL_TYPES) + ".", f"tools[{k}].type")
+        if kind in ("function", "namespace") and not isinstance(tool.get("name"), str):
+            return Problem(f"Missing required parameter: 'tools[{k}].name'.", f"tools[{k}].name")
+        if kind == "namespace":
+            inner = tool.get("tools")
+            if not isinstance(inner, list) or not all(isinstance(t, dict) and t.get("type", "function") == "function"
+                                                      for t in inner):
+                return Problem(f"Invalid 'tools[{k}].tools': a namespace groups function tools.", f"tools[{k}].tools")
     return None

@@ -30,6 +30,7 @@ from .model import (
     responses_view,
 )
 from .rules import Problem, anthropic_problem, chat_problem, conversation_id, input_items, responses_problem
+from .signed import Signer
 
 
 @dataclass
@@ -90,6 +91,7 @@ class FakeProvider:
     openai_cache: OpenAIPrefixCache = field(default_factory=OpenAIPrefixCache)
     stored: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # response id → conversation
     threads: dict[str, dict[str, Any]] = field(default_factory=dict)  # Anthropic message id → thread state
+    signer: Signer = field(default_factory=Signer)  # signs thinking blocks and encrypted reasoning
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -230,6 +232,8 @@ class FakeProvider:
         if failure:
             return failure
         problem = responses_problem(body, self.stored.get) if self.strict else None
+        if problem is None and self.strict:
+            problem = self.signer.reasoning_problem(body, input_items(body.get("input", [])))
         if problem:
             return self._refuse(seen, _openai_error, problem)
         prev = body.get("previous_response_id")
@@ -244,6 +248,8 @@ class FakeProvider:
         rid = f"resp_{uuid.uuid4().hex[:16]}"
         answer = self._answer(responses_view(body, context))
         output: list[dict[str, Any]] = []
+        if "reasoning.encrypted_content" in (body.get("include") or ()):
+            output.append(self.signer.reasoning_item())
         if answer.text:
             output.append({"id": f"msg_{uuid.uuid4().hex[:16]}", "type": "message", "status": "completed",
                            "role": "assistant", "content": [{"type": "output_text", "text": answer.text,
@@ -279,7 +285,10 @@ class FakeProvider:
         pending = {**response, "status": "in_progress", "output": [], "usage": None}
         events = [ev("response.created", response=pending), ev("response.in_progress", response=pending)]
         for index, item in enumerate(output):
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                events.append(ev("response.output_item.added", output_index=index,
+                                 item={**item, "encrypted_content": None}))
+            elif item["type"] == "message":
                 part = item["content"][0]
                 mid = item["id"]
                 events += [ev("response.output_item.added", output_index=index,
@@ -312,7 +321,8 @@ class FakeProvider:
         thread = body.get("thread") if isinstance(body.get("thread"), dict) else None
         prompt, problem = self._thread_prompt(body, thread)
         if problem is None and self.strict:
-            problem = anthropic_problem(prompt)
+            problem = anthropic_problem(prompt, request.headers.get("anthropic-beta", "")) \
+                or self.signer.thinking_problem(prompt)
         if problem:
             return self._refuse(seen, _anthropic_error, problem)
         if seen and thread:
@@ -325,6 +335,8 @@ class FakeProvider:
         citation = None if answer.tool_calls else _first_citation(last.get("content") if isinstance(last, dict)
                                                                   else None)
         content: list[dict[str, Any]] = []
+        if (prompt.get("thinking") or {}).get("type") in ("enabled", "adaptive"):
+            content.append(self.signer.thinking_block((prompt.get("thinking") or {}).get("display")))
         if answer.text:
             text_block: dict[str, Any] = {"type": "text", "text": answer.text}
             if citation:
@@ -351,7 +363,15 @@ class FakeProvider:
                                                "usage": {**usage, "output_tokens": 1}}),
                   ev("ping")]
         for index, block in enumerate(content):
-            if block["type"] == "text":
+            if block["type"] == "thinking":
+                events.append(ev("content_block_start", index=index,
+                                 content_block={"type": "thinking", "thinking": "", "signature": ""}))
+                if block["thinking"]:
+                    events.append(ev("content_block_delta", index=index,
+                                     delta={"type": "thinking_delta", "thinking": block["thinking"]}))
+                events.append(ev("content_block_delta", index=index,
+                                 delta={"type": "signature_delta", "signature": block["signature"]}))
+            elif block["type"] == "text":
                 events.append(ev("content_block_start", index=index, content_block={"type": "text", "text": ""}))
                 if block.get("citations"):
                     events.append(ev("content_block_delta", index=index,

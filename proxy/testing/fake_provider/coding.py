@@ -1,0 +1,100 @@
+"""A coding agent's "model": does what the person's request names, with the client's own tools.
+
+The real coding CLIs (Claude Code, Codex, Qwen Code) run their tool loops against the fake
+provider. This model reads the person's latest request — not the client's scaffolding around it,
+not a memory block — and plans from plain phrases in it:
+
+* ``read /abs/path`` — read that file (Claude Code's ``Read``, Codex's ``exec_command`` with
+  ``cat``, Qwen Code's ``read_file``);
+* ``run `cmd``` — run a shell command (``Bash`` / ``exec_command`` / ``run_shell_command``);
+* ``ask a subagent to …`` — hand the rest of the sentence to a subagent (Claude Code's ``Agent``).
+
+One tool call per step, then a short final answer. A compaction request (the client asks for a
+summary of the conversation) is answered with a summary of what the person asked so far.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .model import Answer, ToolCall, View
+
+_WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
+_READ = re.compile(r"\bread (/[\w./@-]+\w)")
+_RUN = re.compile(r"\brun `([^`]+)`")
+_SUBAGENT = re.compile(r"\bask a subagent to ([^.\n]+)")
+COMPACTION = re.compile(r"summary of the conversation|summarize the conversation|create a detailed summary|"
+                        r"CONTEXT CHECKPOINT COMPACTION|handoff summary", re.I)
+
+
+def own_words(text: str) -> str:
+    """The request without the client's wrapped context and without memory blocks (str.find:
+    linear on any input)."""
+    for tag in _WRAPPERS:
+        out, pos = [], 0
+        while (start := text.find(f"<{tag}", pos)) >= 0:
+            end = text.find(f"</{tag}>", start)
+            if end < 0:
+                break
+            out.append(text[pos:start])
+            pos = end + len(tag) + 3
+        text = "".join(out) + text[pos:]
+    return text.strip()
+
+
+def _read(tools: list[str], path: str) -> ToolCall | None:
+    if "Read" in tools:
+        return ToolCall("Read", {"file_path": path})
+    if "exec_command" in tools:
+        return ToolCall("exec_command", {"cmd": f"cat {path}"})
+    if "read_file" in tools:
+        return ToolCall("read_file", {"file_path": path})
+    return None
+
+
+def _run(tools: list[str], command: str) -> ToolCall | None:
+    if "Bash" in tools:
+        return ToolCall("Bash", {"command": command, "description": "Run the requested command"})
+    if "exec_command" in tools:
+        return ToolCall("exec_command", {"cmd": command})
+    if "run_shell_command" in tools:
+        return ToolCall("run_shell_command", {"command": command, "description": "Run the requested command"})
+    return None
+
+
+def _subagent(tools: list[str], task: str) -> ToolCall | None:
+    if "Agent" in tools:
+        return ToolCall("Agent", {"description": "Subagent task", "prompt": task.strip(),
+                                  "subagent_type": "general-purpose"})
+    return None
+
+
+def plan(view: View) -> list[ToolCall]:
+    """The tool calls the person's latest request asks for, in the order it names them."""
+    said = own_words(view.user_text)
+    found: list[tuple[int, ToolCall | None]] = []
+    found += [(m.start(), _read(view.tools, m.group(1))) for m in _READ.finditer(said)]
+    found += [(m.start(), _run(view.tools, m.group(1))) for m in _RUN.finditer(said)]
+    found += [(m.start(), _subagent(view.tools, m.group(1))) for m in _SUBAGENT.finditer(said)]
+    return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
+
+
+@dataclass
+class CodingModel:
+    """Plan from the request, one tool call per step, then answer `done` (or a summary)."""
+
+    done: str = "Done."
+    summaries: int = 0  # compaction requests answered
+
+    def __call__(self, view: View) -> Answer:
+        said = own_words(view.user_text)
+        if COMPACTION.search(said):
+            self.summaries += 1
+            return Answer(text="Summary: the session so far covered the person's requests and the files read.")
+        calls = plan(view)
+        if view.steps < len(calls):
+            return Answer(tool_calls=[calls[view.steps]])
+        return Answer(text=self.done)
+
