@@ -27,6 +27,7 @@ SLOW_FIRST = (
     "tests/test_late_answers.py::",
     "tests/test_inspector_curating.py::",
     "tests/test_fault_suite.py::",
+    "tests/test_coding_clis.py::test_twenty_sessions",  # real coding CLIs, 2 x 20 sessions each
 )
 FRAMEWORKS = ("litellm", "langgraph", "openai_agents", "pydantic_ai")
 

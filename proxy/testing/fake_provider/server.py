@@ -45,6 +45,22 @@ class Received:
     system: Any = None
     status: int = 200  # what the provider answered (400 when a strict rule refused the request)
     error: str | None = None
+    usage: dict[str, Any] | None = None  # the usage the provider reported (its prompt-cache arithmetic)
+
+    @property
+    def cache_read(self) -> int:
+        """Prompt tokens the provider read from its cache for this request (either API's field)."""
+        u = self.usage or {}
+        return int(u.get("cache_read_input_tokens")
+                   or (u.get("input_tokens_details") or u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """All prompt tokens of the request, cached or not."""
+        u = self.usage or {}
+        if "cache_read_input_tokens" in u:
+            return int(u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"])
+        return int(u.get("input_tokens") or u.get("prompt_tokens") or 0)
 
     @property
     def memories_block(self) -> str | None:
@@ -194,6 +210,8 @@ class FakeProvider:
                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
         finish = "tool_calls" if calls else "stop"
+        if seen:
+            seen.usage = usage
         n = int(body.get("n") or 1)
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.text or None, "refusal": None}
@@ -268,6 +286,8 @@ class FakeProvider:
         usage = {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out,
                  "input_tokens_details": {"cached_tokens": self.openai_cache.cached_tokens(prompt)},
                  "output_tokens_details": {"reasoning_tokens": 0}}
+        if seen:
+            seen.usage = usage
         response = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
                     "model": model, "output": output, "usage": usage, "instructions": body.get("instructions"),
                     "previous_response_id": prev, "parallel_tool_calls": True,
@@ -347,6 +367,8 @@ class FakeProvider:
                             "input": call.arguments})
         stop = "tool_use" if answer.tool_calls else "end_turn"
         usage = {**self.anthropic_cache.usage(prompt), "output_tokens": self._out_tokens(answer)}
+        if seen:
+            seen.usage = usage
         if thread:
             self.threads[mid] = {**{k: prompt[k] for k in ("system", "tools") if k in prompt},
                                  "messages": [*prompt["messages"], {"role": "assistant", "content": content}]}

@@ -1,0 +1,171 @@
+"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code) headless through memplane.
+
+Each CLI gets a private HOME (and CODEX_HOME), is pointed at the proxy with the agent's token as
+its API key, and is kept offline: no telemetry, no auto-update, no other traffic. The fake
+provider behind memplane answers with `CodingModel`, so the CLIs' own tool loops really run
+(reading files, running commands, calling a subagent) in temp git repositories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+CLAUDE_MODEL = "claude-sonnet-4-5"
+CODEX_MODEL = "gpt-5-codex"
+QWEN_MODEL = "qwen3-coder-plus"
+QUIET = {  # every CLI: nothing but the model calls
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1", "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
+    "NO_UPDATE_NOTIFIER": "1", "CI": "1", "NO_COLOR": "1",
+}
+
+
+@dataclass
+class CodingCli:
+    """One CLI, one agent identity, its own home; `run` is one headless session."""
+
+    name: str  # claude | codex | qwen
+    binary: Path
+    home: Path
+    base_url: str  # where the CLI sends its model calls (memplane, or the provider for a baseline)
+    api_key: str
+    transcripts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if self.name == "codex":
+            (self.home / ".codex").mkdir(exist_ok=True)
+            (self.home / ".codex" / "config.toml").write_text(f'''model = "{CODEX_MODEL}"
+model_provider = "memplane"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[otel]
+exporter = "none"
+
+[model_providers.memplane]
+name = "memplane"
+base_url = "{self.base_url}/v1"
+env_key = "MEMPLANE_AGENT_KEY"
+wire_api = "responses"
+''')
+
+    def env(self) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
+               "GIT_CONFIG_NOSYSTEM": "1", **QUIET}
+        if self.name == "claude":
+            env.update(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=self.api_key)
+        elif self.name == "codex":
+            env.update(CODEX_HOME=str(self.home / ".codex"), MEMPLANE_AGENT_KEY=self.api_key)
+        else:
+            env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key, OPENAI_MODEL=QWEN_MODEL)
+        return env
+
+    def argv(self, prompt: str, *, resume: bool) -> list[str]:
+        if self.name == "claude":
+            return [str(self.binary), "-p", prompt, "--model", CLAUDE_MODEL, "--allowedTools", "Read,Bash,Agent",
+                    *(["-c"] if resume else [])]
+        if self.name == "codex":
+            head = [str(self.binary), "exec"] + (["resume", "--last"] if resume else [])
+            return [*head, "--skip-git-repo-check", prompt]
+        return [str(self.binary), "-p", prompt, *(["-c"] if resume else [])]
+
+    async def run(self, prompt: str, cwd: Path, *, resume: bool = False, timeout: float = 90) -> str:
+        """One headless session; its final answer (stdout). Fails with the CLI's output when it fails."""
+        proc = await asyncio.create_subprocess_exec(*self.argv(prompt, resume=resume), cwd=cwd, env=self.env(),
+                                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            out, err = await proc.communicate()
+            raise AssertionError(f"{self.name} did not finish in {timeout}s:\n{out.decode()}\n{err.decode()}")
+        self.transcripts.append(out.decode() + err.decode())
+        assert proc.returncode == 0, f"{self.name} exited {proc.returncode}:\n{out.decode()}\n{err.decode()[-3000:]}"
+        return out.decode()
+
+
+def make_repo(root: Path, name: str, files: dict[str, str]) -> Path:
+    """A small git repository with one commit."""
+    repo = root / name
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git = ["git", "-c", "user.name=Dana", "-c", "user.email=dana@example.org", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", f"{name}: first version"], cwd=repo, check=True)
+    return repo
+
+
+async def stored_memories(memory_url: str, agent_id: str) -> list[dict[str, Any]]:
+    """Every memory the service holds for the agent (its own scopes and the global one)."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for scope in ("", "&scope=global"):
+            cursor = ""
+            while True:
+                async with http.get(f"{memory_url}/api/memories?agent_id={agent_id}&limit=500{scope}{cursor}") as r:
+                    assert r.status == 200, await r.text()
+                    page = orjson.loads(await r.read())
+                out += page["memories"]
+                if not page.get("next_cursor"):
+                    break
+                cursor = f"&cursor={page['next_cursor']}"
+    unique = {m["id"]: m for m in out}
+    return list(unique.values())
+
+
+_MEMORY = re.compile(r"<memory\b[^>]*>(.*?)</memory>", re.S)
+
+
+def block_memories(block: str | None) -> list[str]:
+    """The memory texts of a `<memories>` block (XML entities undone)."""
+    from xml.sax.saxutils import unescape
+    return [unescape(m) for m in _MEMORY.findall(block or "")]
+
+
+def shingles(text: str, n: int = 5) -> set[str]:
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
+
+
+def scaffolding_share(memories: list[str], scaffolding: str) -> float:
+    """How much of the block's memory text (in characters) is the client's own scaffolding: a
+    memory counts when most of its 5-word runs occur in text the client wrapped around the
+    person's words (system reminders, environment context, developer items)."""
+    known = shingles(scaffolding)
+    total = sum(len(m) for m in memories)
+    if not total:
+        return 0.0
+    def is_scaffolding(m: str) -> bool:
+        own = shingles(m)
+        return bool(own) and len(own & known) / len(own) > 0.5
+    return sum(len(m) for m in memories if is_scaffolding(m)) / total
+
+
+def repeated_share(memories: list[str], request_text: str) -> float:
+    """Share of the block's memory words already present in the request outside the block."""
+    said = shingles(request_text, 3)
+    words = 0
+    repeated = 0
+    for m in memories:
+        own = shingles(m, 3)
+        words += len(own)
+        repeated += len(own & said)
+    return repeated / words if words else 0.0
