@@ -74,18 +74,24 @@ wire_api = "responses"
             env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key, OPENAI_MODEL=QWEN_MODEL)
         return env
 
-    def argv(self, prompt: str, *, resume: bool) -> list[str]:
+    def argv(self, prompt: str, *, resume: bool, compact: bool = False) -> list[str]:
+        """`compact`: continue the latest session and compact it (Claude Code's `/compact`; Codex
+        compacts on its own once the context passes `model_auto_compact_token_limit`)."""
         if self.name == "claude":
-            return [str(self.binary), "-p", prompt, "--model", CLAUDE_MODEL, "--allowedTools", "Read,Bash,Agent",
-                    *(["-c"] if resume else [])]
+            return [str(self.binary), "-p", "/compact" if compact else prompt, "--model", CLAUDE_MODEL,
+                    "--allowedTools", "Read,Bash,Agent", *(["-c"] if resume or compact else [])]
         if self.name == "codex":
-            head = [str(self.binary), "exec"] + (["resume", "--last"] if resume else [])
+            head = [str(self.binary), "exec"] + (["resume", "--last"] if resume or compact else [])
+            if compact:
+                head += ["-c", "model_auto_compact_token_limit=2000"]
             return [*head, "--skip-git-repo-check", prompt]
         return [str(self.binary), "-p", prompt, *(["-c"] if resume else [])]
 
-    async def run(self, prompt: str, cwd: Path, *, resume: bool = False, timeout: float = 90) -> str:
+    async def run(self, prompt: str, cwd: Path, *, resume: bool = False, compact: bool = False,
+                  timeout: float = 90) -> str:
         """One headless session; its final answer (stdout). Fails with the CLI's output when it fails."""
-        proc = await asyncio.create_subprocess_exec(*self.argv(prompt, resume=resume), cwd=cwd, env=self.env(),
+        proc = await asyncio.create_subprocess_exec(*self.argv(prompt, resume=resume, compact=compact), cwd=cwd,
+                                                    env=self.env(),
                                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                     stderr=subprocess.PIPE)
         try:
@@ -145,18 +151,21 @@ def shingles(text: str, n: int = 5) -> set[str]:
     return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
 
 
-def scaffolding_share(memories: list[str], scaffolding: str) -> float:
-    """How much of the block's memory text (in characters) is the client's own scaffolding: a
-    memory counts when most of its 5-word runs occur in text the client wrapped around the
-    person's words (system reminders, environment context, developer items)."""
-    known = shingles(scaffolding)
-    total = sum(len(m) for m in memories)
-    if not total:
-        return 0.0
-    def is_scaffolding(m: str) -> bool:
-        own = shingles(m)
-        return bool(own) and len(own & known) / len(own) > 0.5
-    return sum(len(m) for m in memories if is_scaffolding(m)) / total
+def scaffolding_share(memories: list[str], scaffolding: str, n: int = 5) -> float:
+    """How much of the block's memory text is the client's own scaffolding: the share of its words
+    that sit in a run of `n` words also found in text the client wrote around the person's words
+    (system prompt, developer items, context it wrapped in tags)."""
+    known = shingles(scaffolding, n)
+    words = covered = 0
+    for m in memories:
+        ws = re.findall(r"\w+", m.lower())
+        hit = [False] * len(ws)
+        for i in range(len(ws) - n + 1):
+            if " ".join(ws[i:i + n]) in known:
+                hit[i:i + n] = [True] * n
+        words += len(ws)
+        covered += sum(hit)
+    return covered / words if words else 0.0
 
 
 def repeated_share(memories: list[str], request_text: str) -> float:

@@ -29,19 +29,38 @@ COMPACTION = re.compile(r"summary of the conversation|summarize the conversation
                         r"CONTEXT CHECKPOINT COMPACTION|handoff summary", re.I)
 
 
+def _split(text: str, tag: str) -> tuple[str, list[str]]:
+    """`text` without its `<tag …>…</tag>` spans, and the spans (str.find: linear on any input)."""
+    out, spans, pos = [], [], 0
+    while (start := text.find(f"<{tag}", pos)) >= 0:
+        end = text.find(f"</{tag}>", start)
+        if end < 0:
+            break
+        out.append(text[pos:start])
+        spans.append(text[start:end + len(tag) + 3])
+        pos = end + len(tag) + 3
+    return "".join(out) + text[pos:], spans
+
+
 def own_words(text: str) -> str:
-    """The request without the client's wrapped context and without memory blocks (str.find:
-    linear on any input)."""
+    """The request without the client's wrapped context and without memory blocks."""
     for tag in _WRAPPERS:
-        out, pos = [], 0
-        while (start := text.find(f"<{tag}", pos)) >= 0:
-            end = text.find(f"</{tag}>", start)
-            if end < 0:
-                break
-            out.append(text[pos:start])
-            pos = end + len(tag) + 3
-        text = "".join(out) + text[pos:]
+        text, _ = _split(text, tag)
     return text.strip()
+
+
+def without_memories(text: str) -> str:
+    """The text without memplane's `<memories>` blocks."""
+    return _split(text, "memories")[0]
+
+
+def wrapped_context(text: str) -> list[str]:
+    """The parts of a text the client wrapped in its context tags (not memory blocks)."""
+    found: list[str] = []
+    for tag in _WRAPPERS:
+        text, spans = _split(text, tag)
+        found += [] if tag == "memories" else spans
+    return found
 
 
 def _read(tools: list[str], path: str) -> ToolCall | None:
