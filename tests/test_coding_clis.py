@@ -26,7 +26,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import CodingModel, FakeProvider, Received, own_words, without_memories, wrapped_context
 from tests.clients import install
-from tests.coding_agents import (
+from tests.cli_agents import (
     CodingCli,
     block_memories,
     make_repo,

@@ -25,7 +25,10 @@ _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instruc
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
 _RUN = re.compile(r"\brun `([^`]+)`")
 _SUBAGENT = re.compile(r"\bask a subagent to ([^.\n]+)")
-COMPACTION = re.compile(r"summary of the conversation|summarize the conversation|create a detailed summary|"
+# Claude Code's `/compact` ("Please provide your summary based on the conversation so far … an
+# <analysis> block followed by a <summary> block") and Codex's ("You are performing a CONTEXT
+# CHECKPOINT COMPACTION. Create a handoff summary …").
+COMPACTION = re.compile(r"summary based on the conversation so far|summary of the conversation|"
                         r"CONTEXT CHECKPOINT COMPACTION|handoff summary", re.I)
 
 
@@ -111,7 +114,9 @@ class CodingModel:
         said = own_words(view.user_text)
         if COMPACTION.search(said):
             self.summaries += 1
-            return Answer(text="Summary: the session so far covered the person's requests and the files read.")
+            return Answer(text="<analysis>The person asked for files to be read and commands run.</analysis>\n"
+                               "<summary>Summary: the session so far covered the person's requests and the files "
+                               "read.</summary>")
         calls = plan(view)
         if view.steps < len(calls):
             return Answer(tool_calls=[calls[view.steps]])
