@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .model import Answer, ToolCall, View
+from .model import Answer, ToolCall, View, _text_of
 
 _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
@@ -103,6 +103,16 @@ def plan(view: View) -> list[ToolCall]:
     return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
 
 
+def _latest_user_text(body: dict[str, Any]) -> str:
+    """The text of the request's last user turn, tool results and all (a compaction prompt can
+    share its turn with the last tool result)."""
+    turns = body.get("messages") or body.get("input") or []
+    for turn in reversed(turns if isinstance(turns, list) else []):
+        if isinstance(turn, dict) and turn.get("role") == "user":
+            return _text_of(turn.get("content"))
+    return ""
+
+
 @dataclass
 class CodingModel:
     """Plan from the request, one tool call per step, then answer `done` (or a summary)."""
@@ -111,8 +121,7 @@ class CodingModel:
     summaries: int = 0  # compaction requests answered
 
     def __call__(self, view: View) -> Answer:
-        said = own_words(view.user_text)
-        if COMPACTION.search(said):
+        if COMPACTION.search(own_words(_latest_user_text(view.body))):
             self.summaries += 1
             return Answer(text="<analysis>The person asked for files to be read and commands run.</analysis>\n"
                                "<summary>Summary: the session so far covered the person's requests and the files "
