@@ -146,26 +146,42 @@ def block_memories(block: str | None) -> list[str]:
     return [unescape(m) for m in _MEMORY.findall(block or "")]
 
 
+def words_of(text: str) -> list[str]:
+    """Whitespace-separated words, punctuation and tags trimmed; a path stays one word (a file path
+    in a memory is not the working directory the client declared)."""
+    out = []
+    for w in text.lower().split():
+        w = re.sub(r"^(<[^>]*>|[\W_])+|(<[^>]*>|[\W_])+$", "", w)
+        if w:
+            out.append(w)
+    return out
+
+
 def shingles(text: str, n: int = 5) -> set[str]:
-    words = re.findall(r"\w+", text.lower())
+    words = words_of(text)
     return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
 
 
-def scaffolding_share(memories: list[str], scaffolding: str, n: int = 5) -> float:
-    """How much of the block's memory text is the client's own scaffolding: the share of its words
-    that sit in a run of `n` words also found in text the client wrote around the person's words
-    (system prompt, developer items, context it wrapped in tags)."""
+def scaffolding_words(memories: list[str], scaffolding: str, n: int = 5) -> tuple[int, list[str]]:
+    """All words of the memories, and those that sit in a run of `n` words also found in text the
+    client wrote around the person's words (system prompt, developer items, wrapped context)."""
     known = shingles(scaffolding, n)
-    words = covered = 0
+    words, covered = 0, []
     for m in memories:
-        ws = re.findall(r"\w+", m.lower())
+        ws = words_of(m)
         hit = [False] * len(ws)
         for i in range(len(ws) - n + 1):
             if " ".join(ws[i:i + n]) in known:
                 hit[i:i + n] = [True] * n
         words += len(ws)
-        covered += sum(hit)
-    return covered / words if words else 0.0
+        covered += [w for w, h in zip(ws, hit) if h]
+    return words, covered
+
+
+def scaffolding_share(memories: list[str], scaffolding: str) -> float:
+    """How much of the block's memory text (by words) is the client's own scaffolding."""
+    words, covered = scaffolding_words(memories, scaffolding)
+    return len(covered) / words if words else 0.0
 
 
 def repeated_share(memories: list[str], request_text: str) -> float:
