@@ -222,14 +222,16 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
     # The story really had its moments: a file with the secret read by a tool, a compaction, a subagent.
     assert any(SECRET in str(r.body) for r in results[5]["calls"]), "session 6's tool read the .env file"
     assert stack.provider.model.summaries >= 1, "session 11 compacted the conversation"
-    if name == "claude":
-        asked = [own_words("\n".join(_texts(r.body["messages"][0]))) for r in results[7]["calls"]]
-        assert any(a.startswith("read ") and "index.py" in a for a in asked), "session 8's subagent ran"
 
     blocks = [(res, r) for res in results for r in res["calls"] if r.memories_block]
     memories = await stored_memories(memory_url, AGENT)
     report = {"sessions": len(sessions), "memories": len(memories), "cpu_s_both_runs": round(cpu_both, 1)}
     problems: list[str] = []
+    if name == "claude":  # session 8's subagent: a conversation of its own that starts with its task
+        asked = [own_words("\n".join(_texts(r.body["messages"][0]))) for r in results[7]["calls"]]
+        report["subagent_requests"] = sum("index.py" in a and "subagent" not in a for a in asked)
+        if not report["subagent_requests"]:
+            problems.append(f"session 8's subagent did not run: {[a[:80] for a in asked]}")
 
     # prompt-cache reads stay >= 90 % of the same agent's without memplane
     reads = sum(r.cache_read for res in results for r in res["calls"])
