@@ -229,7 +229,8 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
     problems: list[str] = []
     if name == "claude":  # session 8's subagent: a conversation of its own that starts with its task
         asked = [own_words("\n".join(_texts(r.body["messages"][0]))) for r in results[7]["calls"]]
-        report["subagent_requests"] = sum(a.rstrip().endswith("and report what it does") for a in asked)
+        report["subagent_requests"] = sum(a.startswith("read ") and "index.py" in a and "ask a subagent" not in a
+                                          for a in asked)
         if not report["subagent_requests"]:
             problems.append(f"session 8's subagent did not run: {[a[:80] for a in asked]}")
 
