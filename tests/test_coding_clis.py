@@ -180,6 +180,14 @@ def _texts(node) -> list[str]:
     return []
 
 
+def _said(message: dict) -> str:
+    """A message's own text parts (not its role or part types)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 async def run_story(cli: CodingCli, provider: FakeProvider, sessions: list[dict], settle) -> list[dict]:
     results: list[dict] = []
     for n, step in enumerate(sessions, 1):
@@ -228,7 +236,7 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
     report = {"sessions": len(sessions), "memories": len(memories), "cpu_s_both_runs": round(cpu_both, 1)}
     problems: list[str] = []
     if name == "claude":  # session 8's subagent: a conversation of its own that starts with its task
-        asked = [own_words("\n".join(_texts(r.body["messages"][0]))) for r in results[7]["calls"]]
+        asked = [own_words(_said(r.body["messages"][0])) for r in results[7]["calls"]]
         report["subagent_requests"] = sum(a.startswith("read ") and "index.py" in a and "ask a subagent" not in a
                                           for a in asked)
         if not report["subagent_requests"]:

@@ -499,6 +499,8 @@ def test_a_tool_result_leaves_one_line_and_never_a_secret(text, name, args, line
 
 @pytest.mark.parametrize("body, project", [
     ({"system": "x\nPrimary working directory: /home/ana/parser/\n", "messages": []}, "/home/ana/parser"),
+    ({"system": "env:\n - Primary working directory: /home/ana/parser\n - Is a git repo: true", "messages": []},
+     "/home/ana/parser"),  # Claude Code 2.1 writes its environment as a list
     ({"input": [{"role": "user", "content": "<environment_context>\n  <cwd>/w/b/../c</cwd>\n</environment_context>"}]},
      "/w/c"),
     ({"messages": [{"role": "user", "content": "I'm currently working in the directory: /tmp/q\n"}]}, "/tmp/q"),
@@ -509,3 +511,21 @@ def test_the_project_is_the_directory_the_client_declares(body, project):
     assert project_of({}, body) == project
     assert project_of({"X-Memplane-Project": "billing"}, body) == "billing"  # the header wins
     assert project_of({}, body, enabled=False) is None
+
+
+def test_a_continued_session_does_not_get_its_own_compaction_summary_back():
+    """Codex resends a compaction's summary inside its own preamble; the stored summary episode
+    (memplane's fixed question, then the summary) is left out of that request's block, while another
+    session's turn stays."""
+    from proxy.coding.already_said import drop_already_said, request_shingles
+    from proxy.coding.for_memory import SUMMARY_QUESTION
+    from proxy.recall_policy import InjectedMemory
+    summary = "<summary>Summary: the parser now keeps comments and the tests pass again.</summary>"
+    request = ["Another language model started to solve this problem and produced a summary: " + summary,
+               "Please say ok."]
+    mine = InjectedMemory(text=f"user: {SUMMARY_QUESTION}\nassistant: {summary}")
+    other = InjectedMemory(text="user: The staging database listens on port 6543.\nassistant: Noted.")
+    kept, dropped = drop_already_said([mine, other], request_shingles(request))
+    assert kept == [other] and dropped == 2
+    kept, _ = drop_already_said([mine], request_shingles(["Please say ok, and summarise the parser work."]))
+    assert kept == [mine]  # a summary this request does not carry is still recalled

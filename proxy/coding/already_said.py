@@ -12,6 +12,7 @@ from dataclasses import replace
 import re2
 
 from ..recall_policy import InjectedMemory
+from .for_memory import SUMMARY_QUESTION
 
 SHINGLE = 4
 ALREADY = 0.6  # share of a memory's shingles found in the request for it to count as already there
@@ -48,7 +49,8 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
 
     A block packs several turns (`user: …`, then its `tools: …` and `assistant: …` lines); a turn
     whose person's words are in the request's user messages goes with its tool and answer lines.
-    Only the person's words are compared: a model that quoted a memory in an earlier answer still
+    A compaction summary (memplane's fixed question, then the summary) is compared by its summary,
+    which a continued session resends. Otherwise only the person's words are compared: a model that quoted a memory in an earlier answer still
     gets it (it was recalled, not said in this conversation)."""
     if not carried:
         return list(memories), 0
@@ -57,11 +59,15 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
     for m in memories:
         rest: list[str] = []
         dropping = False
-        for line in m.text.split("\n"):
+        lines = m.text.split("\n")
+        for i, line in enumerate(lines):
             if line.startswith(("assistant: ", "tools: ")):
                 gone = dropping
             elif len(_words(line)) < 3:  # a date heading, a blank
                 dropping = gone = False
+            elif line.removeprefix("user: ") == SUMMARY_QUESTION:  # a compaction summary is memplane's question
+                answer = lines[i + 1] if i + 1 < len(lines) else ""  # and the summary: there when that is
+                dropping = gone = answer.startswith("assistant: ") and already_there(answer[11:], carried)
             else:
                 dropping = gone = already_there(line.removeprefix("user: "), carried)
             if gone:

@@ -2,7 +2,7 @@
 
 A coding agent declares where it works: the `X-Memplane-Project` header when the operator or the
 person sets one, else the working directory the client writes into its context — Claude Code's
-environment text (`Working directory: /path`, `Primary working directory: /path`), Codex's
+environment text (`Working directory: /path`, ` - Primary working directory: /path` as a list item), Codex's
 `<cwd>/path</cwd>` in `<environment_context>`, Gemini-family clients' (Qwen Code's) "I'm currently
 working in the directory: /path". Found in the system text and the messages, in that order.
 An agent whose `metadata.json` says `"project_scope": false` never sends one.
@@ -22,7 +22,7 @@ MAX_CHARS = 512
 SCAN_CHARS = 200_000  # of each text: a declaration sits near the top of the client's context
 
 _DECLARED = re2.compile(
-    r"(?m)(?:^[ \t]*(?:Primary working directory|Current working directory|Working directory|cwd)[ \t]*:[ \t]*"
+    r"(?m)(?:^[ \t]*(?:[-*][ \t]+)?(?:Primary working directory|Current working directory|Working directory|cwd)[ \t]*:[ \t]*"
     r"([^\n<]{1,512})$|<cwd>[ \t]*([^\n<]{1,512})</cwd>|currently working in the directory:?[ \t]*([^\n<]{1,512}))")
 
 

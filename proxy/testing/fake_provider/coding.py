@@ -24,7 +24,7 @@ from .model import Answer, ToolCall, View, _text_of
 _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
 _RUN = re.compile(r"\brun `([^`]+)`")
-_SUBAGENT = re.compile(r"\bask a subagent to ([^.\n]+)")
+_SUBAGENT = re.compile(r"\bask a subagent to ([^\n]+?)(?:\.(?=\s|$)|\n|$)")  # the sentence: a path keeps its dots
 # Claude Code's `/compact` ("Please provide your summary based on the conversation so far … an
 # <analysis> block followed by a <summary> block") and Codex's ("You are performing a CONTEXT
 # CHECKPOINT COMPACTION. Create a handoff summary …").
