@@ -26,13 +26,15 @@ from memory_adapters.embedded.app import build_embedded_app
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import Answer, ToolCall
+from tests.clients import install
 from tests.conftest import url_of
 
-CLAUDE = os.environ.get("MEMPLANE_TEST_CLAUDE") or shutil.which("claude")
-CODEX = os.environ.get("MEMPLANE_TEST_CODEX") or shutil.which("codex")
-needs_claude = pytest.mark.skipif(not CLAUDE, reason="Claude Code is not installed (npm i -g @anthropic-ai/claude-code, "
+PINNED = {name: str(path) for name, path in (install.installed() or {}).items()}  # `make clients` (tests/clients)
+CLAUDE = os.environ.get("MEMPLANE_TEST_CLAUDE") or PINNED.get("claude") or shutil.which("claude")
+CODEX = os.environ.get("MEMPLANE_TEST_CODEX") or PINNED.get("codex") or shutil.which("codex")
+needs_claude = pytest.mark.skipif(not CLAUDE, reason="Claude Code is not installed (`make clients`, "
                                                      "or MEMPLANE_TEST_CLAUDE=/path/to/claude)")
-needs_codex = pytest.mark.skipif(not CODEX, reason="Codex is not installed (npm i -g @openai/codex, "
+needs_codex = pytest.mark.skipif(not CODEX, reason="Codex is not installed (`make clients`, "
                                                    "or MEMPLANE_TEST_CODEX=/path/to/codex)")
 SEARCH = "mcp__memplane__search_memory"  # Claude Code's name for the MCP server's tool
 USER_KEY = "sk-ant-api03-user0wnKeyAb3dEf6hIj9kLm2nOp5qRs8tUvWx"
