@@ -62,6 +62,8 @@ async def test_an_agent_stores_finds_and_forgets_its_own_memory(setup, mode):
         [memory] = found.structured_content["memories"]
         assert memory["text"] == "The user's editor is Helix" and memory["key"] == "editor"
         assert memory["id"] in text(found)
+        # a memory an agent's model wrote says so: it is not the person's own words (#38)
+        assert memory["origin"] == "model" and f"[{memory['id']}] (model) " in text(found)
 
         gone = await mcp.call_tool("forget_memory", {"id": memory["id"], "reason": "the user switched editors"})
         assert not gone.is_error and text(gone) == f"Forgot memory {memory['id']}."

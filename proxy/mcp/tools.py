@@ -157,12 +157,15 @@ class MemoryTools:
         mine = [m for m in found if isinstance(m, dict) and m.get("agent_id") in (self.ctx.agent_id, "*")]
         memories = [{"id": m.get("id"), "key": m.get("key"),
                      "text": redact.text(str(m.get("value", ""))[:MAX_VALUE_CHARS])[0], "kind": m.get("type"),
-                     "scope": m.get("scope"), "score": m.get("score"), "when": m.get("said_at") or m.get("created_at")}
+                     "scope": m.get("scope"), "score": m.get("score"), "when": m.get("said_at") or m.get("created_at"),
+                     "origin": m.get("origin"), **({"writer": m["writer"]} if m.get("writer") else {})}
                     for m in mine[:args.limit]]
         self._event("search", started, ok=True, status_code=200, blocks=len(memories))
         if not memories:
             return _result("No memories match.", structured={"memories": []})
-        lines = [f"- [{m['id']}] {m['text']}" + (f" (key {m['key']})" if m.get("key") else "") for m in memories]
+        # each says where its words came from (docs/DESIGN.md, "Memory poisoning"): only `user` is the person's
+        lines = [f"- [{m['id']}] ({m['origin'] or 'unknown'}) {m['text']}" + (f" (key {m['key']})" if m.get("key") else "")
+                 for m in memories]
         return _result("\n".join(lines), structured={"memories": memories})
 
     async def forget(self, arguments: dict[str, Any]) -> types.CallToolResult:
