@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import mcp_types as types
@@ -65,6 +65,9 @@ class ForgetArgs(BaseModel):
     reason: str = Field(min_length=1, max_length=1000)
 
 
+ArgsT = TypeVar("ArgsT", SearchArgs, ForgetArgs)
+
+
 def tools_for(ctx: AgentContext) -> list[types.Tool]:
     """The tools as this agent sees them: `global` is offered only with the grant (like the proxy's)."""
     granted = ctx.memory is not None and "global" in ctx.memory.grants
@@ -93,6 +96,10 @@ def _result(text: str, *, error: bool = False, structured: dict[str, Any] | None
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return f"{'.'.join(str(p) for p in err.get('loc', ())) or 'arguments'}: {err.get('msg', 'invalid')}"
+
+
+def _unanswered(exc: MemoryServiceError, timeout_ms: int) -> str:
+    return f"memory did not answer within {timeout_ms} ms" if exc.timed_out else str(exc).rstrip(".")
 
 
 @dataclass
@@ -134,14 +141,21 @@ class MemoryTools:
                                        latency_ms=round((time.perf_counter() - started) * 1000, 3),
                                        error=error, via="mcp", **extra)
 
+    def _parsed(self, model: type[ArgsT], arguments: dict[str, Any], op: str, needs: str,
+                started: float) -> ArgsT | types.CallToolResult:
+        """The tool's arguments, or the tool error (and its memory_op event) that names what is missing."""
+        try:
+            return model.model_validate(arguments)
+        except ValidationError as exc:
+            why = f"{op}_memory needs {needs}: {_first_error(exc)}"
+            self._event(op, started, ok=False, error=why)
+            return _result(why, error=True)
+
     async def search(self, arguments: dict[str, Any]) -> types.CallToolResult:
         started = time.perf_counter()
-        try:
-            args = SearchArgs.model_validate(arguments)
-        except ValidationError as exc:
-            why = f"search_memory needs a query: {_first_error(exc)}"
-            self._event("search", started, ok=False, error=why)
-            return _result(why, error=True)
+        args = self._parsed(SearchArgs, arguments, "search", "a query", started)
+        if isinstance(args, types.CallToolResult):
+            return args
         manifest = self.ctx.memory
         assert manifest is not None
         deadline_ms = manifest.recall.timeout_ms if manifest.recall is not None else 300
@@ -150,7 +164,7 @@ class MemoryTools:
         try:
             found = await self._client(deadline_ms).search(query, top_k=args.limit)
         except MemoryServiceError as exc:
-            why = (f"memory did not answer within {deadline_ms} ms" if exc.timed_out else str(exc).rstrip("."))
+            why = _unanswered(exc, deadline_ms)
             self._event("search", started, ok=False, status_code=exc.status, error=why)
             return _result(f"search_memory found nothing: {why}.", error=True)
         # the service was asked for this agent only; what is not this agent's (or global) is dropped anyway
@@ -170,12 +184,9 @@ class MemoryTools:
 
     async def forget(self, arguments: dict[str, Any]) -> types.CallToolResult:
         started = time.perf_counter()
-        try:
-            args = ForgetArgs.model_validate(arguments)
-        except ValidationError as exc:
-            why = f"forget_memory needs an id and a reason: {_first_error(exc)}"
-            self._event("forget", started, ok=False, error=why)
-            return _result(why, error=True)
+        args = self._parsed(ForgetArgs, arguments, "forget", "an id and a reason", started)
+        if isinstance(args, types.CallToolResult):
+            return args
         manifest = self.ctx.memory
         assert manifest is not None
         timeout_ms = manifest.forget.timeout_ms if manifest.forget is not None else 2000
@@ -192,7 +203,7 @@ class MemoryTools:
                 return _result(f"forget_memory: {why}.", error=True)
             await client.delete(args.id, reason, actor=f"mcp:{self.ctx.agent_id}")
         except MemoryServiceError as exc:
-            why = (f"memory did not answer within {timeout_ms} ms" if exc.timed_out else str(exc).rstrip("."))
+            why = _unanswered(exc, timeout_ms)
             self._event("forget", started, ok=False, status_code=exc.status, error=why, memory_id=args.id)
             return _result(f"forget_memory did not forget it: {why}.", error=True)
         self._event("forget", started, ok=True, status_code=204, memory_id=args.id, reason=reason)
