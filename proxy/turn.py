@@ -539,8 +539,8 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     if record.get("citations"):
         extra["citations"] = record["citations"]
     if coding is not None:  # what retain, live or backfilled, sets aside and scopes (coding/for_memory.py)
-        if coding.ledger_marks():
-            extra["scaffolding"] = coding.ledger_marks()
+        if marks := coding.ledger_marks():
+            extra["scaffolding"] = marks
         if coding.project:
             extra["project"] = coding.project
     entry = build_entry(
