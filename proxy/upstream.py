@@ -60,13 +60,12 @@ def upstream_headers(settings: ProxySettings, provider: str,
     headers = {k: incoming[k] for k in _FORWARD if k in incoming}
     headers["User-Agent"] = user_agent(incoming)
     headers["Content-Type"] = "application/json"
-    if client_key:
-        headers.update((k, incoming[k]) for k in _CLIENT_CREDENTIAL if k in incoming)
-        if provider == "anthropic":
-            headers.setdefault("anthropic-version", "2023-06-01")
-        return headers
     if provider == "anthropic":
         headers.setdefault("anthropic-version", "2023-06-01")
+    if client_key:
+        headers.update((k, incoming[k]) for k in _CLIENT_CREDENTIAL if k in incoming)
+        return headers
+    if provider == "anthropic":
         if settings.anthropic_api_key:
             headers["x-api-key"] = settings.anthropic_api_key
     else:
