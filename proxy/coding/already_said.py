@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import re2
+import re
 
 from ..recall_policy import InjectedMemory
 from .for_memory import SUMMARY_QUESTION
 
 SHINGLE = 4
 ALREADY = 0.6  # share of a memory's shingles found in the request for it to count as already there
-_WORD = re2.compile(r"[\pL\pN]+")
+# Letters and digits (`[\pL\pN]+`), with the standard library: one character class repeated is linear
+# in `re` too, and re2's findall builds a Python match per word (~40x slower here, on every recalled line).
+_WORD = re.compile(r"[^\W_]+")
 
 
 def _words(text: str) -> list[str]:
