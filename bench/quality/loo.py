@@ -1,6 +1,7 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates|speakers]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates|speakers|
+                                               sittings]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -27,6 +28,8 @@ Experiments:
   said, shown beside it and indexed (engine/dates.py), against the same turns without.
 * `speakers`: how far a hit spoken by a person the question names (a `Name: text` turn) moves
   up (speakers.BOOST; 0 is off).
+* `sittings`: how much a turn gains from its sitting, the turns of its session and day
+  (sittings.WEIGHT x the mean of the sitting's best sittings.TOP hits; weight 0 is off).
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
   vector is the mean of its WordPiece tokens' vectors, each token run through the shipped MiniLM
   alone once (model2vec's idea, without its distillation), plain or weighted by the token's idf over
@@ -180,6 +183,18 @@ def speakers_grid(*_) -> dict:
     return out
 
 
+def sittings_grid(*_) -> dict:
+    """A turn lifted by the best hits of its sitting (sittings.py): weight x the mean of the best `top`."""
+    from memory_adapters.engine import sittings
+    out = {f"weight {sittings.WEIGHT}, top {sittings.TOP} (default)": with_constants()}
+    out["weight 0 (off)"] = with_constants((sittings, "WEIGHT", 0.0))
+    for weight in (0.2, 0.3, 0.4, 0.6, 0.8):
+        for top in (1, 2, 3, 5):
+            if (weight, top) != (sittings.WEIGHT, sittings.TOP):
+                out[f"weight {weight}, top {top}"] = with_constants((sittings, "WEIGHT", weight), (sittings, "TOP", top))
+    return out
+
+
 def dates_grid(*_) -> dict:
     """Relative dates resolved against the day said (dates.py), shown and indexed, against none."""
     from memory_adapters.engine import index, packing
@@ -256,6 +271,7 @@ EXPERIMENTS = {
     "impute": impute_grid,
     "dates": dates_grid,
     "speakers": speakers_grid,
+    "sittings": sittings_grid,
 }
 
 

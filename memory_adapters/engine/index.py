@@ -17,7 +17,7 @@ from typing import Any
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import context
+from . import context, sittings
 from .dates import indexed
 from .fusion import Signal, z_fuse
 from .heap import HEAP
@@ -109,6 +109,7 @@ class AgentIndex:
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
+    sitting: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # episode id → its sitting (sittings.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -121,12 +122,13 @@ class AgentIndex:
             self.pinned.add(m.id)
         if m.expires_at is not None or m.scope == "session" or memory_project(m) is not None:
             self.conditional.add(m.id)
-        self.snippets[m.id] = snippet_of(m)
+        self.snippets[m.id] = sn = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
         if m.type == "episode":
             if context.asks(m.value):
                 self.asking.add(m.id)
             self.speakers.put(m.id, m.value)
+            self.sitting[m.id] = sittings.sitting_of(m, sn.day)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -178,6 +180,7 @@ class AgentIndex:
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
         self.speakers.drop(memory_id)
+        self.sitting.pop(memory_id, None)
         self.conditional.discard(memory_id)
         self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
@@ -238,8 +241,8 @@ class AgentIndex:
         signals = self._signals(text, vector, k)
         out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
-            out = context.rerank(self.speakers.boosted(out, text), self.around, sum(s.floor() for s in signals),
-                                 self.asking)
+            out = sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
+                                                 sum(s.floor() for s in signals), self.asking), self.sitting)
         return out
 
     def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
