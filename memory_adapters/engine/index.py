@@ -17,7 +17,7 @@ from typing import Any
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import context, sittings
+from . import context
 from .dates import indexed
 from .fusion import Signal, z_fuse
 from .heap import HEAP
@@ -25,6 +25,7 @@ from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
 from .record import StoredMemory, is_pinned, iso, origin_attr, untrusted, writer_attr
+from .sittings import Sittings
 from .speakers import Speakers
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
@@ -109,7 +110,7 @@ class AgentIndex:
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
-    sitting: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # episode id → its sitting (sittings.py)
+    sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -128,7 +129,7 @@ class AgentIndex:
             if context.asks(m.value):
                 self.asking.add(m.id)
             self.speakers.put(m.id, m.value)
-            self.sitting[m.id] = sittings.sitting_of(m, sn.day)
+            self.sittings.put(m, sn.day)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -180,7 +181,7 @@ class AgentIndex:
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
         self.speakers.drop(memory_id)
-        self.sitting.pop(memory_id, None)
+        self.sittings.drop(memory_id)
         self.conditional.discard(memory_id)
         self.around.pop(memory_id, None)
         self.lexical.remove(memory_id)
@@ -229,8 +230,8 @@ class AgentIndex:
              visible: Any = None, limit: int | None = None, in_context: bool = False
              ) -> list[tuple[StoredMemory, float]]:
         """Memories by fused z-score, best first (the best `limit` when given); expired ones and
-        those `visible` refuses left out. `in_context`: the head reordered with each turn's
-        neighbours (context.py), as recall ranks."""
+        those `visible` refuses left out. `in_context`: as recall ranks — the head reordered with
+        each turn's neighbours (context.py), then every hit lifted by its sitting (sittings.py)."""
         memories = self.memories
         return [(memories[d], s) for d, s in self._ranked(text, vector, k, now or time.time(), visible, limit,
                                                           in_context)]
@@ -241,8 +242,8 @@ class AgentIndex:
         signals = self._signals(text, vector, k)
         out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
-            out = sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
-                                                 sum(s.floor() for s in signals), self.asking), self.sitting)
+            out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
+                                                      sum(s.floor() for s in signals), self.asking))
         return out
 
     def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
