@@ -5,8 +5,9 @@ one sitting (one session's conversation on one day), the rest of that sitting is
 hold the parts that share no word with the question ("What does she do with her family on
 hikes?" finds the turns about the hike; "We roasted marshmallows" is said three turns on, which
 the best neighbour alone, context.py, does not reach). So recall scores the sittings first, by
-the mean of their best `TOP` hits, and every turn gains `WEIGHT` x its sitting's score; a sitting
-with a single strong hit gains a third as much as one with three. The whole ranking a recall
+the mean of their best `TOP` hits (a hit below the mean, such as a turn that only asks, counts
+0), and every turn gains `WEIGHT` x its sitting's score; a sitting with a single strong hit gains
+a third as much as one with three. The whole ranking a recall
 reads is reordered (the lifted turns ranked 200th-300th before), after the context step.
 
 Only episodes have a sitting: a typed memory (a fact, a preference) is a sitting of its own.
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 WEIGHT = 0.4  # share of its sitting's score a turn gains (fused z units)
-TOP = 3  # a sitting's score: the mean of its best TOP hits (a missing one counts 0)
+TOP = 3  # a sitting's score: the mean of its best TOP hits (a missing one, or one below 0, counts 0)
 
 
 @dataclass
@@ -46,8 +47,8 @@ class Sittings:
     def lifted(self, ranked: list[tuple[str, float]], weight: float | None = None, top: int | None = None
                ) -> list[tuple[str, float]]:
         """`ranked` (id, score), best first, with each episode's score raised by `weight` x the mean of
-        its sitting's best `top` scores in `ranked`; a memory without a sitting is one of its own (it
-        gains `weight / top` x its own score). Best first again; equal scores keep their order.
+        its sitting's best `top` scores in `ranked` (each at least 0); a memory without a sitting is one
+        of its own (it gains `weight / top` x its own score). Best first again; equal scores keep their order.
         Unchanged when weight is 0. In numpy: a recall reorders ~400 hits."""
         weight = WEIGHT if weight is None else weight
         top = max(1, TOP if top is None else top)
@@ -63,9 +64,10 @@ class Sittings:
         best = np.ones(n, dtype=bool)  # among the first `top` of its sitting
         best[top:] = g[top:] != g[:-top]
         share = weight / top
-        lift = share * np.bincount(g[best], weights=scores[by_group[best]])[group]
+        counted = np.maximum(scores, 0.0)  # a hit below the mean (a turn that only asks) counts as missing
+        lift = share * np.bincount(g[best], weights=counted[by_group[best]])[group]
         alone = codes < 0
-        lift[alone] = share * scores[alone]
+        lift[alone] = share * counted[alone]
         scores += lift
         order = np.argsort(-scores, kind="stable")
         return list(zip(map(ids.__getitem__, order.tolist()), scores[order].tolist()))
