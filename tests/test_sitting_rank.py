@@ -20,7 +20,6 @@ def said(i: int, text: str, day: int, *, memory_type: str = "episode") -> Stored
 
 
 def chat() -> AgentIndex:
-    idx = AgentIndex()
     turns = [  # one day about a hike; the marshmallows come three turns after the last word about it
         ("Ana: We finally did the long hike up to the ridge trail with the kids!", 0),
         ("Ben: A hike with the kids, nice. Was the hike hard?", 0),
@@ -34,8 +33,8 @@ def chat() -> AgentIndex:
         ("Ana: Family dinner tonight.", 2), ("Ben: Enjoy it.", 2),
         ("Ana: Busy week, family stuff.", 3), ("Ben: Hang in there.", 3),
     ]
-    for i, (text, day) in enumerate(turns):
-        idx.put(said(i, text, day))
+    idx = AgentIndex()
+    assert idx.load((said(i, text, day), None) for i, (text, day) in enumerate(turns)) == len(turns)
     return idx
 
 
