@@ -1,7 +1,7 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|dates|speakers|
-                                               sittings]
+    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
+                                               dates|speakers|sittings]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -191,7 +191,8 @@ def sittings_grid(*_) -> dict:
     for weight in (0.2, 0.3, 0.4, 0.6, 0.8):
         for top in (1, 2, 3, 5):
             if (weight, top) != (sittings.WEIGHT, sittings.TOP):
-                out[f"weight {weight}, top {top}"] = with_constants((sittings, "WEIGHT", weight), (sittings, "TOP", top))
+                out[f"weight {weight}, top {top}"] = with_constants((sittings, "WEIGHT", weight),
+                                                                    (sittings, "TOP", top))
     return out
 
 

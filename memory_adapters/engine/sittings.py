@@ -7,8 +7,8 @@ hikes?" finds the turns about the hike; "We roasted marshmallows" is said three 
 the best neighbour alone, context.py, does not reach). So recall scores the sittings first, by
 the mean of their best `TOP` hits (a hit below the mean, such as a turn that only asks, counts
 0), and every turn gains `WEIGHT` x its sitting's score; a sitting with a single strong hit gains
-a third as much as one with three. The whole ranking a recall
-reads is reordered (the lifted turns ranked 200th-300th before), after the context step.
+a third as much as one with three. The whole ranking a recall reads is reordered (the turns this
+lifts into the block ranked 60th-300th before), after the speaker and context steps.
 
 Only episodes have a sitting: a typed memory (a fact, a preference) is a sitting of its own.
 Chosen leave-one-conversation-out on LoCoMo's dev set (bench/README.md, "Memory that connects").
@@ -48,8 +48,8 @@ class Sittings:
                ) -> list[tuple[str, float]]:
         """`ranked` (id, score), best first, with each episode's score raised by `weight` x the mean of
         its sitting's best `top` scores in `ranked` (each at least 0); a memory without a sitting is one
-        of its own (it gains `weight / top` x its own score). Best first again; equal scores keep their order.
-        Unchanged when weight is 0. In numpy: a recall reorders ~400 hits."""
+        of its own (it gains `weight / top` x its own score). Best first again, equal scores in their
+        order; unchanged when weight is 0. In numpy: a recall reorders ~400 hits (0.12 ms, not 0.27)."""
         weight = WEIGHT if weight is None else weight
         top = max(1, TOP if top is None else top)
         n = len(ranked)
