@@ -81,3 +81,11 @@ def test_a_dropped_turn_leaves_its_sitting():
     s.put(said(1, "y", 0), "2023-05-08")
     s.put(said(2, "z", 1), "2023-05-09")
     assert s.of["m00"] == s.of["m01"] != s.of["m02"]
+
+
+def test_questions_asked_the_same_day_do_not_lift_each_other():
+    idx = AgentIndex()
+    idx.put(said(0, "What is the wifi password at the cabin?", 0))  # turns that only ask
+    idx.put(said(1, "Where did I park the car?", 0))
+    idx.put(said(2, "The car is on level 3.", 0))
+    assert set(idx.sittings.of) == {"m02"}

@@ -126,10 +126,11 @@ class AgentIndex:
         self.snippets[m.id] = sn = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
         if m.type == "episode":
-            if context.asks(m.value):
+            asks = context.asks(m.value)
+            if asks:
                 self.asking.add(m.id)
             self.speakers.put(m.id, m.value)
-            self.sittings.put(m, sn.day)
+            self.sittings.put(m, sn.day, asks)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)

@@ -5,12 +5,12 @@ one sitting (one session's conversation on one day), the rest of that sitting is
 hold the parts that share no word with the question ("What does she do with her family on
 hikes?" finds the turns about the hike; "We roasted marshmallows" is said three turns on, which
 the best neighbour alone, context.py, does not reach). So recall scores the sittings first, by
-the mean of their best `TOP` hits (a hit below the mean, such as a turn that only asks, counts
-0), and every turn gains `WEIGHT` x its sitting's score; a sitting with a single strong hit gains
-a third as much as one with three. The whole ranking a recall reads is reordered (the turns this
+the mean of their best `TOP` hits (a hit below the mean counts 0), and every turn gains `WEIGHT`
+x its sitting's score; a sitting with a single strong hit gains a third as much as one with three. The whole ranking a recall reads is reordered (the turns this
 lifts into the block ranked 60th-300th before), after the speaker and context steps.
 
-Only episodes have a sitting: a typed memory (a fact, a preference) is a sitting of its own.
+Only episodes that state something have a sitting: a typed memory (a fact, a preference) and a
+turn that only asks are each a sitting of their own.
 Chosen leave-one-conversation-out on LoCoMo's dev set (bench/README.md, "Memory that connects").
 """
 
@@ -34,9 +34,11 @@ class Sittings:
     of: dict[str, int] = field(default_factory=dict)  # episode id → its sitting's number
     numbers: dict[tuple[str | None, str], int] = field(default_factory=dict)  # (session, day) → number
 
-    def put(self, m: Any, day: str) -> None:
-        """`m` said under `day` (the stamp or date its run is filed under, packing.Snippet.day)."""
-        if m.type == "episode":
+    def put(self, m: Any, day: str, asks: bool = False) -> None:
+        """`m` said under `day` (the stamp or date its run is filed under, packing.Snippet.day). A turn
+        that only `asks` (context.asks) is a sitting of its own: the questions a user asked today do
+        not lift each other, and a question that matches does not lift the turns said around it."""
+        if m.type == "episode" and not asks:
             self.of[m.id] = self.numbers.setdefault((m.session_id, day), len(self.numbers))
         else:
             self.of.pop(m.id, None)
@@ -64,7 +66,7 @@ class Sittings:
         best = np.ones(n, dtype=bool)  # among the first `top` of its sitting
         best[top:] = g[top:] != g[:-top]
         share = weight / top
-        counted = np.maximum(scores, 0.0)  # a hit below the mean (a turn that only asks) counts as missing
+        counted = np.maximum(scores, 0.0)  # a hit below the mean counts as a missing one
         lift = share * np.bincount(g[best], weights=counted[by_group[best]])[group]
         alone = codes < 0
         lift[alone] = share * counted[alone]
