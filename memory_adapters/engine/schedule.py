@@ -17,12 +17,15 @@ late answer is no memory at all. So:
 from __future__ import annotations
 
 import asyncio
+import inspect
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
+QUIET_S = 0.05  # and for this long after the last one: recalls still coming
 MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
 MAX_RESERVE_S = 0.04  # and at the most: one stalled ranking must not leave every later recall no time
 DENSE_LEXICAL = "dense+lexical"
@@ -98,6 +101,7 @@ class RecallScheduler:
         self._users: dict[str, int] = {}
         self._idle = asyncio.Event()
         self._idle.set()
+        self.last_recall = -math.inf  # when the last recall left (time.monotonic())
         self.rank_s = 0.005  # moving average of ranking + packing time: what to keep after the vector
 
     # -- recalls --
@@ -133,6 +137,7 @@ class RecallScheduler:
             del self._users[agent_id]
             del self._slots[agent_id]
         self.in_flight -= 1
+        self.last_recall = time.monotonic()
         if not self.in_flight:
             self._idle.set()
 
@@ -191,15 +196,29 @@ class RecallScheduler:
 
     # -- background work --
 
+    def _quiet_in(self) -> float:
+        """Seconds until no recall is in hand or was answered within QUIET_S (0: quiet now)."""
+        if not self._idle.is_set():
+            return QUIET_S
+        return max(0.0, self.last_recall + QUIET_S - time.monotonic())
+
     async def background_turn(self) -> None:
-        """Wait (up to max_pause_s) while recalls are in hand: called before each small step."""
-        if self._idle.is_set():
+        """Wait (up to max_pause_s) while recalls are in hand or were answered within QUIET_S:
+        called before each small step. Why the recent ones too: a recall whose index and query
+        vector are ready is answered without yielding, so under a steady stream of them none is
+        ever seen "in hand" — and an encoder call started between two of them takes the CPU from
+        the next ones."""
+        if not self._quiet_in():
             return
         self.stats.background_pauses += 1
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.max_pause_s):
-                await self._idle.wait()
+                while wait := self._quiet_in():
+                    if self._idle.is_set():
+                        await asyncio.sleep(wait)
+                    else:
+                        await self._idle.wait()
         except TimeoutError:
             pass
         self.stats.background_paused_s += time.monotonic() - started
@@ -227,7 +246,13 @@ def _ready(future: asyncio.Future) -> bool:
 
 async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tuple[bool, Any]:
     """(True, result) if `awaitable` finishes `reserve` seconds before the deadline, else (False,
-    None) while it goes on in the background (an index load another recall will use)."""
+    None) while it goes on in the background (an index load another recall will use). A result
+    that is already there (not awaitable: the indexes are loaded) is used as it is. Why: a task and
+    a yield for it cost the recall a whole turn of a busy event loop while it holds one of its
+    agent's slots — at 32 recalls of one agent in flight a third of them waited past their deadline
+    for a slot (`none: agent busy`)."""
+    if not inspect.isawaitable(awaitable):
+        return True, awaitable
     task = asyncio.ensure_future(awaitable)
     left = deadline.left()
     if left is None:
@@ -248,7 +273,8 @@ async def within(awaitable: Any, deadline: Deadline, reserve: float = 0.0) -> tu
 async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str, deadline: Deadline,
                         indexes: Any, q: Any, visible: Any = None, stale: Any = None, recall: Any = None) -> Any:
     """A recall that answers before its deadline with the best it has: a slot among the agent's
-    own recalls, the agent's index (`indexes()` → (own, shared); a load that cannot finish in time
+    own recalls, the agent's index (`indexes()` → (own, shared), or an awaitable of them while they
+    are not all loaded; a load that cannot finish in time
     goes on for the next recall, and `stale()` → (own, shared) | None serves the index it
     replaces meanwhile), the query vector if ready in time, then the fused ranking — lexical alone,
     or with fewer candidates, when time is short; `recall` packs (default `index.recall_with_shared`).
