@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
-QUIET_S = 0.05  # and for this long after the last one: recalls still coming
 MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
 MAX_RESERVE_S = 0.04  # and at the most: one stalled ranking must not leave every later recall no time
 DENSE_LEXICAL = "dense+lexical"
@@ -101,7 +99,6 @@ class RecallScheduler:
         self._users: dict[str, int] = {}
         self._idle = asyncio.Event()
         self._idle.set()
-        self.last_recall = -math.inf  # when the last recall left (time.monotonic())
         self.rank_s = 0.005  # moving average of ranking + packing time: what to keep after the vector
 
     # -- recalls --
@@ -137,7 +134,6 @@ class RecallScheduler:
             del self._users[agent_id]
             del self._slots[agent_id]
         self.in_flight -= 1
-        self.last_recall = time.monotonic()
         if not self.in_flight:
             self._idle.set()
 
@@ -196,29 +192,15 @@ class RecallScheduler:
 
     # -- background work --
 
-    def _quiet_in(self) -> float:
-        """Seconds until no recall is in hand or was answered within QUIET_S (0: quiet now)."""
-        if not self._idle.is_set():
-            return QUIET_S
-        return max(0.0, self.last_recall + QUIET_S - time.monotonic())
-
     async def background_turn(self) -> None:
-        """Wait (up to max_pause_s) while recalls are in hand or were answered within QUIET_S:
-        called before each small step. Why the recent ones too: a recall whose index and query
-        vector are ready is answered without yielding, so under a steady stream of them none is
-        ever seen "in hand" — and an encoder call started between two of them takes the CPU from
-        the next ones."""
-        if not self._quiet_in():
+        """Wait (up to max_pause_s) while recalls are in hand: called before each small step."""
+        if self._idle.is_set():
             return
         self.stats.background_pauses += 1
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.max_pause_s):
-                while wait := self._quiet_in():
-                    if self._idle.is_set():
-                        await asyncio.sleep(wait)
-                    else:
-                        await self._idle.wait()
+                await self._idle.wait()
         except TimeoutError:
             pass
         self.stats.background_paused_s += time.monotonic() - started
