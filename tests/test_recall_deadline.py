@@ -362,3 +362,29 @@ async def test_questions_given_up_do_not_hold_the_line_for_the_next_one():
     assert order.index("which pet did i adopt?") < min(order.index(f"who carried crate number {i}?") for i in range(12))
     assert embedder.cached("Who carried crate number 7?") is not None  # still there for the next time it is asked
     queries.close()
+
+
+async def test_many_questions_of_one_agent_at_once_each_get_memories_when_nothing_must_be_waited_for(
+        aiohttp_server, tmp_path):
+    """32 of one agent's recalls at once (many sessions of one agent), its index loaded and every
+    question asked before (vectors cached): one slot per agent, a tight deadline, and still no
+    recall answers "agent busy" — a recall that needs to wait for nothing never gives up its turn
+    while holding its slot."""
+    embedder, _ = slow_embedder()
+    server = await aiohttp_server(embedded(tmp_path / "mem", embedder, recalls_per_agent=1))
+    url = url_of(server)
+    questions = [f"What did I say about the {w} garden plan?" for w in
+                 "north south east west upper lower front back".split()] * 4
+    async with aiohttp.ClientSession() as s:
+        await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+            {"entry": entry(f"hist1_{i}", f"The {w} garden plan: {n} tomato rows and a bench")}
+            for i, (n, w) in enumerate((n, w) for n in range(40) for w in ("north", "south", "east", "west"))]})
+        for q in dict.fromkeys(questions):  # asked once before: loaded, embedded
+            assert (await post(s, url + "/recall", {"agent_id": "ann", "query": q}))[0] == 200
+        answers = await asyncio.gather(*(post(s, url + "/recall", {"agent_id": "ann", "query": q, "deadline_ms": 60})
+                                         for q in questions))
+        stats = (await health(s, url))["recall_scheduling"]
+    assert [status for status, _ in answers] == [200] * 32
+    assert all(body["memories"] and body["ranking"] == "dense+lexical" for _, body in answers), \
+        [body.get("ranking") for _, body in answers]
+    assert stats["shed_busy"] == 0
