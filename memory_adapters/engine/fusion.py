@@ -62,5 +62,5 @@ def ordered(ids: list[str], fused: np.ndarray) -> list[tuple[str, float]]:
     if same.any():  # memories alike (a turn said again): each run of equal scores in id order
         edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
         for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            out[start:end + 1] = sorted(out[start:end + 1], key=lambda pair: pair[0])
+            out[start:end + 1] = sorted(out[start:end + 1])  # (id, score): ids differ, so by id
     return out
