@@ -52,7 +52,26 @@ def memory_text(m: InjectedMemory) -> str:
     return escape(quoted_roles(m.text))
 
 
+_RENDERED: dict[InjectedMemory, str] = {}
+_RENDERED_MAX = 2048  # memories remembered, each of at most _RENDERED_CHARS: a few MB at most
+_RENDERED_CHARS = 2000
+
+
 def render_memory(m: InjectedMemory) -> str:
+    """One `<memory>` element. Remembered per memory (its every field: same memory, same bytes):
+    a service hands the same memories back on many recalls, and quoting and escaping them again
+    was a tenth of the recall step."""
+    out = _RENDERED.get(m)
+    if out is None:
+        out = _render_memory(m)
+        if len(m.text) <= _RENDERED_CHARS:
+            if len(_RENDERED) >= _RENDERED_MAX:
+                _RENDERED.clear()
+            _RENDERED[m] = out
+    return out
+
+
+def _render_memory(m: InjectedMemory) -> str:
     attrs = ""
     for name, value in (("kind", m.kind), ("source", m.source), ("origin", m.origin), ("writer", m.writer),
                         ("ts", m.ts)):
