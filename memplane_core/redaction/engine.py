@@ -197,16 +197,6 @@ def _line_around(text: str, start: int, end: int) -> str:
     return text[left + 1 if left >= 0 else lo: right if right >= 0 else hi]
 
 
-def _size(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        return sum(_size(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_size(v) for v in value.values())
-    return 0
-
-
 def _under(value: Any, limit: int) -> bool:
     """Whether `value`'s strings sum to under `limit` characters. The compact JSON of a document is
     at least as long as its strings together (each character at least one byte), and orjson writes
@@ -217,7 +207,18 @@ def _under(value: Any, limit: int) -> bool:
             return True
     except (orjson.JSONEncodeError, TypeError):
         pass
-    return _size(value) < limit
+    todo, total = [value], 0
+    while todo:  # the strings summed until the limit is reached: a long history stops at its first long turns
+        v = todo.pop()
+        if isinstance(v, str):
+            total += len(v)
+            if total >= limit:
+                return False
+        elif isinstance(v, list):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+    return True
 
 
 _SENSITIVE, _SECRET_WORD = 1, 2
