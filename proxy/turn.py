@@ -289,7 +289,7 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
         raise
     finally:
         state.active_turns -= 1
-        state.metrics.turns.labels(fmt.name, str(status)).inc()
+        state.metrics.child(state.metrics.turns, fmt.name, str(status)).inc()
 
 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:

@@ -72,8 +72,8 @@ def is_coding_client(user_agent: str | None) -> bool:
 def classify(headers: Any, body: dict[str, Any]) -> SideCall:
     """What kind of call this is (see the module docstring)."""
     last = _last_user_text(body)[-4000:]
-    folded = last.casefold()  # every compaction ask holds one of these words: a cheap test first
-    if ("summar" in folded or "compaction" in folded or "state_snapshot" in folded) \
+    folded = last.casefold()  # every compaction ask holds these words: a cheap test first
+    if (("summar" in folded and "conversation" in folded) or "compaction" in folded or "state_snapshot" in folded) \
             and _COMPACT.search(last) is not None:
         return SideCall.COMPACTION
     if _SUBAGENT in _system_text(body):

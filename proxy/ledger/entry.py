@@ -78,4 +78,7 @@ def build_entry(*, agent_id: str, path: str, requested_model: str | None, provid
     }
     if extra:
         entry.update(extra)
-    return {"version": 1, "id": entry_id(entry), **{k: v for k, v in entry.items() if k != "version"}}  # type: ignore[typeddict-item]
+    eid = entry_id(entry) if "id" in entry else "hist1_" + hashlib.sha256(orjson.dumps(entry)).hexdigest()
+    out: dict[str, Any] = {"version": 1, "id": eid}
+    out.update(entry)  # `version` keeps its place, first: the same keys in the same order as ever
+    return out  # type: ignore[return-value]
