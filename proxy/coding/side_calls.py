@@ -65,8 +65,20 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+_CLIENTS: dict[str, bool] = {}  # User-Agent -> a coding client? (an agent sends the same one every call)
+
+
 def is_coding_client(user_agent: str | None) -> bool:
-    return bool(user_agent) and _CODING_CLIENT.search(user_agent or "") is not None
+    if not user_agent:
+        return False
+    known = _CLIENTS.get(user_agent)
+    if known is None:
+        known = _CODING_CLIENT.search(user_agent) is not None
+        if len(user_agent) <= 512:
+            if len(_CLIENTS) >= 1024:
+                _CLIENTS.clear()
+            _CLIENTS[user_agent] = known
+    return known
 
 
 def classify(headers: Any, body: dict[str, Any]) -> SideCall:
