@@ -167,7 +167,10 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
 
     async def start(app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-        state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        # no cookie jar: the one session serves every agent, and a cookie one agent's answer set
+        # (a provider's load-balancer cookie) must not ride along on another agent's calls
+        state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+                                              cookie_jar=aiohttp.DummyCookieJar())
         if settings.ledger == "redis":
             from .scale.wiring import stream_delivery
 
