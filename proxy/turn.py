@@ -30,7 +30,7 @@ from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
-from .ledger.entry import build_entry, nests_safely
+from .ledger.entry import build_entry_json, nests_safely
 from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy, closed_origin
@@ -552,7 +552,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
             extra["scaffolding"] = marks
         if coding.project:
             extra["project"] = coding.project
-    entry = build_entry(
+    entry, line = build_entry_json(
         agent_id=ctx.agent_id, path=path, requested_model=original.get("model"),
         provider=fmt.provider, effective_model=record.get("model") or effective.get("model"),
         status_code=status, stream=stream, request_original=original, request_effective=effective,
@@ -562,7 +562,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     if retained:
         state.retain.prepare(ctx.agent_id)
     with state.tracing.ledger_write(entry):
-        start, end = await state.ledger.append(ctx.agent_id, entry)
+        start, end = await state.ledger.append(ctx.agent_id, entry, line)
     if turn_id:
         state.explanations.update(turn_id, entry_id=entry["id"], ledger_end=end, status_code=status)
     if retained:
