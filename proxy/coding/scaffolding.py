@@ -68,8 +68,27 @@ def is_compaction_summary(text: str) -> bool:
     return text.lstrip().startswith(COMPACTION_LEAD)
 
 
+_DIGESTS: dict[str, str] = {}  # text -> digest, for the texts a turn digests again and again
+_DIGEST_CHARS = [0]  # characters of the texts held there
+_DIGESTS_MAX_CHARS = 4_000_000
+
+
 def digest(text: str) -> str:
-    return hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+    """A text part's name for recurrence and for the ledger's `scaffolding.recurring`. Remembered
+    (bounded by characters): a call digests each long user part up to five times (recurrence,
+    its check, the set-aside list, the sifting, retain's sifting), and agents resend every part on
+    every call — hashing the whole history again each time grew with the conversation."""
+    hit = _DIGESTS.get(text)
+    if hit is None:
+        hit = hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+        if len(text) > _DIGESTS_MAX_CHARS // 4:
+            return hit
+        if _DIGEST_CHARS[0] + len(text) > _DIGESTS_MAX_CHARS:
+            _DIGESTS.clear()
+            _DIGEST_CHARS[0] = 0
+        _DIGESTS[text] = hit
+        _DIGEST_CHARS[0] += len(text)
+    return hit
 
 
 @dataclass
