@@ -48,8 +48,26 @@ COMPACTION_LEAD = "This session is being continued from a previous conversation"
 _OPENER = re2.compile(r"^<([A-Za-z][A-Za-z0-9_.:-]{0,63})(?:\s[^<>]{0,512})?>")
 
 
+_TAGS: dict[str, str | None] = {}  # a wrapped text part -> its tag (clients resend the same parts every call)
+_TAG_CHARS = [0]  # characters of the texts held there
+_TAGS_MAX_CHARS = 2_000_000
+
+
 def context_tag(text: str) -> str | None:
     """The context tag that wholly wraps `text`, or None (see the module docstring)."""
+    if text in _TAGS:
+        return _TAGS[text]
+    tag = _context_tag(text)
+    if (tag is not None or text.lstrip().startswith("<")) and len(text) <= _TAGS_MAX_CHARS // 4:
+        if _TAG_CHARS[0] + len(text) > _TAGS_MAX_CHARS:  # only what needed the pattern is kept
+            _TAGS.clear()
+            _TAG_CHARS[0] = 0
+        _TAGS[text] = tag
+        _TAG_CHARS[0] += len(text)
+    return tag
+
+
+def _context_tag(text: str) -> str | None:
     body = text.strip()
     if not body.startswith("<") or not body.endswith(">"):
         return None
