@@ -24,8 +24,8 @@ class JsonLines:
     fifth of the CPU: a turn writes two or three of them, and the processor chain was ~3% of the
     proxy's CPU a turn with 32 in flight."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream  # None: whatever sys.stdout is at each line (as structlog's PrintLogger did)
         self._lock = threading.Lock()  # retain and recall threads may log too
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
@@ -36,9 +36,10 @@ class JsonLines:
         if exc_info:
             fields["exception"] = _exception_text(exc_info)
         line = orjson.dumps(fields, default=str).decode() + "\n"
+        stream = self._stream or sys.stdout
         with self._lock:
-            self._stream.write(line)
-            self._stream.flush()
+            stream.write(line)
+            stream.flush()
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit("debug", event, fields)
@@ -63,7 +64,7 @@ def _exception_text(exc_info: Any) -> str:
 
 def make_logger(stream: IO[str] | None = None) -> JsonLines:
     """A JSON-lines logger writing one line per event to `stream` (stdout by default)."""
-    return JsonLines(stream or sys.stdout)
+    return JsonLines(stream)
 
 
 @dataclass(frozen=True)
