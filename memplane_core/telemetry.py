@@ -7,64 +7,32 @@ it at their own stream instead of stdout.
 from __future__ import annotations
 
 import sys
-import threading
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import IO, Any
 
 import orjson
+import structlog
 
 
-class JsonLines:
-    """A JSON-lines logger: `info(event, **fields)` writes `{...fields, "event", "level", "ts"}`
-    as one line and flushes it. The same lines structlog's JSON pipeline wrote (fields in the
-    order given, then event, level and an ISO UTC time; an `exc_info` becomes `exception`), for a
-    fifth of the CPU: a turn writes two or three of them, and the processor chain was ~3% of the
-    proxy's CPU a turn with 32 in flight."""
-
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream = stream  # None: whatever sys.stdout is at each line (as structlog's PrintLogger did)
-        self._lock = threading.Lock()  # retain and recall threads may log too
-
-    def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        exc_info = fields.pop("exc_info", None)
-        fields["event"] = event
-        fields["level"] = level
-        fields["ts"] = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-        if exc_info:
-            fields["exception"] = _exception_text(exc_info)
-        line = orjson.dumps(fields, default=str).decode() + "\n"
-        stream = self._stream or sys.stdout
-        with self._lock:
-            stream.write(line)
-            stream.flush()
-
-    def debug(self, event: str, **fields: Any) -> None:
-        self._emit("debug", event, fields)
-
-    def info(self, event: str, **fields: Any) -> None:
-        self._emit("info", event, fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._emit("warning", event, fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._emit("error", event, fields)
+def _orjson_dumps(obj: Any, **_: Any) -> str:
+    return orjson.dumps(obj, default=str).decode()
 
 
-def _exception_text(exc_info: Any) -> str:
-    if isinstance(exc_info, BaseException):
-        return "".join(traceback.format_exception(type(exc_info), exc_info, exc_info.__traceback__)).rstrip("\n")
-    if isinstance(exc_info, tuple):
-        return "".join(traceback.format_exception(*exc_info)).rstrip("\n")
-    return traceback.format_exc().rstrip("\n")
-
-
-def make_logger(stream: IO[str] | None = None) -> JsonLines:
-    """A JSON-lines logger writing one line per event to `stream` (stdout by default)."""
-    return JsonLines(stream)
+def make_logger(stream: IO[str] | None = None) -> structlog.typing.FilteringBoundLogger:
+    """A JSON structlog logger writing one line per event to `stream` (stdout by default)."""
+    return structlog.wrap_logger(
+        structlog.PrintLogger(stream or sys.stdout),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=_orjson_dumps),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(0),
+        # the bound logger is built once, on its first line, not again for every event
+        cache_logger_on_first_use=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -123,7 +91,7 @@ class MemoryOp:
 
 @dataclass
 class Telemetry:
-    """Emits memory_op and request events through one JSON-lines logger."""
+    """Emits memory_op and request events through one structlog logger."""
 
     log: Any = field(default_factory=make_logger)
     # called with every memory_op event (the proxy's Prometheus metrics listen here)
