@@ -184,30 +184,30 @@ async def test_one_agents_flood_of_recalls_does_not_cost_another_agent_its_memor
 
 
 async def test_background_embedding_pauses_while_recalls_are_in_hand(aiohttp_server, tmp_path):
-    embedder, encoder = slow_embedder(delay_s=0.02)
+    embedder, encoder = slow_embedder(delay_s=0.01)
     server = await aiohttp_server(embedded(tmp_path / "mem", embedder))
     url = url_of(server)
     service = server.app[EMBEDDED_SERVICE]
     async with aiohttp.ClientSession() as s:
-        for start in range(0, 600, 200):
+        for start in range(0, 240, 120):
             await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
                 {"entry": entry(f"hist1_{i}", f"turn {i}: we talked about the garden and the {i}th tomato")}
-                for i in range(start, start + 200)]})
+                for i in range(start, start + 120)]})
         assert (await health(s, url))["embedding_backlog"] > 0
         # questions keep arriving while the backlog is being embedded
         for n in range(40):
             await asyncio.gather(*(post(s, url + "/recall", {"agent_id": "ann", "query": f"tomato number {n}{k}",
                                                              "deadline_ms": 250}) for k in range(4)))
         during = await health(s, url)
-        # and it still catches up once they stop (600 texts: seconds here, a minute or more on an
-        # AVX2-only CPU beside other test workers)
+        # and it still catches up once they stop (240 texts: a few seconds here, longer on an AVX2-only
+        # CPU beside other test workers)
         give_up = time.monotonic() + 180
         while (await health(s, url))["embedding_backlog"] and time.monotonic() < give_up:
             await asyncio.sleep(0.05)
         after = await health(s, url)
     assert during["recall_scheduling"]["background_pauses"] > 0
-    assert after["embedding_backlog"] == 0 and after["embedded"] >= 600
-    assert len(service._indexes["ann"].vectors) == 600
+    assert after["embedding_backlog"] == 0 and after["embedded"] >= 240
+    assert len(service._indexes["ann"].vectors) == 240
 
 
 async def test_a_vector_that_is_ready_when_a_held_up_service_notices_its_deadline_is_used():
