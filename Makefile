@@ -5,7 +5,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memplane-installed
 TEST_STAMP := $(VENV)/.memplane-test-installed
-CLIENTS_STAMP := .cache/npm-clis/.installed
 
 .PHONY: run test clients demo bench bench-quality clean
 
@@ -30,13 +29,12 @@ $(TEST_STAMP): pyproject.toml constraints.txt
 	touch $(STAMP) $(TEST_STAMP)
 
 # The coding-agent CLIs the suite drives (Claude Code, Codex, Qwen Code; tests/clients/package-lock.json)
-# go into .cache/npm-clis once, from the npm registry; again only when the lock file changes. Without
-# npm this step says so and their tests skip with that reason.
-$(CLIENTS_STAMP): tests/clients/package.json tests/clients/package-lock.json
+# go into ~/.cache/memplane/npm-clis/<lock digest> once, from the npm registry (MEMPLANE_CLI_CACHE moves
+# it): every clone on the machine shares that install, and a changed lock file gets its own. When it is
+# there this step only checks its stamp. Without npm it says so and their tests skip with that reason.
+clients: $(TEST_STAMP)
 	@if command -v npm >/dev/null 2>&1; then $(BIN)/python -m tests.clients.install >/dev/null; \
 	else echo "make: npm not found; the coding-agent CLI tests (tests/test_coding_clis.py) will be skipped"; fi
-
-clients: $(TEST_STAMP) $(CLIENTS_STAMP)
 
 run: $(STAMP)
 	$(BIN)/memplane up
@@ -47,7 +45,7 @@ run: $(STAMP)
 # PYTHONDONTWRITEBYTECODE (set on some hosts) is lifted for the suite: every worker and every memplane
 # process a test starts would otherwise compile each module it imports from source again (~3-4 s of
 # CPU a process); with it lifted Python writes .pyc for the modules actually imported, once.
-test: $(TEST_STAMP) $(CLIENTS_STAMP)
+test: $(TEST_STAMP) clients
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --maxprocesses=3 --dist loadgroup -p no:langsmith_plugin
 
 demo: $(STAMP)

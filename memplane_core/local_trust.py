@@ -11,6 +11,7 @@ memory service share one definition.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 FOREIGN_FETCH_SITES = frozenset({"cross-site", "same-site"})
 
 
+@functools.lru_cache(maxsize=1024)  # every request asks about its peer: the same few addresses
 def is_loopback_ip(address: str | None) -> bool:
     try:
         ip = ipaddress.ip_address((address or "").split("%", 1)[0])
@@ -51,6 +53,7 @@ def split_host(host: str) -> tuple[str, str] | None:
     return (name, port) if name else None
 
 
+@functools.lru_cache(maxsize=256)  # and about its Host header (bounded: the header is the caller's)
 def is_loopback_host(host: str | None) -> bool:
     """True for `localhost`, `127.x.y.z` and `[::1]`, with or without a port; False for any other
     name (a rebinding domain that resolves to 127.0.0.1 included) and for a missing Host."""

@@ -30,6 +30,8 @@ def make_logger(stream: IO[str] | None = None) -> structlog.typing.FilteringBoun
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(0),
+        # the bound logger is built once, on its first line, not again for every event
+        cache_logger_on_first_use=True,
     )
 
 

@@ -11,8 +11,6 @@ waits for that agent's own slots; the rest stay free for the others.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 
 REQUEST_WORK = 64  # turns redacting their request at once, all agents together
@@ -34,15 +32,48 @@ class AgentShares:
         self._agents: dict[str, asyncio.Semaphore] = {}
         self._users: dict[str, int] = {}  # calls of the agent holding or waiting: its semaphore lives while > 0
 
-    @asynccontextmanager
-    async def held(self, agent_id: str) -> AsyncIterator[None]:
-        own = self._agents.setdefault(agent_id, asyncio.Semaphore(self.per_agent))
-        self._users[agent_id] = self._users.get(agent_id, 0) + 1
+    def held(self, agent_id: str) -> "_Held":
+        return _Held(self, agent_id)
+
+
+class _Held:
+    """One hold of an agent's share and a proxy slot. A plain class, not an `asynccontextmanager`:
+    a generator-based one cost more than the two semaphores it takes (it runs on every turn)."""
+
+    __slots__ = ("shares", "agent_id", "own")
+
+    def __init__(self, shares: AgentShares, agent_id: str) -> None:
+        self.shares = shares
+        self.agent_id = agent_id
+        self.own: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> None:
+        shares, agent_id = self.shares, self.agent_id
+        own = shares._agents.get(agent_id)
+        if own is None:
+            own = shares._agents[agent_id] = asyncio.Semaphore(shares.per_agent)
+        shares._users[agent_id] = shares._users.get(agent_id, 0) + 1
         try:
-            async with own, self._all:
-                yield
-        finally:
-            self._users[agent_id] -= 1
-            if not self._users[agent_id]:  # no call of this agent is left: forget it (ids are unbounded)
-                del self._users[agent_id]
-                del self._agents[agent_id]
+            await own.acquire()
+            try:
+                await shares._all.acquire()
+            except BaseException:
+                own.release()
+                raise
+        except BaseException:
+            self._leave()
+            raise
+        self.own = own
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.own is not None
+        self.shares._all.release()
+        self.own.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        users = self.shares._users
+        users[self.agent_id] -= 1
+        if not users[self.agent_id]:  # no call of this agent is left: forget it (ids are unbounded)
+            del users[self.agent_id]
+            del self.shares._agents[self.agent_id]

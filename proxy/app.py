@@ -44,24 +44,26 @@ async def errors_middleware(request: web.Request, handler):
     """Every failure leaves as a JSON error in the caller's provider dialect, never a traceback.
 
     A path that could be read two ways is refused here, before routing or authentication."""
-    dialect = dialect_for_path(request.path, request.headers)
+    def dialect():  # worked out only for an error: most requests never need it
+        return dialect_for_path(request.path, request.headers)
+
     try:
         check_raw_path(request.raw_path)
         return await handler(request)
     except ProxyError as err:
-        return error_response(dialect, err)
+        return error_response(dialect(), err)
     except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(dialect, ProxyError(413, f"Request body too large ({exc.text}).",
-                                                  code="request_too_large"))
+        return error_response(dialect(), ProxyError(413, f"Request body too large ({exc.text}).",
+                                                    code="request_too_large"))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(dialect, ProxyError(exc.status, exc.reason))
+        return error_response(dialect(), ProxyError(exc.status, exc.reason))
     except Exception as exc:
         state = request.app[STATE]
         state.telemetry.error("unhandled_error", path=request.path, error=type(exc).__name__,
                                   where=traceback.format_exc(limit=3).splitlines()[-1])
-        return error_response(dialect, ProxyError(500, "Internal proxy error.", code="internal_error"))
+        return error_response(dialect(), ProxyError(500, "Internal proxy error.", code="internal_error"))
 
 
 def _turn_route(fmt):
@@ -167,7 +169,10 @@ def build_app(settings: ProxySettings, telemetry: Telemetry | None = None) -> we
 
     async def start(app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-        state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        # no cookie jar: the one session serves every agent, and a cookie one agent's answer set
+        # (a provider's load-balancer cookie) must not ride along on another agent's calls
+        state.session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+                                              cookie_jar=aiohttp.DummyCookieJar())
         if settings.ledger == "redis":
             from .scale.wiring import stream_delivery
 

@@ -15,13 +15,23 @@ BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
 UNTRUSTED_SHARE = 0.25
 
 
+_CLOSED: dict[str, str | None] = {}  # an origin as a service wrote it -> as kept (a handful of values)
+
+
 def closed_origin(origin: str | None) -> str | None:
     """A service's `origin` kept only as the closed words it may hold (ORIGINS), in their order."""
     if not origin:
         return None
+    if origin in _CLOSED:
+        return _CLOSED[origin]
     said = set(origin.split())
     kept = [o for o in ORIGINS if o in said]
-    return " ".join(kept) if kept and len(kept) == len(said) else None
+    out = " ".join(kept) if kept and len(kept) == len(said) else None
+    if len(origin) <= 200:
+        if len(_CLOSED) >= 256:
+            _CLOSED.clear()
+        _CLOSED[origin] = out
+    return out
 
 
 def untrusted_origin(origin: str | None) -> bool:
@@ -73,17 +83,18 @@ def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: i
         if (kind or "").casefold() in BLOCKED_KINDS or (source or "").casefold() in BLOCKED_KINDS:
             drop("transcript_kind")
             continue
-        if not text.strip():
+        text = text.strip()
+        if not text:
             drop("blank")
             continue
-        if text.strip() in seen:
+        if text in seen:
             drop("duplicate")
             continue
         if len(result.memories) >= max_blocks:
             drop("over_max_blocks")
             continue
-        seen.add(text.strip())
-        text, _ = redactor.text(text.strip(), result.redactions)
+        seen.add(text)
+        text, _ = redactor.text(text, result.redactions)
         cost = estimate_tokens(text)
         if used + cost > budget_tokens:
             drop("over_budget")

@@ -10,8 +10,7 @@ turns the same failures into the agent's 504/502. The caller's own body is read 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -30,27 +29,43 @@ class TransportError(Exception):
         super().__init__(self.name)
 
 
-@contextmanager
-def transport_errors() -> Iterator[None]:
-    try:
-        yield
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise TransportError(exc) from None
+class transport_errors:  # noqa: N801 - used as `with transport_errors():`, like the function it was
+    """`with transport_errors():` — a library failure (aiohttp, a timeout, an OS error) becomes one
+    TransportError. A class, not a generator-based context manager: it wraps every exchange."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if exc is not None and isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError)):
+            raise TransportError(exc) from None
+        return False
 
 
-@contextmanager
-def provider_errors(*, answering: bool = False) -> Iterator[None]:
+class provider_errors:  # noqa: N801
     """A failed provider call as the agent sees it: 504 when it ran out of time, else 502.
     `answering`: the provider had started its answer (the status line came) and then failed."""
-    try:
-        with transport_errors():
-            yield
-    except TransportError as exc:
-        if exc.timed_out:
-            what = "did not finish its answer" if answering else "did not answer"
+
+    __slots__ = ("answering",)
+
+    def __init__(self, *, answering: bool = False) -> None:
+        self.answering = answering
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, TransportError)):
+            return False
+        failure = exc if isinstance(exc, TransportError) else TransportError(exc)
+        if failure.timed_out:
+            what = "did not finish its answer" if self.answering else "did not answer"
             raise ProxyError(504, f"The upstream provider {what} in time.", code="upstream_timeout") from None
-        what = "broke off its answer" if answering else "is unreachable"
-        raise ProxyError(502, f"The upstream provider {what} ({exc.name}).", code="upstream_unreachable") from None
+        what = "broke off its answer" if self.answering else "is unreachable"
+        raise ProxyError(502, f"The upstream provider {what} ({failure.name}).",
+                         code="upstream_unreachable") from None
 
 
 async def read_request_body(request: web.Request) -> bytes:

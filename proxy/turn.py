@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -29,7 +30,7 @@ from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
 from .inject import drop_repeated_lines, render_block
-from .ledger.entry import build_entry, nests_safely
+from .ledger.entry import build_entry_json, nests_safely
 from .memory_service import MemoryService, RecallOutcome
 from .rate_limit import retry_after_header
 from .recall_policy import InjectedMemory, PolicyResult, apply_policy, closed_origin
@@ -159,7 +160,10 @@ async def _recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForm
         state.telemetry.memory_op(agent_id=ctx.agent_id, service=manifest.service, op="recall", status="skipped",
                                   error=why)
         return body, RecallSummary("skipped", detail=RecallDetail(service=manifest.service, skipped=why)), None
-    async with state.request_work.held(ctx.agent_id):  # large requests: never all the workers for one agent
+    # a large request is redacted on worker threads, and never on all of them for one agent; a small
+    # one is redacted right here and needs no share (taking one cost ~2% of a turn's CPU)
+    large = state.redactor.is_large(body)
+    async with _request_work(state, ctx.agent_id, large):
         request = await _recall_request(state, ctx, fmt, body, fmt.recall_messages(coding.body), query,
                                         session_id, coding.project)
     outcome = await MemoryService.of(state.session, manifest, ctx.agent_id, ctx.metadata.pod,
@@ -187,15 +191,20 @@ async def _recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForm
                              tokens, repeated)
     if already:
         detail.already_in_request = already
-    async with state.request_work.held(ctx.agent_id):
+    async with _request_work(state, ctx.agent_id, large):
         question = (await state.redactor.text_async(question_of(messages, key)))[0]  # off the loop: any size
-    turn = TurnBlock(block or "", tuple(memories), placement or "", note, question, detail.as_dict())
+    turn = TurnBlock(block or "", tuple(memories), placement or "", note, question,
+                     detail.as_dict() if tools else {})  # the detail is for a continuation's replay
     if tools:
         state.turn_blocks.put(key.key, turn)
         conversation = conversation_of(body)
         if conversation:  # its next tool outputs come without the question (the provider keeps it)
             state.turn_blocks.put(conversation_key(ctx.agent_id, conversation), turn)
     return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
+
+
+def _request_work(state: ProxyState, agent_id: str, large: bool) -> Any:
+    return state.request_work.held(agent_id) if large else contextlib.nullcontext()
 
 
 async def _recall_request(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],
@@ -280,7 +289,7 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
         raise
     finally:
         state.active_turns -= 1
-        state.metrics.turns.labels(fmt.name, str(status)).inc()
+        state.metrics.child(state.metrics.turns, fmt.name, str(status)).inc()
 
 
 async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web.StreamResponse:
@@ -543,7 +552,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
             extra["scaffolding"] = marks
         if coding.project:
             extra["project"] = coding.project
-    entry = build_entry(
+    entry, line = build_entry_json(
         agent_id=ctx.agent_id, path=path, requested_model=original.get("model"),
         provider=fmt.provider, effective_model=record.get("model") or effective.get("model"),
         status_code=status, stream=stream, request_original=original, request_effective=effective,
@@ -553,7 +562,7 @@ async def record_turn(state: ProxyState, ctx: AgentContext, fmt: WireFormat, pat
     if retained:
         state.retain.prepare(ctx.agent_id)
     with state.tracing.ledger_write(entry):
-        start, end = await state.ledger.append(ctx.agent_id, entry)
+        start, end = await state.ledger.append(ctx.agent_id, entry, line)
     if turn_id:
         state.explanations.update(turn_id, entry_id=entry["id"], ledger_end=end, status_code=status)
     if retained:

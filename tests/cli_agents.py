@@ -194,3 +194,58 @@ def repeated_share(memories: list[str], request_text: str) -> float:
         words += len(own)
         repeated += len(own & said)
     return repeated / words if words else 0.0
+
+
+# -- what the client sent, before memplane touched it --
+
+_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding",
+        "content-encoding"}
+
+
+@dataclass
+class Sent:
+    path_qs: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class ClientRecorder:
+    """A pass-through in front of memplane that keeps each model call exactly as the CLI sent it.
+    Why: "the same agent without memplane" is those very requests sent straight to a provider
+    (`replay`): the client's bytes, no block, same order — the prompt-cache baseline of the story,
+    without running every session a second time."""
+
+    target: str  # memplane's base URL
+    sent: list[Sent] = field(default_factory=list)
+
+    def app(self):
+        from aiohttp import web
+
+        async def forward(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+            if request.method == "POST" and request.path.startswith("/v1/"):
+                self.sent.append(Sent(request.path_qs, headers, body))
+            async with aiohttp.ClientSession(auto_decompress=False) as http:
+                async with http.request(request.method, self.target + request.path_qs, headers=headers,
+                                        data=body) as up:
+                    resp = web.StreamResponse(status=up.status, headers={
+                        k: v for k, v in up.headers.items() if k.lower() not in _HOP})
+                    await resp.prepare(request)
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                    await resp.write_eof()
+                    return resp
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", forward)
+        return app
+
+
+async def replay(sent: list[Sent], provider_url: str) -> None:
+    """Send the recorded calls, in order, straight to a provider (the baseline without memplane)."""
+    async with aiohttp.ClientSession() as http:
+        for call in sent:
+            async with http.post(provider_url + call.path_qs, headers=call.headers, data=call.body) as r:
+                await r.read()

@@ -1,7 +1,7 @@
 """Coding agents through memplane: the real CLIs from npm, headless, against the strict fake provider.
 
 Claude Code (`claude -p`), OpenAI Codex CLI (`codex exec`) and Qwen Code (`qwen -p`), pinned in
-tests/clients/package-lock.json and installed once into .cache/npm-clis, run as a new user would
+tests/clients/package-lock.json and installed once into ~/.cache/memplane/npm-clis, run as a new user would
 run them: pointed at memplane with the agent's token as API key, offline. memplane runs with the
 embedded memory engine; the fake provider behind it refuses what the real APIs refuse (signed
 thinking blocks and encrypted reasoning must come back unchanged) and answers as a coding model
@@ -27,9 +27,11 @@ from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import CodingModel, FakeProvider, Received, own_words, without_memories, wrapped_context
 from tests.clients import install
 from tests.cli_agents import (
+    ClientRecorder,
     CodingCli,
     block_memories,
     make_repo,
+    replay,
     repeated_share,
     scaffolding_share,
     scaffolding_words,
@@ -206,26 +208,23 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-async def _no_settle() -> None:
-    return None
-
-
 @pytest.mark.parametrize("name", ["claude", "codex"])
 async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_work(
         name, clis, coding, aiohttp_server, tmp_path, record_property):
     stack, memory_url = coding
     sessions = story(*repos(tmp_path / "m"), name)
-    cli = cli_for(name, clis, tmp_path / "home", stack.proxy_url, stack.tokens[AGENT])
-    # The same agent without memplane, side by side: the same sessions in copies of the repositories
-    # (paths of the same length), straight to a provider of its own.
-    direct = FakeProvider(model=CodingModel())
-    direct_url = url_of(await aiohttp_server(direct.app()))
-    direct_cli = cli_for(name, clis, tmp_path / "home-direct", direct_url, "sk-direct")
+    # The CLI talks to memplane through a recorder that keeps its requests as it sent them.
+    recorder = ClientRecorder(stack.proxy_url)
+    cli = cli_for(name, clis, tmp_path / "home", url_of(await aiohttp_server(recorder.app())), stack.tokens[AGENT])
     cpu = cpu_seconds()
-    results, baseline = await asyncio.gather(run_story(cli, stack.provider, sessions, stack.settle),
-                                             run_story(direct_cli, direct, story(*repos(tmp_path / "d"), name),
-                                                       _no_settle))
-    cpu_both = cpu_seconds() - cpu
+    results = await run_story(cli, stack.provider, sessions, stack.settle)
+    cpu_story = cpu_seconds() - cpu
+    # The same agent without memplane: its very requests, in order, straight to a provider of their
+    # own (which signs as memplane's provider did, so the thinking and reasoning it sent verify).
+    direct = FakeProvider(model=CodingModel(), signer=stack.provider.signer)
+    await replay(recorder.sent, url_of(await aiohttp_server(direct.app())))
+    assert refused(direct.received) == [], refused(direct.received)
+    assert len(direct.received) == len(recorder.sent) > 20
 
     # The story really had its moments: a file with the secret read by a tool, a compaction, a subagent.
     assert any(SECRET in str(r.body) for r in results[5]["calls"]), "session 6's tool read the .env file"
@@ -233,7 +232,7 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
 
     blocks = [(res, r) for res in results for r in res["calls"] if r.memories_block]
     memories = await stored_memories(memory_url, AGENT)
-    report = {"sessions": len(sessions), "memories": len(memories), "cpu_s_both_runs": round(cpu_both, 1)}
+    report = {"sessions": len(sessions), "memories": len(memories), "cpu_s": round(cpu_story, 1)}
     problems: list[str] = []
     if name == "claude":  # session 8's subagent: a conversation of its own that starts with its task
         asked = [own_words(_said(r.body["messages"][0])) for r in results[7]["calls"]]
@@ -244,7 +243,7 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
 
     # prompt-cache reads stay >= 90 % of the same agent's without memplane
     reads = sum(r.cache_read for res in results for r in res["calls"])
-    direct_reads = sum(r.cache_read for res in baseline for r in res["calls"])
+    direct_reads = sum(r.cache_read for r in direct.received)
     ratio = reads / direct_reads if direct_reads else 0.0
     report.update(cache_reads=reads, cache_reads_direct=direct_reads, cache_ratio=round(ratio, 3))
     if ratio < 0.90:

@@ -117,6 +117,9 @@ class EmbeddedMemory:
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
 
+    async def _both(self, agent_id: str) -> tuple[AgentIndex, AgentIndex]:
+        return await self._index(agent_id), await self._index(GLOBAL_AGENT)
+
     def bad_row(self, memory_id: str, error: str) -> None:
         """A stored row that cannot be read or indexed is skipped, and said so (the store's
         `on_bad_row` too): the operator can find it by id and delete it."""
@@ -230,8 +233,10 @@ class EmbeddedMemory:
         budget = _positive(getattr(req, "budget_tokens", None), DEFAULT_BUDGET_TOKENS)
         max_blocks = _positive(getattr(req, "max_blocks", None), DEFAULT_MAX_BLOCKS)
 
-        async def indexes() -> tuple[AgentIndex, AgentIndex]:
-            return await self._index(req.agent_id), await self._index(GLOBAL_AGENT)  # global: usually empty
+        def indexes() -> Any:
+            """The agent's and the global index (usually empty), at once when both are loaded."""
+            own, shared = self._indexes.get(req.agent_id), self._indexes.get(GLOBAL_AGENT)
+            return (own, shared) if own is not None and shared is not None else self._both(req.agent_id)
 
         packed = await timely_recall(self.scheduler, self.queries, req.agent_id, deadline, indexes,
                                      RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,

@@ -464,10 +464,17 @@ class VectorIndex:
 
     def _best(self, rows: Any, scores: Any, k: int) -> list[tuple[str, float]]:
         """The `k` best of `scores` (cosines of `rows`), best first, removed rows left out."""
+        best, cos = self._best_rows(rows, scores, k)
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return list(zip(map(ids.__getitem__, best.tolist()), cos.tolist()))
+
+    def _best_rows(self, rows: Any, scores: Any, k: int) -> tuple[Any, Any]:
+        """`_best` as arrays: rows and their cosines (float64)."""
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top])]
-        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
-        return [(ids[r], s) for r, s in zip(rows[top].tolist(), scores[top].tolist()) if ids[r] is not None]
+        best = rows[top]
+        live = ~self.dead[best]
+        return best[live], scores[top][live].astype(np.float64)
 
     def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` by cosine with the mean and standard deviation of cosine over the live rows
@@ -480,6 +487,16 @@ class VectorIndex:
         scores = self.matrix[:n] @ query  # one product serves both the top k and the moments
         live = scores[~self.dead[:n]] if self.removed else scores
         return self._best(np.arange(n), scores, min(k, n)), *_moments(live)
+
+    def top(self, query: Any, k: int = 50) -> tuple[Any, Any, float, float]:
+        """`scored` as arrays: the best `k` live rows (`ids[row]` is the memory) and their cosines
+        (float64), with the mean and standard deviation of cosine."""
+        n = len(self.ids)
+        if n > self.EXACT_UP_TO:
+            return *self._best_rows(*self._candidates(query, n, min(k, n)), min(k, n)), *_moments(self._sampled() @ query)
+        scores = self.matrix[:n] @ query
+        live = scores[~self.dead[:n]] if self.removed else scores
+        return *self._best_rows(np.arange(n), scores, min(k, n)), *_moments(live)
 
     def _sampled(self) -> Any:
         """An evenly spread sample of the live rows, copied contiguous once per change of the index

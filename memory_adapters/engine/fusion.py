@@ -28,7 +28,11 @@ class Signal:
     weight: float = 1.0
 
     def z(self, doc_ids: list[str]) -> np.ndarray:
-        raw = np.array(list(map(self.scores.get, doc_ids, repeat(self.missing, len(doc_ids)))), dtype=np.float64)
+        return self.z_of(np.array(list(map(self.scores.get, doc_ids, repeat(self.missing, len(doc_ids)))),
+                                  dtype=np.float64))
+
+    def z_of(self, raw: np.ndarray) -> np.ndarray:
+        """z-scores of raw scores (float64)."""
         if self.std <= 1e-12:  # one memory, or all alike: a match is all this signal can tell
             return self.weight * (raw > self.missing)
         return self.weight * (raw - self.mean) / self.std
@@ -46,10 +50,17 @@ def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
     ids = list(set().union(*(s.scores for s in signals)))
     if not ids:
         return []
-    fused = sum(s.z(ids) for s in signals)
+    return ordered(ids, sum(s.z(ids) for s in signals))
+
+
+def ordered(ids: list[str], fused: np.ndarray) -> list[tuple[str, float]]:
+    """`ids` with their fused scores, best first (equal scores: by id)."""
     order = np.argsort(-fused)
     best = fused[order]
     out = list(zip(map(ids.__getitem__, order.tolist()), best.tolist()))
-    if (best[1:] == best[:-1]).any():  # rare (two memories alike): sorting every id first cost more
-        out.sort(key=lambda pair: (-pair[1], pair[0]))
+    same = best[1:] == best[:-1]
+    if same.any():  # memories alike (a turn said again): each run of equal scores in id order
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+        for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
+            out[start:end + 1] = sorted(out[start:end + 1])  # (id, score): ids differ, so by id
     return out

@@ -19,7 +19,7 @@ from memplane_core.tokens import estimate_tokens
 
 from . import context
 from .dates import indexed
-from .fusion import Signal, z_fuse
+from .fused import RowLinks, fused
 from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
@@ -111,6 +111,7 @@ class AgentIndex:
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
     sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
+    links: RowLinks = field(default_factory=RowLinks)  # lexical row ↔ vector row of each memory (fused.py)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -173,6 +174,9 @@ class AgentIndex:
     def add_vector(self, memory_id: str, vector: Any) -> None:
         if self.vectors is not None and memory_id in self.memories:
             self.vectors.add(memory_id, vector)
+            row = self.vectors.rows.get(memory_id)
+            if row is not None:
+                self.links.link(self.lexical.docs[memory_id][1], row)
 
     def drop(self, memory_id: str) -> StoredMemory | None:
         m = self.memories.pop(memory_id, None)
@@ -240,41 +244,12 @@ class AgentIndex:
     def _ranked(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None,
                 in_context: bool) -> list[tuple[str, float]]:
         """`rank` by id: a caller that reads the best few never looks the rest up."""
-        signals = self._signals(text, vector, k)
-        out = list(islice(self._shown(z_fuse(signals), now, visible), limit))
+        ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE)
+        out = list(islice(self._shown(ranked, now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
                                                       sum(s.floor() for s in signals), self.asking))
         return out
-
-    def _signals(self, text: str, vector: Any, k: int) -> list[Signal]:
-        lex_hits, lex_mean, lex_std = self.lexical.scored(text, k)
-        signals = [Signal(dict(lex_hits), lex_mean, lex_std, missing=0.0)]
-        if vector is not None and self.vectors is not None and len(self.vectors):
-            dense_hits, d_mean, d_std = self.vectors.scored(vector, k)
-            dense = dict(dense_hits)
-            rows = self.vectors.rows
-            todo, unembedded = [], []  # lexical candidates the dense top missed: with a vector, without
-            for d, s in lex_hits:
-                if d not in dense:
-                    row = rows.get(d)
-                    if row is None:
-                        unembedded.append((d, s))
-                    else:
-                        todo.append((d, row))
-            if todo:  # their exact cosine, in one product
-                cos = self.vectors.matrix[[r for _, r in todo]] @ vector
-                dense.update(zip((d for d, _ in todo), cos.tolist()))
-            if IMPUTE_DENSE and lex_std > 1e-12:
-                # the lexical candidates still without a vector (the embedding backlog is behind, as
-                # after a burst of retains on a slow CPU): their cosine is unknown, and the mean would
-                # rank a matching new memory below an embedded one that matches as well; the two
-                # signals agree more often than not, so guess part of the way from its words
-                scale = IMPUTE_DENSE * d_std / lex_std
-                for d, s in unembedded:
-                    dense[d] = d_mean + scale * (s - lex_mean)
-            signals.append(Signal(dense, d_mean, d_std, missing=d_mean))
-        return signals
 
     def _shown(self, fused: list[tuple[str, float]], now: float, visible: Any) -> Iterator[tuple[str, float]]:
         """Lazily, the fused hits that are indexed, unexpired and `visible`; a memory a `Visible`

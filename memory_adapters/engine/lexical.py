@@ -109,16 +109,25 @@ class LexicalIndex:
     def scored(self, query: str | list[str], k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` documents with the mean and standard deviation of BM25 over *all* documents
         (those no query term found score 0), so a caller can put scores on a common scale."""
+        got = self.top(query, k)
+        if got is None:
+            return [], 0.0, 0.0
+        rows, scores, mean, std = got
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return [(ids[c], s) for c, s in zip(rows.tolist(), scores.tolist())], mean, std
+
+    def top(self, query: str | list[str], k: int = 50) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+        """`scored` as arrays: the best `k` rows (`ids[row]` is the document) and their scores, with
+        the mean and standard deviation; None when no query term is indexed."""
         q = terms(query) if isinstance(query, str) else query
         cand, scores = self._score(q)
         n = len(self.docs)
         if cand is None or not n:
-            return [], 0.0, 0.0
+            return None
         mean = float(scores.sum()) / n
         std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
         order = np.lexsort((cand, -scores))[:k]
-        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
-        return [(ids[c], s) for c, s in zip(cand[order].tolist(), scores[order].tolist())], mean, std
+        return cand[order], scores[order], mean, std
 
     def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not q or not self.docs:

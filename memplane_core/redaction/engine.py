@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
 import re2
 import yaml
 from jsonschema import Draft202012Validator
@@ -134,33 +135,39 @@ def _prefilter_for(rules: tuple[Rule, ...]) -> _Prefilter:
 class _Memo:
     """Recent results by input string, bounded in total characters. Agents resend the whole
     conversation every turn and the same memories come back on many recalls, so most strings
-    a proxy scrubs it has scrubbed moments ago. Locked: the async entry points scan in threads."""
+    a proxy scrubs it has scrubbed moments ago.
+
+    Two generations of plain dicts, each at most half the bound: a hit in the older one moves to
+    the newer, and when the newer fills it becomes the older (the oldest is let go). A lookup is
+    one dict read, with no lock and no reordering (an LRU's bookkeeping was most of a hit's cost,
+    and a turn looks up ~60 strings); writes are locked, as the async entry points scan in threads."""
 
     def __init__(self, max_chars: int = 4_000_000, max_item_chars: int = 64_000) -> None:
         self.max_chars = max_chars
         self.max_item_chars = max_item_chars
-        self._items: OrderedDict[str, tuple[str, tuple[tuple[str, int], ...]]] = OrderedDict()
-        self._chars = 0
+        self._new: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
+        self._old: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
+        self._chars = 0  # in the newer generation
         self._lock = threading.Lock()
 
     def get(self, text: str) -> tuple[str, tuple[tuple[str, int], ...]] | None:
-        with self._lock:
-            hit = self._items.get(text)
+        hit = self._new.get(text)
+        if hit is None:
+            hit = self._old.get(text)
             if hit is not None:
-                self._items.move_to_end(text)
-            return hit
+                self.put(text, hit)
+        return hit
 
     def put(self, text: str, result: tuple[str, tuple[tuple[str, int], ...]]) -> None:
         if len(text) > self.max_item_chars:
             return
         with self._lock:
-            if text in self._items:
+            if text in self._new:
                 return
-            self._items[text] = result
+            self._new[text] = result
             self._chars += len(text) + len(result[0])
-            while self._chars > self.max_chars:
-                old, (out, _) = self._items.popitem(last=False)
-                self._chars -= len(old) + len(out)
+            if self._chars > self.max_chars // 2:
+                self._old, self._new, self._chars = self._new, {}, 0
 
 
 def _secret_span(m: Any, rule: Rule) -> tuple[int, int] | None:
@@ -190,14 +197,47 @@ def _line_around(text: str, start: int, end: int) -> str:
     return text[left + 1 if left >= 0 else lo: right if right >= 0 else hi]
 
 
-def _size(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        return sum(_size(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_size(v) for v in value.values())
-    return 0
+def _under(value: Any, limit: int) -> bool:
+    """Whether `value`'s strings sum to under `limit` characters. The compact JSON of a document is
+    at least as long as its strings together (each character at least one byte), and orjson writes
+    it in C, ~20x faster than walking the document in Python: most documents are answered by that
+    length alone. Only a long one, or one orjson cannot write, is walked."""
+    try:
+        if len(orjson.dumps(value)) < limit:
+            return True
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    todo, total = [value], 0
+    while todo:  # the strings summed until the limit is reached: a long history stops at its first long turns
+        v = todo.pop()
+        if isinstance(v, str):
+            total += len(v)
+            if total >= limit:
+                return False
+        elif isinstance(v, list):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+    return True
+
+
+_SENSITIVE, _SECRET_WORD = 1, 2
+_KEY_KINDS: dict[str, int] = {}  # a JSON key -> its bits above; documents reuse a handful of keys
+
+
+def _key_kind(key: str) -> int:
+    """Whether a JSON key names a secret outright (`_SENSITIVE_KEY`) and whether it holds a secret
+    word (`_SECRET_WORD_KEY`), remembered per key: a turn's documents carry ~50 keys, nearly all
+    the same few (`role`, `content`, `model`), and two RE2 searches per key from Python cost more
+    than the rest of the walk. Bounded: a document of endless distinct keys only refills it."""
+    kind = _KEY_KINDS.get(key)
+    if kind is None:
+        kind = (_SENSITIVE if _SENSITIVE_KEY.search(key) else 0) | (_SECRET_WORD if _SECRET_WORD_KEY.search(key) else 0)
+        if len(key) <= 256:
+            if len(_KEY_KINDS) >= 4096:
+                _KEY_KINDS.clear()
+            _KEY_KINDS[key] = kind
+    return kind
 
 
 @dataclass
@@ -212,7 +252,7 @@ class Redactor:
     @staticmethod
     def is_large(value: Any) -> bool:
         """Whether scanning `value` belongs in a worker thread rather than on an event loop."""
-        return _size(value) >= ASYNC_THRESHOLD
+        return not _under(value, ASYNC_THRESHOLD)
 
     def _allowed(self, secret: str) -> bool:
         return any(p.fullmatch(secret) for p in self.allow)
@@ -304,8 +344,13 @@ class Redactor:
         if isinstance(value, dict):
             out = {}
             for key, v in value.items():
-                if isinstance(v, str) and isinstance(key, str) and _SENSITIVE_KEY.search(key) \
-                        and not looks_placeholder(v) and not self._allowed(v):
+                if not isinstance(v, str):
+                    out[key] = self._walk(v, counts) if isinstance(v, (list, dict)) else v
+                    continue
+                kind = _key_kind(key) if isinstance(key, str) else 0
+                if not kind:
+                    out[key] = self.text(v, counts)[0]
+                elif kind & _SENSITIVE and not looks_placeholder(v) and not self._allowed(v):
                     scanned, found = self.text(v)
                     if found:
                         counts.update(found)
@@ -313,10 +358,10 @@ class Redactor:
                     else:
                         counts["secret_field"] += 1
                         out[key] = f"{REDACTED_PREFIX}secret_field]"
-                elif isinstance(v, str) and isinstance(key, str) and _SECRET_WORD_KEY.search(key):
+                elif kind & _SECRET_WORD:
                     out[key] = self._keyed(key, v, counts)
                 else:
-                    out[key] = self._walk(v, counts)
+                    out[key] = self.text(v, counts)[0]
             return out
         return value
 

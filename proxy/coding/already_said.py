@@ -22,7 +22,7 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def _words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    return _WORD.findall(text.lower())  # one lower() for the text, not one per word: same words
 
 
 def _shingles(words: list[str]) -> set[tuple[str, ...]]:
@@ -31,15 +31,35 @@ def _shingles(words: list[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
 
 
+_SEEN: dict[str, tuple[int, frozenset[tuple[str, ...]]]] = {}
+_SEEN_MAX = 4096  # texts remembered
+_SEEN_MAX_CHARS = 8192  # longer texts are read afresh each time
+
+
+def _read(text: str) -> tuple[int, frozenset[tuple[str, ...]]]:
+    """A text's word count and shingles, remembered: agents resend their earlier user messages on
+    every call and the same memories come back on many recalls, so nearly every text here was
+    read moments ago (reading them again was most of the step's cost)."""
+    hit = _SEEN.get(text)
+    if hit is None:
+        words = _words(text)
+        hit = (len(words), frozenset(_shingles(words)))
+        if len(text) <= _SEEN_MAX_CHARS:
+            if len(_SEEN) >= _SEEN_MAX:
+                _SEEN.clear()
+            _SEEN[text] = hit
+    return hit
+
+
 def request_shingles(texts: list[str]) -> set[tuple[str, ...]]:
     out: set[tuple[str, ...]] = set()
     for text in texts:
-        out |= _shingles(_words(text))
+        out |= _read(text)[1]
     return out
 
 
 def already_there(text: str, carried: set[tuple[str, ...]]) -> bool:
-    own = _shingles(_words(text))
+    own = _read(text)[1]
     if not own or not carried:
         return False
     return len(own & carried) / len(own) >= ALREADY
@@ -65,7 +85,7 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
         for i, line in enumerate(lines):
             if line.startswith(("assistant: ", "tools: ")):
                 gone = dropping
-            elif len(_words(line)) < 3:  # a date heading, a blank
+            elif _read(line)[0] < 3:  # a date heading, a blank
                 dropping = gone = False
             elif line.removeprefix("user: ") == SUMMARY_QUESTION:  # a compaction summary is memplane's question
                 answer = lines[i + 1] if i + 1 < len(lines) else ""  # and the summary: there when that is
@@ -76,8 +96,8 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
                 dropped += 1
             else:
                 rest.append(line)
-        if len(rest) == len(m.text.split("\n")):
+        if len(rest) == len(lines):
             kept.append(m)
-        elif any(len(_words(line)) >= 3 for line in rest):
+        elif any(_read(line)[0] >= 3 for line in rest):
             kept.append(replace(m, text="\n".join(rest)))
     return kept, dropped

@@ -58,9 +58,10 @@ def _texts(body: dict[str, Any]) -> list[str]:
 def declared_directory(body: dict[str, Any]) -> str | None:
     """The working directory the client declared in this request, normalised, or None."""
     for text in _texts(body):
-        if not text:
+        text = text[:SCAN_CHARS]
+        if "directory" not in text and "cwd" not in text:  # every declaration names one: a cheap test first
             continue
-        m = _DECLARED.search(text[:SCAN_CHARS])
+        m = _DECLARED.search(text)
         if m is not None:
             found = next((g for g in m.groups() if g), None)
             if found:

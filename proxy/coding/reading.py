@@ -79,5 +79,5 @@ async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],
         metrics.scaffolding_parts.labels(rule).inc(n)
     if turn.set_aside.chars:
         metrics.scaffolding_chars.inc(turn.set_aside.chars)
-    metrics.calls_by_kind.labels(turn.kind.value).inc()
+    metrics.child(metrics.calls_by_kind, turn.kind.value).inc()
     return turn

@@ -48,8 +48,26 @@ COMPACTION_LEAD = "This session is being continued from a previous conversation"
 _OPENER = re2.compile(r"^<([A-Za-z][A-Za-z0-9_.:-]{0,63})(?:\s[^<>]{0,512})?>")
 
 
+_TAGS: dict[str, str | None] = {}  # a wrapped text part -> its tag (clients resend the same parts every call)
+_TAG_CHARS = [0]  # characters of the texts held there
+_TAGS_MAX_CHARS = 2_000_000
+
+
 def context_tag(text: str) -> str | None:
     """The context tag that wholly wraps `text`, or None (see the module docstring)."""
+    if text in _TAGS:
+        return _TAGS[text]
+    tag = _context_tag(text)
+    if (tag is not None or text.lstrip().startswith("<")) and len(text) <= _TAGS_MAX_CHARS // 4:
+        if _TAG_CHARS[0] + len(text) > _TAGS_MAX_CHARS:  # only what needed the pattern is kept
+            _TAGS.clear()
+            _TAG_CHARS[0] = 0
+        _TAGS[text] = tag
+        _TAG_CHARS[0] += len(text)
+    return tag
+
+
+def _context_tag(text: str) -> str | None:
     body = text.strip()
     if not body.startswith("<") or not body.endswith(">"):
         return None
@@ -68,8 +86,27 @@ def is_compaction_summary(text: str) -> bool:
     return text.lstrip().startswith(COMPACTION_LEAD)
 
 
+_DIGESTS: dict[str, str] = {}  # text -> digest, for the texts a turn digests again and again
+_DIGEST_CHARS = [0]  # characters of the texts held there
+_DIGESTS_MAX_CHARS = 4_000_000
+
+
 def digest(text: str) -> str:
-    return hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+    """A text part's name for recurrence and for the ledger's `scaffolding.recurring`. Remembered
+    (bounded by characters): a call digests each long user part up to five times (recurrence,
+    its check, the set-aside list, the sifting, retain's sifting), and agents resend every part on
+    every call — hashing the whole history again each time grew with the conversation."""
+    hit = _DIGESTS.get(text)
+    if hit is None:
+        hit = hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+        if len(text) > _DIGESTS_MAX_CHARS // 4:
+            return hit
+        if _DIGEST_CHARS[0] + len(text) > _DIGESTS_MAX_CHARS:
+            _DIGESTS.clear()
+            _DIGEST_CHARS[0] = 0
+        _DIGESTS[text] = hit
+        _DIGEST_CHARS[0] += len(text)
+    return hit
 
 
 @dataclass

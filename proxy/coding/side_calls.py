@@ -65,13 +65,28 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+_CLIENTS: dict[str, bool] = {}  # User-Agent -> a coding client? (an agent sends the same one every call)
+
+
 def is_coding_client(user_agent: str | None) -> bool:
-    return bool(user_agent) and _CODING_CLIENT.search(user_agent or "") is not None
+    if not user_agent:
+        return False
+    known = _CLIENTS.get(user_agent)
+    if known is None:
+        known = _CODING_CLIENT.search(user_agent) is not None
+        if len(user_agent) <= 512:
+            if len(_CLIENTS) >= 1024:
+                _CLIENTS.clear()
+            _CLIENTS[user_agent] = known
+    return known
 
 
 def classify(headers: Any, body: dict[str, Any]) -> SideCall:
     """What kind of call this is (see the module docstring)."""
-    if _COMPACT.search(_last_user_text(body)[-4000:]) is not None:
+    last = _last_user_text(body)[-4000:]
+    folded = last.casefold()  # every compaction ask holds these words: a cheap test first
+    if (("summar" in folded and "conversation" in folded) or "compaction" in folded or "state_snapshot" in folded) \
+            and _COMPACT.search(last) is not None:
         return SideCall.COMPACTION
     if _SUBAGENT in _system_text(body):
         return SideCall.SUBAGENT

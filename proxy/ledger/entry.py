@@ -61,6 +61,26 @@ def build_entry(*, agent_id: str, path: str, requested_model: str | None, provid
                 usage: dict[str, Any] | None, ts: str | None = None,
                 extra: dict[str, Any] | None = None) -> LedgerEntry:
     """A ledger entry with its keys in contract order and its id filled in."""
+    return build_entry_json(agent_id=agent_id, path=path, requested_model=requested_model, provider=provider,
+                            effective_model=effective_model, status_code=status_code, stream=stream,
+                            request_original=request_original, request_effective=request_effective,
+                            response=response, usage=usage, ts=ts, extra=extra)[0]
+
+
+_HEAD = b'{"version":1,'
+
+
+def build_entry_json(*, agent_id: str, path: str, requested_model: str | None, provider: str,
+                     effective_model: str | None, status_code: int, stream: bool,
+                     request_original: Any, request_effective: Any, response: dict[str, Any],
+                     usage: dict[str, Any] | None, ts: str | None = None,
+                     extra: dict[str, Any] | None = None) -> tuple[LedgerEntry, bytes]:
+    """`build_entry`, and the entry's JSON as the ledger writes it (`orjson.dumps(entry)`).
+
+    The entry is serialised once: its id hashes the JSON of the entry without `id`, and the JSON
+    with it is that text with `"id":"…",` put after `"version":1,` (orjson writes compact JSON in
+    insertion order). A turn's entry holds its request twice (as sent, as forwarded) and its answer:
+    for an agent that resends a long history, each serialisation of it was a real cost."""
     entry: dict[str, Any] = {
         "version": 1,
         "ts": ts or now_rfc3339(),
@@ -78,4 +98,13 @@ def build_entry(*, agent_id: str, path: str, requested_model: str | None, provid
     }
     if extra:
         entry.update(extra)
-    return {"version": 1, "id": entry_id(entry), **{k: v for k, v in entry.items() if k != "version"}}  # type: ignore[typeddict-item]
+    if "id" in entry:  # (an `extra` that names an id: hashed without it, as `entry_id` says)
+        eid = entry_id(entry)
+        out: dict[str, Any] = {"version": 1, "id": eid}
+        out.update(entry)
+        return out, orjson.dumps(out)  # type: ignore[return-value]
+    body = orjson.dumps(entry)
+    eid = "hist1_" + hashlib.sha256(body).hexdigest()
+    out = {"version": 1, "id": eid}
+    out.update(entry)  # `version` keeps its place, first: the same keys in the same order as ever
+    return out, _HEAD + b'"id":"' + eid.encode() + b'",' + body[len(_HEAD):]  # type: ignore[return-value]

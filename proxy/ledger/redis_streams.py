@@ -115,10 +115,10 @@ class RedisLedger:
     async def ready(self, agent_id: str) -> None:
         """Nothing to open: a Redis that is away is the append's 503."""
 
-    async def append(self, agent_id: str, entry: LedgerEntry) -> tuple[str, str]:
-        """Ledger and queue one entry atomically; (id, id). Redis away: 503, the turn is not answered
-        unrecorded (every model call is a recorded turn)."""
-        line = orjson.dumps(entry)
+    async def append(self, agent_id: str, entry: LedgerEntry, line: bytes | None = None) -> tuple[str, str]:
+        """Ledger and queue one entry atomically (`line`: its JSON, when the caller has it); (id, id).
+        Redis away: 503, the turn is not answered unrecorded (every model call is a recorded turn)."""
+        line = orjson.dumps(entry) if line is None else line
         _ = self.aio
         k = self.keys
         try:

@@ -7,6 +7,7 @@ agent ids are unbounded; per-agent figures belong in logs and `memplane audit`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,6 +28,7 @@ __all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics"]
 class ProxyMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.turns = Counter("memplane_turns", "Model calls answered, by wire format and HTTP status.",
                              ["format", "status"], registry=r)
         self.upstream_latency = Histogram("memplane_upstream_latency_seconds",
@@ -58,12 +60,22 @@ class ProxyMetrics:
                                      "Calls of agents with memory by kind: turn, side, subagent, compaction.",
                                      ["kind"], registry=r)
 
+    def child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, remembered: prometheus_client looks a child up under a lock
+        each time, and every turn counts itself three or four times. The label values are closed
+        sets (formats, statuses, ops, kinds), so this stays small."""
+        key = (id(metric), values)
+        hit = self._children.get(key)
+        if hit is None:
+            hit = self._children[key] = metric.labels(*values)
+        return hit
+
     def watch_backlog(self, read: Callable[[], float]) -> None:
         self.backlog.set_function(read)
 
     def observe_memory_op(self, event: MemoryOp) -> None:
         """Fed with every memory_op event (Telemetry calls it)."""
-        self.memory_ops.labels(event.op, event.status).inc()
+        self.child(self.memory_ops, event.op, event.status).inc()
         if event.dead_letter:
             self.dead_letters.inc()
         for kind, n in event.redactions.items():
