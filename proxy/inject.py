@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 from xml.sax.saxutils import escape
 
+from memplane_core.memo import TextMemo
 from memplane_core.redact import REDACTED_PREFIX
 
 from .recall_policy import InjectedMemory
@@ -19,17 +20,14 @@ from .recall_policy import InjectedMemory
 _ATTR_ENTITIES = {'"': "&quot;", "'": "&apos;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
 
 
-_ATTRS: dict[str, str] = {}  # attribute values recur (kinds, sources, origins, dates)
+_ATTRS: TextMemo[str] = TextMemo(entries=4096, key_chars=200)  # attribute values recur (kinds, sources, dates)
 
 
 def _attr(value: str) -> str:
     quoted = _ATTRS.get(value)
     if quoted is None:
         quoted = '"' + escape(value, _ATTR_ENTITIES) + '"'
-        if len(value) <= 200:
-            if len(_ATTRS) >= 4096:
-                _ATTRS.clear()
-            _ATTRS[value] = quoted
+        _ATTRS.put(value, quoted)
     return quoted
 
 
@@ -57,9 +55,7 @@ def quoted_roles(text: str) -> str:
     return _ROLE_MARK.sub(_quote_role, text) if ":" in text else text
 
 
-_SHOWN: dict[str, str] = {}  # a memory's text -> as shown
-_RENDERED_MAX = 2048  # texts remembered, each of at most _RENDERED_CHARS: a few MB at most
-_RENDERED_CHARS = 2000
+_SHOWN: TextMemo[str] = TextMemo(entries=2048, key_chars=2000)  # a memory's text -> as shown: a few MB at most
 
 
 def memory_text(m: InjectedMemory) -> str:
@@ -69,10 +65,7 @@ def memory_text(m: InjectedMemory) -> str:
     shown = _SHOWN.get(m.text)
     if shown is None:
         shown = escape(quoted_roles(m.text))
-        if len(m.text) <= _RENDERED_CHARS:
-            if len(_SHOWN) >= _RENDERED_MAX:
-                _SHOWN.clear()
-            _SHOWN[m.text] = shown
+        _SHOWN.put(m.text, shown)
     return shown
 
 
@@ -148,9 +141,7 @@ def _tidy(kept: list[str]) -> tuple[str, bool]:
     return "\n".join(lines).strip(), any(ln.strip() and not _is_header(ln.strip()) for ln in lines)
 
 
-_READ: dict[str, tuple[list[str], list[str | None], bool, str, bool]] = {}
-_READ_MAX = 2048
-_READ_CHARS = 4000
+_READ: TextMemo[tuple[list[str], list[str | None], bool, str, bool]] = TextMemo(entries=2048, key_chars=4000)
 
 
 def _read(text: str) -> tuple[list[str], list[str | None], bool, str, bool]:
@@ -163,10 +154,7 @@ def _read(text: str) -> tuple[list[str], list[str | None], bool, str, bool]:
         keys = [_line_key(line) for line in lines]
         said = [k for k in keys if k is not None]
         hit = (lines, keys, len(set(said)) == len(said), *_tidy(lines))
-        if len(text) <= _READ_CHARS:
-            if len(_READ) >= _READ_MAX:
-                _READ.clear()
-            _READ[text] = hit
+        _READ.put(text, hit)
     return hit
 
 

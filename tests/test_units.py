@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from memplane_core.memo import TextMemo
 from memplane_core.redact import Redactor
 from proxy.ledger.files import Ledger
 from proxy.memory_service import recalled_memories
@@ -237,3 +238,22 @@ def test_text_pasted_with_invisible_characters_is_remembered_as_a_reader_sees_it
     [episode] = episodes_from_entry("ana", entry, {}, Redactor())
     assert episode.value == "Where did Ana move to last year?" and asks(episode.value)
     assert recall_query(pasted) == episode.value  # the question's vector is the episode's (query cache)
+
+
+def test_a_hot_path_memo_never_grows_past_its_bound_whatever_texts_arrive():
+    """A caller's endless distinct texts (hostile or not) only refill a memo: too long a text is
+    never kept, and a full memo starts afresh instead of growing."""
+    by_count: TextMemo[int] = TextMemo(entries=3, key_chars=10)
+    for n in range(100):
+        by_count.put(f"k{n}", n)
+        assert len(by_count._items) <= 3
+    assert by_count.get("k99") == 99 and by_count.get("k0") is None
+    by_count.put("x" * 11, 1)
+    assert "x" * 11 not in by_count
+
+    by_chars: TextMemo[None] = TextMemo(chars=20, key_chars=10)
+    by_chars.put("a" * 10, None)
+    assert by_chars.get("a" * 10, "missing") is None  # a remembered None is told apart from a miss
+    for n in range(50):
+        by_chars.put(f"{n:010d}", None)
+        assert sum(map(len, by_chars._items)) <= 20

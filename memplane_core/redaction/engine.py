@@ -18,6 +18,7 @@ import re2
 import yaml
 from jsonschema import Draft202012Validator
 
+from ..memo import TextMemo
 from .checks import REDACTED_PREFIX, looks_placeholder
 from .gitleaks import gitleaks_rules
 from .lookalikes import allowed as lookalike_allowed
@@ -222,7 +223,7 @@ def _under(value: Any, limit: int) -> bool:
 
 
 _SENSITIVE, _SECRET_WORD = 1, 2
-_KEY_KINDS: dict[str, int] = {}  # a JSON key -> its bits above; documents reuse a handful of keys
+_KEY_KINDS: TextMemo[int] = TextMemo(entries=4096, key_chars=256)  # a JSON key -> its bits above
 
 
 def _key_kind(key: str) -> int:
@@ -233,10 +234,7 @@ def _key_kind(key: str) -> int:
     kind = _KEY_KINDS.get(key)
     if kind is None:
         kind = (_SENSITIVE if _SENSITIVE_KEY.search(key) else 0) | (_SECRET_WORD if _SECRET_WORD_KEY.search(key) else 0)
-        if len(key) <= 256:
-            if len(_KEY_KINDS) >= 4096:
-                _KEY_KINDS.clear()
-            _KEY_KINDS[key] = kind
+        _KEY_KINDS.put(key, kind)
     return kind
 
 

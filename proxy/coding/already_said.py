@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import re
 
+from memplane_core.memo import TextMemo
+
 from ..recall_policy import InjectedMemory
 from .for_memory import SUMMARY_QUESTION
 
@@ -31,9 +33,7 @@ def _shingles(words: list[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
 
 
-_SEEN: dict[str, tuple[int, frozenset[tuple[str, ...]]]] = {}
-_SEEN_MAX = 4096  # texts remembered
-_SEEN_MAX_CHARS = 8192  # longer texts are read afresh each time
+_SEEN: TextMemo[tuple[int, frozenset[tuple[str, ...]]]] = TextMemo(entries=4096, key_chars=8192)
 
 
 def _read(text: str) -> tuple[int, frozenset[tuple[str, ...]]]:
@@ -44,10 +44,7 @@ def _read(text: str) -> tuple[int, frozenset[tuple[str, ...]]]:
     if hit is None:
         words = _words(text)
         hit = (len(words), frozenset(_shingles(words)))
-        if len(text) <= _SEEN_MAX_CHARS:
-            if len(_SEEN) >= _SEEN_MAX:
-                _SEEN.clear()
-            _SEEN[text] = hit
+        _SEEN.put(text, hit)  # a longer text is read afresh each time
     return hit
 
 

@@ -36,6 +36,7 @@ import orjson
 import re2
 from cachetools import LRUCache
 
+from memplane_core.memo import TextMemo
 from memplane_core.turn_text import latest_user_index
 
 RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as scaffolding
@@ -48,22 +49,19 @@ COMPACTION_LEAD = "This session is being continued from a previous conversation"
 _OPENER = re2.compile(r"^<([A-Za-z][A-Za-z0-9_.:-]{0,63})(?:\s[^<>]{0,512})?>")
 
 
-_TAGS: dict[str, str | None] = {}  # a wrapped text part -> its tag (clients resend the same parts every call)
-_TAG_CHARS = [0]  # characters of the texts held there
-_TAGS_MAX_CHARS = 2_000_000
+# a wrapped text part -> its tag (clients resend the same parts every call)
+_TAGS: TextMemo[str | None] = TextMemo(chars=2_000_000, key_chars=500_000)
+_UNKNOWN = object()
 
 
 def context_tag(text: str) -> str | None:
     """The context tag that wholly wraps `text`, or None (see the module docstring)."""
-    if text in _TAGS:
-        return _TAGS[text]
+    tag = _TAGS.get(text, _UNKNOWN)
+    if tag is not _UNKNOWN:
+        return tag  # type: ignore[return-value]
     tag = _context_tag(text)
-    if (tag is not None or text.lstrip().startswith("<")) and len(text) <= _TAGS_MAX_CHARS // 4:
-        if _TAG_CHARS[0] + len(text) > _TAGS_MAX_CHARS:  # only what needed the pattern is kept
-            _TAGS.clear()
-            _TAG_CHARS[0] = 0
-        _TAGS[text] = tag
-        _TAG_CHARS[0] += len(text)
+    if tag is not None or text.lstrip().startswith("<"):  # only what needed the pattern is kept
+        _TAGS.put(text, tag)
     return tag
 
 
@@ -86,9 +84,7 @@ def is_compaction_summary(text: str) -> bool:
     return text.lstrip().startswith(COMPACTION_LEAD)
 
 
-_DIGESTS: dict[str, str] = {}  # text -> digest, for the texts a turn digests again and again
-_DIGEST_CHARS = [0]  # characters of the texts held there
-_DIGESTS_MAX_CHARS = 4_000_000
+_DIGESTS: TextMemo[str] = TextMemo(chars=4_000_000, key_chars=1_000_000)  # texts a turn digests again and again
 
 
 def digest(text: str) -> str:
@@ -99,13 +95,7 @@ def digest(text: str) -> str:
     hit = _DIGESTS.get(text)
     if hit is None:
         hit = hashlib.sha256(text.strip().encode()).hexdigest()[:20]
-        if len(text) > _DIGESTS_MAX_CHARS // 4:
-            return hit
-        if _DIGEST_CHARS[0] + len(text) > _DIGESTS_MAX_CHARS:
-            _DIGESTS.clear()
-            _DIGEST_CHARS[0] = 0
-        _DIGESTS[text] = hit
-        _DIGEST_CHARS[0] += len(text)
+        _DIGESTS.put(text, hit)
     return hit
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import re2
 
+from memplane_core.memo import TextMemo
 from memplane_core.turn_text import text_of
 
 _CODING_CLIENT = re2.compile(r"(?i)^(claude-cli|claude-code|codex[_ -]|codex/|qwen-?code|geminicli|gemini-cli)")
@@ -65,7 +66,8 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
-_CLIENTS: dict[str, bool] = {}  # User-Agent -> a coding client? (an agent sends the same one every call)
+# User-Agent -> a coding client? (an agent sends the same one every call)
+_CLIENTS: TextMemo[bool] = TextMemo(entries=1024, key_chars=512)
 
 
 def is_coding_client(user_agent: str | None) -> bool:
@@ -74,10 +76,7 @@ def is_coding_client(user_agent: str | None) -> bool:
     known = _CLIENTS.get(user_agent)
     if known is None:
         known = _CODING_CLIENT.search(user_agent) is not None
-        if len(user_agent) <= 512:
-            if len(_CLIENTS) >= 1024:
-                _CLIENTS.clear()
-            _CLIENTS[user_agent] = known
+        _CLIENTS.put(user_agent, known)
     return known
 
 
