@@ -90,7 +90,9 @@ def model_saw(r: Received) -> Any:
 
 async def start(stack: Stack, reference, placement: str, stream: bool) -> Loop:
     ref_url, store = reference
-    stack.add_agent(AGENT, ref_url, placement=placement)
+    # These tests are about the clients, not the recall deadline (tests/test_recall_deadline.py): a
+    # loaded CI host must not turn a late recall into a missing block.
+    stack.add_agent(AGENT, ref_url, placement=placement, recall={"path": "/recall", "timeout_ms": 5000})
     await stack.openai(AGENT).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": FACT}])
     await stack.settle()
     stack.provider.model = ToolLoop([ToolCall("get_weather", {"city": "Lisbon"})], say="Let me check the weather.")
