@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -146,20 +147,20 @@ def block_memories(block: str | None) -> list[str]:
     return [unescape(m) for m in _MEMORY.findall(block or "")]
 
 
+_TRIM = re.compile(r"^(<[^>]*>|[\W_])+|(<[^>]*>|[\W_])+$")
+
+
 def words_of(text: str) -> list[str]:
     """Whitespace-separated words, punctuation and tags trimmed; a path stays one word (a file path
     in a memory is not the working directory the client declared)."""
-    out = []
-    for w in text.lower().split():
-        w = re.sub(r"^(<[^>]*>|[\W_])+|(<[^>]*>|[\W_])+$", "", w)
-        if w:
-            out.append(w)
-    return out
+    trim = _TRIM.sub
+    return [w for w in (trim("", w) for w in text.lower().split()) if w]
 
 
-def shingles(text: str, n: int = 5) -> set[str]:
+@lru_cache(maxsize=4)  # a story's scaffolding (megabytes) is compared with every block it saw
+def shingles(text: str, n: int = 5) -> frozenset[str]:
     words = words_of(text)
-    return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
+    return frozenset(" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1)))
 
 
 def scaffolding_words(memories: list[str], scaffolding: str, n: int = 5) -> tuple[int, list[str]]:

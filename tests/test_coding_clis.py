@@ -169,7 +169,8 @@ def scaffolding_of(calls: list[Received]) -> str:
                 out += _texts(turn.get("content"))
             elif turn.get("role") == "user":
                 out += [part for text in _texts(turn.get("content")) for part in wrapped_context(text)]
-    return "\n".join(without_memories(text) for text in out)  # memplane's own block is not the client's
+    # memplane's own block is not the client's; a system prompt every call repeats counts once
+    return "\n".join(without_memories(text) for text in dict.fromkeys(out))
 
 
 def _texts(node) -> list[str]:
