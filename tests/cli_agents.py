@@ -72,7 +72,10 @@ wire_api = "responses"
         elif self.name == "codex":
             env.update(CODEX_HOME=str(self.home / ".codex"), MEMPLANE_AGENT_KEY=self.api_key)
         else:
-            env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key, OPENAI_MODEL=QWEN_MODEL)
+            # QWEN_CODE_NO_RELAUNCH: the CLI runs in this node process instead of re-spawning itself with a
+            # larger heap (a second start of its bundle, ~1.3 s of CPU per session)
+            env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key, OPENAI_MODEL=QWEN_MODEL,
+                       QWEN_CODE_NO_RELAUNCH="1")
         return env
 
     def argv(self, prompt: str, *, resume: bool, compact: bool = False) -> list[str]:
