@@ -4,16 +4,20 @@ Uses the official `openai` SDK against any OpenAI-compatible base URL (the opera
 at memplane's own proxy with an agent token, so the curator's calls are ledgered like any
 other). The SDK's own retries are off: a failed extraction is retried later by the curator's
 schedule, never by hammering a service that is down. SDK errors are mapped here, in one place.
+The SDK is imported when a client is made: the curator is opt-in, and `import openai` costs every
+memory service process ~0.9 s of CPU at start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from memplane_core.tokens import estimate_tokens
+
+
+if TYPE_CHECKING:
+    import openai
 
 
 class LLMUnavailable(Exception):
@@ -42,7 +46,10 @@ class LLMAnswer:
 
 class LLMClient:
     def __init__(self, base_url: str, api_key: str | None, model: str, *, timeout_s: float = 60) -> None:
+        import openai
+
         self.model = model
+        self._openai = openai
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout_s,
                                           max_retries=0)
 
@@ -51,6 +58,7 @@ class LLMClient:
 
     async def structured(self, messages: list[dict[str, str]], response_format: dict[str, Any]) -> LLMAnswer:
         """One chat completion asking for `response_format`; the raw JSON text and the tokens it cost."""
+        openai = self._openai
         try:
             # no temperature: reasoning models refuse any but the default
             done = await self._client.chat.completions.create(model=self.model, messages=messages,
