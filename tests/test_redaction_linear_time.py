@@ -106,11 +106,16 @@ def test_every_rule_is_linear_on_text_built_from_its_own_prefixes():
             took = _best_of(lambda t=quarter: _scan_all(single, t), 1)
             if took / base > 20:  # only a slow-looking case is worth a scaling check
                 full = _fit(chunk, SIZE)
-                took_full = _best_of(lambda t=full: _scan_all(single, t), 2)
-                took_q = _best_of(lambda t=quarter: _scan_all(single, t), 2)
-                worst.append((rule.kind, chunk[:20], round(took_full / took_q, 1)))
+                ratio = _growth(single, full, quarter, 2)
+                if ratio >= 9:  # one noisy reading (a busy machine) is measured again, more carefully
+                    ratio = _growth(single, full, quarter, 5)
+                worst.append((rule.kind, chunk[:20], round(ratio, 1)))
     # 4x the input: linear is ~4x, quadratic ~16x
     assert all(ratio < 9 for *_, ratio in worst), worst
+
+
+def _growth(redactor: Redactor, full: str, quarter: str, n: int) -> float:
+    return _best_of(lambda: _scan_all(redactor, full), n) / _best_of(lambda: _scan_all(redactor, quarter), n)
 
 
 _PIECES = sorted({k for r in builtin_rules() for k in r.keywords if len(k) <= 12} |
