@@ -1,7 +1,7 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
     python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
-                                               dates|speakers|sittings]
+                                               dates|speakers|sittings|feedback|budget|coverage]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -30,6 +30,12 @@ Experiments:
   up (speakers.BOOST; 0 is off).
 * `sittings`: how much a turn gains from its sitting, the turns of its session and day
   (sittings.WEIGHT x the mean of the sitting's best sittings.TOP hits; weight 0 is off).
+* `feedback`: pseudo-relevance feedback (bench/quality/feedback.py, not shipped): the rarer words
+  of the best `docs` hits as a second BM25 query, `terms` of them, weighted `weight`.
+* `coverage`: neighbours for fewer of the best hits (0, 3 or 5 instead of packing.NEIGHBOURS_FOR)
+  when the best 10 or 20 hits come from at least N sittings: breadth before context.
+* `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
+  which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
   vector is the mean of its WordPiece tokens' vectors, each token run through the shipped MiniLM
   alone once (model2vec's idea, without its distillation), plain or weighted by the token's idf over
@@ -196,6 +202,61 @@ def sittings_grid(*_) -> dict:
     return out
 
 
+def feedback_grid(*_) -> dict:
+    """The best hits' words as a second query (feedback.py, not shipped): weight x its z, `terms` of the best `docs`."""
+    from . import feedback
+    out = {"off (default)": with_constants()}
+    for weight in (0.15, 0.25, 0.4):
+        for docs in (5, 10, 20):
+            for n_terms in (5, 10):
+                out[f"weight {weight}, {n_terms} terms of the best {docs}"] = with_constants(
+                    *feedback.patch(weight, docs, n_terms))
+    return out
+
+
+def spread_neighbours(top: int, sittings: int, fewer: int):
+    """`with_constants` changes: neighbours for only the best `fewer` hits (packing.NEIGHBOURS_FOR) when the
+    best `top` hits of a recall come from at least `sittings` sittings (a question whose answer is
+    spread: breadth first). In-process only: the constant is set per recall, before it packs."""
+    from memory_adapters.engine import packing
+    from memory_adapters.engine.index import AgentIndex
+
+    engine_ranked, default = AgentIndex._ranked, packing.NEIGHBOURS_FOR
+
+    def ranked(self, text, vector, k, now, visible, limit, in_context):
+        out = engine_ranked(self, text, vector, k, now, visible, limit, in_context)
+        if in_context:
+            of = self.sittings.of
+            spread = len({of.get(d, d) for d, _ in out[:top]})
+            packing.NEIGHBOURS_FOR = fewer if spread >= sittings else default
+        return out
+    return ((AgentIndex, "_ranked", ranked), (packing, "NEIGHBOURS_FOR", default))
+
+
+def coverage_grid(*_) -> dict:
+    """Coverage before context: fewer neighbours when the best hits are spread over many sittings."""
+    out = {"neighbours for the best 10 always (default)": with_constants()}
+    for top, sittings in ((10, 6), (10, 8), (10, 10), (20, 8), (20, 10), (20, 12), (20, 14)):
+        for fewer in (0, 3, 5):
+            out[f"best {top} from >= {sittings} sittings: neighbours for {fewer}"] = with_constants(
+                *spread_neighbours(top, sittings, fewer))
+    return out
+
+
+def budget_grid(*_) -> dict:
+    """For scale, not a change: a larger block (budget in tokens; without the 15 KB answer cap past 3,000)."""
+    from memory_adapters.engine import packing
+    from memory_adapters.engine.index import RecallQuery
+
+    def budget(tokens: int):
+        def setting(idx, text, vector):
+            return RecallQuery(text, vector=vector, budget_tokens=tokens)
+        setting.patch = ((packing.pack, "__kwdefaults__", {"max_bytes": 10 ** 7}),) if tokens > 3_000 else ()
+        return setting
+    return {f"budget {tokens} tokens" + (" (default)" if tokens == 3_000 else ""): budget(tokens)
+            for tokens in (3_000, 3_600, 4_500, 6_000, 8_000)}
+
+
 def dates_grid(*_) -> dict:
     """Relative dates resolved against the day said (dates.py), shown and indexed, against none."""
     from memory_adapters.engine import index, packing
@@ -273,6 +334,9 @@ EXPERIMENTS = {
     "dates": dates_grid,
     "speakers": speakers_grid,
     "sittings": sittings_grid,
+    "feedback": feedback_grid,
+    "budget": budget_grid,
+    "coverage": coverage_grid,
 }
 
 
