@@ -98,3 +98,19 @@ def test_recall_by_words_alone_fuses_as_defined():
         idx.put(memory(i, " ".join(rnd.choices(WORDS, k=3))))
     for text in ("dentist", "garden fence", "unknown words"):
         assert idx._ranked(text, None, 400, time.time(), None, None, False) == by_definition(idx, text, None, 400)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_recall_that_reads_the_head_gets_the_same_head_and_the_rest_on_demand(seed):
+    """Recall reads the best ~400 of up to ~800 candidates, so only those are put in order first;
+    when filters hide some of them the ranking goes on past the head, in the same order."""
+    idx, rnd, rng = built(seed, 120 + 40 * seed, False)
+    now = time.time()
+    hidden = set(rnd.sample(list(idx.memories), len(idx.memories) // 3))
+    for _ in range(8):
+        text = " ".join(rnd.choices(WORDS, k=rnd.randint(1, 3)))
+        vector = unit(rng) if rnd.random() < 0.85 else None
+        for visible in (None, lambda m: m.id not in hidden):
+            whole = idx._ranked(text, vector, 400, now, visible, None, False)
+            for limit in (1, 2, 7, 30, 400):
+                assert idx._ranked(text, vector, 400, now, visible, limit, False) == whole[:limit]

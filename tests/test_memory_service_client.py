@@ -238,3 +238,27 @@ async def test_a_rest_refusal_carries_the_services_own_message(aiohttp_server):
             await client.listing(scope="x")
     assert refused.value.status == 400 and refused.value.service_message == "unknown scope 'x'"
     assert str(refused.value) == "The memory service refused to list memories (status 400: unknown scope 'x')."
+
+
+async def test_a_timed_out_recall_keeps_its_connection_for_the_next_one(aiohttp_server):
+    """The answer that came too late is read in the background, so the next recall reuses the
+    connection instead of opening another (at 32 turns in flight that was 8 % of the proxy's CPU)."""
+    peers: set = set()
+    calls = 0
+
+    async def recall(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        peers.add(request.transport.get_extra_info("peername"))
+        if calls == 1:
+            await asyncio.sleep(0.1)  # past the 50 ms timeout
+        return web.json_response({"memories": [{"text": "Lives in Lyon."}]})
+
+    client, session = await service(aiohttp_server, {"POST /recall": recall}, recall_timeout_ms=50)
+    async with session:
+        late = await client.recall(ask())
+        await asyncio.sleep(0.15)  # the late answer arrives and is read
+        timely = await client.recall(ask())
+    assert late.status == "timed_out" and late.memories == []
+    assert timely.status == "succeeded" and [m.text for m in timely.memories] == ["Lives in Lyon."]
+    assert len(peers) == 1  # one connection for both

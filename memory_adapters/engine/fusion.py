@@ -56,11 +56,15 @@ def z_fuse(signals: list[Signal]) -> list[tuple[str, float]]:
 def ordered(ids: list[str], fused: np.ndarray) -> list[tuple[str, float]]:
     """`ids` with their fused scores, best first (equal scores: by id)."""
     order = np.argsort(-fused)
-    best = fused[order]
-    out = list(zip(map(ids.__getitem__, order.tolist()), best.tolist()))
+    return by_id_in_runs(list(map(ids.__getitem__, order.tolist())), fused[order])
+
+
+def by_id_in_runs(ids: list[str], best: np.ndarray) -> list[tuple[str, float]]:
+    """`ids` with their scores `best` (already best first), each run of equal scores in id order
+    (`ids` is sorted in place: a run's scores are equal, so its ids alone are sorted)."""
     same = best[1:] == best[:-1]
     if same.any():  # memories alike (a turn said again): each run of equal scores in id order
         edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
         for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            out[start:end + 1] = sorted(out[start:end + 1])  # (id, score): ids differ, so by id
-    return out
+            ids[start:end + 1] = sorted(ids[start:end + 1])
+    return list(zip(ids, best.tolist()))

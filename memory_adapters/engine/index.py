@@ -244,7 +244,7 @@ class AgentIndex:
     def _ranked(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None,
                 in_context: bool) -> list[tuple[str, float]]:
         """`rank` by id: a caller that reads the best few never looks the rest up."""
-        ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE)
+        ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE, limit)
         out = list(islice(self._shown(ranked, now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
@@ -307,8 +307,12 @@ class AgentIndex:
                     if len(seen) >= MAX_HITS:
                         return
 
+        # a `Visible` can hide only the memories in `conditional` (as `_shown` reads them)
+        maybe_hidden = None if visible is None else self.conditional if isinstance(visible, Visible) else memories
+
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
-            return [n for n in map(memories.__getitem__, around.get(m.id, ())) if visible is None or visible(n)]
+            return [n for n in map(memories.__getitem__, around.get(m.id, ()))
+                    if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
 
         snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)
         return pack(distinct(), near, self.position, snippet, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)

@@ -126,8 +126,7 @@ class LexicalIndex:
             return None
         mean = float(scores.sum()) / n
         std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
-        order = np.lexsort((cand, -scores))[:k]
-        return cand[order], scores[order], mean, std
+        return (*_best(cand, scores, k), mean, std)
 
     def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not q or not self.docs:
@@ -175,3 +174,17 @@ class LexicalIndex:
             if len(kept) >= k or len(top) < want:
                 return kept[:k]
             want *= 4
+
+
+def _best(cand: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best `k` rows by score (equal scores: the older row first) and their scores. Only the
+    rows scoring at least the k-th best are sorted: a common query word finds most of an agent's
+    memories, and sorting them all was a third of the search."""
+    neg = -scores
+    if len(cand) > 2 * k:
+        kth = np.partition(neg, k - 1)[k - 1]
+        sel = np.flatnonzero(neg <= kth)  # the k best and whoever ties with the last of them
+        order = sel[np.lexsort((cand[sel], neg[sel]))][:k]
+    else:
+        order = np.lexsort((cand, neg))[:k]
+    return cand[order], scores[order]
