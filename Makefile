@@ -16,16 +16,15 @@ TEST_STAMP := $(VENV)/.memplane-test-installed
 # `make run` installs what memplane runs on (~256 MB); `make test` adds the test tools and the seven
 # client frameworks the suite drives (~580 MB in all).
 
-$(STAMP): pyproject.toml constraints.txt
+# tools/install_venv.py installs with uv (~6 s) from the sources pip is configured with, or with pip (~50 s).
+$(STAMP): pyproject.toml constraints.txt tools/install_venv.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[speed]"
+	$(BIN)/python tools/install_venv.py $(BIN)/python constraints.txt -e ".[speed]"
 	touch $(STAMP)
 
-$(TEST_STAMP): pyproject.toml constraints.txt
+$(TEST_STAMP): pyproject.toml constraints.txt tools/install_venv.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,speed]"
+	$(BIN)/python tools/install_venv.py $(BIN)/python constraints.txt -e ".[test,speed]"
 	touch $(STAMP) $(TEST_STAMP)
 
 # The coding-agent CLIs the suite drives (Claude Code, Codex, Qwen Code; tests/clients/package-lock.json)
