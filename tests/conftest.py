@@ -32,6 +32,28 @@ SLOW_FIRST = (
 FRAMEWORKS = ("litellm", "langgraph", "openai_agents", "pydantic_ai")
 
 
+def _share_the_default_tls_context() -> None:
+    """The suite makes thousands of OpenAI and Anthropic SDK clients, and each one's transport builds a
+    default TLS context that loads the machine's CA bundle: ~50 ms of CPU apiece (a fifth of the
+    suite's CPU), for loopback http:// calls that never use it. The suite's clients share one, as a
+    long-lived process's would; which certificates a client trusts does not change."""
+    try:
+        import httpcore2
+    except ImportError:  # an SDK release on plain httpx: nothing to share
+        return
+    build, made = httpcore2.default_ssl_context, {}
+
+    def shared(*, _trust_env: bool = True):
+        if _trust_env not in made:
+            made[_trust_env] = build(_trust_env=_trust_env)
+        return made[_trust_env]
+
+    httpcore2.default_ssl_context = shared
+
+
+_share_the_default_tls_context()
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
