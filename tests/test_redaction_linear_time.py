@@ -81,9 +81,12 @@ def test_the_reviewed_inputs_scan_as_fast_as_ordinary_text():
     for name, build in HOSTILE.items():
         text, quarter = build(SIZE), build(SIZE // 4)
         assert len(text) >= SIZE - 100
-        took = _best_of(lambda t=text: _scan_all(redactor, t), 5)
-        slow[name] = took / base
-        growth[name] = took / _best_of(lambda t=quarter: _scan_all(redactor, t), 5)
+        for runs in (2, 5):  # a reading near a line (or a busy machine's) is measured again, carefully
+            took = _best_of(lambda t=text: _scan_all(redactor, t), runs)
+            slow[name] = took / base
+            growth[name] = took / _best_of(lambda t=quarter: _scan_all(redactor, t), runs)
+            if slow[name] < 500 and growth[name] < 7:
+                break
     print({k: round(v, 1) for k, v in slow.items()}, {k: round(v, 1) for k, v in growth.items()})
     # Each scan costs a small multiple of ordinary text (1-2x; 3,125 stacked PEM headers are 781
     # matches, each checked: ~50x, more on a loaded machine); with Python's backtracking engine the
@@ -106,8 +109,8 @@ def test_every_rule_is_linear_on_text_built_from_its_own_prefixes():
             took = _best_of(lambda t=quarter: _scan_all(single, t), 1)
             if took / base > 20:  # only a slow-looking case is worth a scaling check
                 full = _fit(chunk, SIZE)
-                ratio = _growth(single, full, quarter, 2)
-                if ratio >= 9:  # one noisy reading (a busy machine) is measured again, more carefully
+                ratio = _growth(single, full, quarter, 1)
+                if ratio >= 7:  # a reading near the line (or a busy machine's) is measured again, carefully
                     ratio = _growth(single, full, quarter, 5)
                 worst.append((rule.kind, chunk[:20], round(ratio, 1)))
     # 4x the input: linear is ~4x, quadratic ~16x
@@ -241,7 +244,7 @@ async def test_a_large_document_is_scanned_off_the_event_loop():
     redactor = Redactor()
     gh = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
     doc = {"messages": [{"role": "user", "content": f"line {i}: deploy with {gh} and password=Zq8uN2vLm4xT\n" * 40}
-                        for i in range(400)]}
+                        for i in range(50)]}  # ~150 KB, 18x the size scanned on a worker thread
     assert Redactor.is_large(doc)
     ticks = 0
     stop = asyncio.Event()
@@ -261,6 +264,6 @@ async def test_a_large_document_is_scanned_off_the_event_loop():
     await task
     assert during > 1  # the loop ran other work while the document was scanned
     assert scanned == Redactor().json(doc)[0] and gh not in str(scanned)
-    assert counts["github"] == 400 * 40 and counts["credential_assignment"] == 400 * 40
+    assert counts["github"] == 50 * 40 and counts["credential_assignment"] == 50 * 40
     small, found = await redactor.text_async(f"short {gh}")
     assert small == "short [redacted:github]" and found == {"github": 1}
