@@ -195,7 +195,7 @@ async def test_background_embedding_pauses_while_recalls_are_in_hand(aiohttp_ser
                 for i in range(start, start + 120)]})
         assert (await health(s, url))["embedding_backlog"] > 0
         # questions keep arriving while the backlog is being embedded
-        for n in range(40):
+        for n in range(15):
             await asyncio.gather(*(post(s, url + "/recall", {"agent_id": "ann", "query": f"tomato number {n}{k}",
                                                              "deadline_ms": 250}) for k in range(4)))
         during = await health(s, url)
