@@ -16,15 +16,14 @@ TEST_STAMP := $(VENV)/.memplane-test-installed
 # `make run` installs what memplane runs on (~256 MB); `make test` adds the test tools and the seven
 # client frameworks the suite drives (~580 MB in all).
 
-# tools/install_venv.py installs with uv (~6 s) from the sources pip is configured with, or with pip (~50 s).
+# tools/install_venv.py makes the venv and installs with uv (~6 s) from the sources pip is configured with,
+# or with pip (~60 s).
 $(STAMP): pyproject.toml constraints.txt tools/install_venv.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python tools/install_venv.py $(BIN)/python constraints.txt -e ".[speed]"
+	$(PYTHON) tools/install_venv.py $(VENV) constraints.txt -e ".[speed]"
 	touch $(STAMP)
 
 $(TEST_STAMP): pyproject.toml constraints.txt tools/install_venv.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python tools/install_venv.py $(BIN)/python constraints.txt -e ".[test,speed]"
+	$(PYTHON) tools/install_venv.py $(VENV) constraints.txt -e ".[test,speed]"
 	touch $(STAMP) $(TEST_STAMP)
 
 # The coding-agent CLIs the suite drives (Claude Code, Codex, Qwen Code; tests/clients/package-lock.json)

@@ -21,7 +21,7 @@ def test_uv_gets_the_wheel_directory_indexes_and_constraints_pip_is_configured_w
     monkeypatch.setenv("PIP_CONSTRAINT", str(tmp_path / "site-caps.txt"))
 
     pip = install_venv.pip_settings(sys.executable)
-    argv = install_venv.uv_argv("/v/bin/python", "constraints.txt", ["-e", ".[test]"], pip)
+    argv = install_venv.uv_argv("uv", "/v/bin/python", "constraints.txt", ["-e", ".[test]"], pip)
 
     pairs = list(zip(argv, argv[1:]))
     assert ("--find-links", "/srv/wheels") in pairs
@@ -37,5 +37,6 @@ def test_without_pip_configuration_uv_uses_its_default_index_only(monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     for name in [k for k in os.environ if k.startswith("PIP_") and k != "PIP_CONFIG_FILE"]:
         monkeypatch.delenv(name)
-    argv = install_venv.uv_argv("/v/bin/python", "constraints.txt", ["."], install_venv.pip_settings(sys.executable))
+    pip = install_venv.pip_settings(sys.executable)
+    argv = install_venv.uv_argv("uv", "/v/bin/python", "constraints.txt", ["."], pip)
     assert not {"--find-links", "--extra-index-url", "--index-url"} & set(argv)

@@ -1,22 +1,28 @@
-"""Install memplane into its venv: with uv when it can, with pip otherwise.
+"""Make memplane's venv and install into it: with uv when it can, with pip otherwise.
 
-A fresh clone's `make test` spent ~55 s of its 3 minutes in pip installing the ~200 pinned packages
-on a 2-core machine; uv installs the same pins in ~6 s. uv reads none of pip's configuration, so
-the package sources pip is set up with on this machine (`pip config list`: pip.conf files and PIP_*
-variables — index-url, extra-index-url, find-links, constraint) are handed to it, and every index
-is searched for a pinned version as pip searches them (`--index-strategy unsafe-best-match`). When
-uv cannot be had or fails, pip installs exactly as before.
+A fresh clone's `make test` spent ~60 s of its 3 minutes making the venv with pip (ensurepip, then
+the ~200 pinned packages); uv installs the same pins in ~6 s. uv itself is installed once per
+machine, beside the coding CLIs the suite drives (`~/.cache/memplane/uv-<pin>`; MEMPLANE_CLI_CACHE
+or XDG_CACHE_HOME move it), from the version `constraints.txt` pins. uv reads none of pip's
+configuration, so the package sources pip is set up with on this machine (`pip config list`:
+pip.conf files and PIP_* variables — index-url, extra-index-url, find-links, constraint) are handed
+to it, and every index is searched for a pinned version as pip searches them
+(`--index-strategy unsafe-best-match`). The venv gets pip too, for whoever uses it by hand. When uv
+cannot be had or fails, pip makes the install exactly as before.
 
-    python tools/install_venv.py <venv python> <constraints file> <requirement>...
+    python3 tools/install_venv.py <venv dir> <constraints file> <requirement>...
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 _SETTING = re.compile(r"^[^.]*\.([\w-]+)='(.*)'$")  # `global.find-links='/opt/wheels'`, `:env:.cert='...'`
+_UV_PIN = re.compile(r"^uv==([\w.]+)", re.M)
 
 
 def pip_settings(python: str) -> dict[str, list[str]]:
@@ -31,9 +37,9 @@ def pip_settings(python: str) -> dict[str, list[str]]:
     return out
 
 
-def uv_argv(python: str, constraints: str, requirements: list[str], pip: dict[str, list[str]]) -> list[str]:
-    argv = [python, "-m", "uv", "pip", "install", "--quiet", "--python", python,
-            "--index-strategy", "unsafe-best-match", "-c", constraints]
+def uv_argv(uv: str, python: str, constraints: str, requirements: list[str], pip: dict[str, list[str]]) -> list[str]:
+    argv = [uv, "pip", "install", "--quiet", "--python", python, "--index-strategy", "unsafe-best-match",
+            "-c", constraints]
     if pip.get("index-url"):
         argv += ["--index-url", pip["index-url"][0]]
     for url in pip.get("extra-index-url", []):
@@ -45,13 +51,35 @@ def uv_argv(python: str, constraints: str, requirements: list[str], pip: dict[st
     return argv + requirements
 
 
-def main(python: str, constraints: str, *requirements: str) -> int:
-    quiet = {"stdout": subprocess.DEVNULL}
-    has_uv = subprocess.run([python, "-m", "pip", "install", "--quiet", "-c", constraints, "uv"], **quiet).returncode == 0
-    if has_uv:
-        if subprocess.run(uv_argv(python, constraints, list(requirements), pip_settings(python))).returncode == 0:
+def cached_uv(constraints: str) -> str | None:
+    """The pinned uv, installed once per machine with this Python's pip; None when that fails."""
+    pin = _UV_PIN.search(Path(constraints).read_text())
+    if pin is None:
+        return None
+    base = Path(os.environ.get("MEMPLANE_CLI_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                / "memplane")
+    home = base / f"uv-{pin[1]}"
+    binary = home / "bin" / "uv"
+    if not binary.exists():
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(home),
+                               f"uv=={pin[1]}"], stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            return None
+    return str(binary) if binary.exists() else None
+
+
+def main(venv: str, constraints: str, *requirements: str) -> int:
+    python = str(Path(venv) / "bin" / "python")
+    if not Path(python).exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    uv = cached_uv(constraints)
+    if uv is not None:
+        argv = uv_argv(uv, python, constraints, ["pip", *requirements], pip_settings(sys.executable))
+        if subprocess.run(argv).returncode == 0:
             return 0
         print("install_venv: uv could not install; pip takes over", file=sys.stderr)
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        subprocess.run([python, "-m", "ensurepip", "--upgrade"], stdout=subprocess.DEVNULL, check=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
     return subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", constraints,
                            *requirements]).returncode
