@@ -62,8 +62,10 @@ def cached_uv(constraints: str) -> str | None:
     binary = home / "bin" / "uv"
     if not binary.exists():
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(home),
-                               f"uv=={pin[1]}"], stdout=subprocess.DEVNULL)
+                               f"uv=={pin[1]}"], capture_output=True, text=True)
         if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+            print(f"install_venv: uv {pin[1]} could not be installed ({said}); pip installs instead", file=sys.stderr)
             return None
     return str(binary) if binary.exists() else None
 
