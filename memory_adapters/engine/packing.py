@@ -23,7 +23,7 @@ from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.tokens import estimate_tokens
 
 from .dates import note
-from .record import StoredMemory, iso, origin_of, origins_of, untrusted, writer_of
+from .record import StoredMemory, iso, joined_origins, joined_writers, origin_of, origins_of, untrusted, writer_of
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
@@ -223,9 +223,8 @@ def _block(group: list[list[Chosen]], text: str) -> Packed:
     """One group's block: scored and named by its best hit, dated by its first memory."""
     members = [c for run in group for c in run]
     best = min(members, key=lambda c: (c.rank, -c.score))
-    origins = {c.snippet.origin for c in members}
     return Packed(text=text, score=round(best.score, 4),
                   kind="episode" if all(c.memory.type == "episode" for c in members) else best.memory.type,
                   ts=iso(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members],
-                  origin=" ".join(o for o in ORIGINS if o in origins),  # as record.origin_attr
-                  writer=" ".join(sorted({w for c in members if (w := c.snippet.writer)})) or None)  # as record.writer_attr
+                  origin=joined_origins(c.snippet.origin for c in members),
+                  writer=joined_writers(c.snippet.writer for c in members))

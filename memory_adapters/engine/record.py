@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -83,13 +84,20 @@ def writer_of(m: "StoredMemory") -> str | None:
 
 def origin_attr(memories: "list[StoredMemory]") -> str:
     """A block's origin: its memories' origins, most trusted first, space-separated."""
-    found = {origin_of(m) for m in memories}
+    return joined_origins(origin_of(m) for m in memories)
+
+
+def joined_origins(origins: Iterable[str]) -> str:
+    found = set(origins)
     return " ".join(o for o in ORIGINS if o in found)
 
 
 def writer_attr(memories: "list[StoredMemory]") -> str | None:
-    writers = sorted({w for m in memories if (w := writer_of(m))})
-    return " ".join(writers) or None
+    return joined_writers(writer_of(m) for m in memories)
+
+
+def joined_writers(writers: Iterable[str | None]) -> str | None:
+    return " ".join(sorted({w for w in writers if w})) or None
 
 
 def new_id() -> str:
