@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS, RecalledMemory
+from memplane_core.memo import TextMemo
 from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 
@@ -15,23 +16,21 @@ BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
 UNTRUSTED_SHARE = 0.25
 
 
-_CLOSED: dict[str, str | None] = {}  # an origin as a service wrote it -> as kept (a handful of values)
+_CLOSED: TextMemo[str | None] = TextMemo(entries=256, key_chars=200)  # an origin as written -> as kept
+_UNSEEN = object()
 
 
 def closed_origin(origin: str | None) -> str | None:
     """A service's `origin` kept only as the closed words it may hold (ORIGINS), in their order."""
     if not origin:
         return None
-    if origin in _CLOSED:
-        return _CLOSED[origin]
-    said = set(origin.split())
-    kept = [o for o in ORIGINS if o in said]
-    out = " ".join(kept) if kept and len(kept) == len(said) else None
-    if len(origin) <= 200:
-        if len(_CLOSED) >= 256:
-            _CLOSED.clear()
-        _CLOSED[origin] = out
-    return out
+    out = _CLOSED.get(origin, _UNSEEN)
+    if out is _UNSEEN:
+        said = set(origin.split())
+        kept = [o for o in ORIGINS if o in said]
+        out = " ".join(kept) if kept and len(kept) == len(said) else None
+        _CLOSED.put(origin, out)
+    return out  # type: ignore[return-value]
 
 
 def untrusted_origin(origin: str | None) -> bool:

@@ -29,6 +29,9 @@ class TransportError(Exception):
         super().__init__(self.name)
 
 
+LIBRARY_FAILURES = (aiohttp.ClientError, TimeoutError, OSError)  # what an exchange may raise
+
+
 class transport_errors:  # noqa: N801 - used as `with transport_errors():`, like the function it was
     """`with transport_errors():` — a library failure (aiohttp, a timeout, an OS error) becomes one
     TransportError. A class, not a generator-based context manager: it wraps every exchange."""
@@ -39,7 +42,7 @@ class transport_errors:  # noqa: N801 - used as `with transport_errors():`, like
         return None
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if exc is not None and isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError)):
+        if isinstance(exc, LIBRARY_FAILURES):
             raise TransportError(exc) from None
         return False
 
@@ -57,7 +60,7 @@ class provider_errors:  # noqa: N801
         return None
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if exc is None or not isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, TransportError)):
+        if not isinstance(exc, (*LIBRARY_FAILURES, TransportError)):
             return False
         failure = exc if isinstance(exc, TransportError) else TransportError(exc)
         if failure.timed_out:
