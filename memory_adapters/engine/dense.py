@@ -479,14 +479,11 @@ class VectorIndex:
     def scored(self, query: Any, k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` by cosine with the mean and standard deviation of cosine over the live rows
         (exact up to EXACT_UP_TO rows; past that, over an evenly spread sample of them)."""
-        n = len(self.ids)
-        if n == 0 or query is None:
+        if not len(self.ids) or query is None:
             return [], 0.0, 0.0
-        if n > self.EXACT_UP_TO:
-            return self.search(query, k), *_moments(self._sampled() @ query)
-        scores = self.matrix[:n] @ query  # one product serves both the top k and the moments
-        live = scores[~self.dead[:n]] if self.removed else scores
-        return self._best(np.arange(n), scores, min(k, n)), *_moments(live)
+        rows, cos, mean, std = self.top(query, k)
+        ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
+        return list(zip(map(ids.__getitem__, rows.tolist()), cos.tolist())), mean, std
 
     def top(self, query: Any, k: int = 50) -> tuple[Any, Any, float, float]:
         """`scored` as arrays: the best `k` live rows (`ids[row]` is the memory) and their cosines
@@ -494,7 +491,7 @@ class VectorIndex:
         n = len(self.ids)
         if n > self.EXACT_UP_TO:
             return *self._best_rows(*self._candidates(query, n, min(k, n)), min(k, n)), *_moments(self._sampled() @ query)
-        scores = self.matrix[:n] @ query
+        scores = self.matrix[:n] @ query  # one product serves both the top k and the moments
         live = scores[~self.dead[:n]] if self.removed else scores
         return *self._best_rows(np.arange(n), scores, min(k, n)), *_moments(live)
 

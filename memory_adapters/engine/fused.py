@@ -36,7 +36,6 @@ class RowLinks:
         self.lex_of_vec[vec_row] = lex_row
         self.vec_of_lex[lex_row] = vec_row
 
-
     def vec_rows(self, lex_rows: np.ndarray) -> np.ndarray:
         """The vector row of each lexical row (-1: no vector)."""
         out = np.full(len(lex_rows), -1, dtype=np.int64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
@@ -251,11 +251,16 @@ class AgentIndex:
                                                       sum(s.floor() for s in signals), self.asking))
         return out
 
+    def _may_hide(self, visible: Any) -> Container[str]:
+        """The memories `visible` could refuse: a `Visible` only those in `conditional`, any other
+        filter every one."""
+        return self.conditional if isinstance(visible, Visible) else self.memories
+
     def _shown(self, fused: list[tuple[str, float]], now: float, visible: Any) -> Iterator[tuple[str, float]]:
         """Lazily, the fused hits that are indexed, unexpired and `visible`; a memory a `Visible`
         cannot hide (most) is not looked up."""
         memories = self.memories
-        maybe_hidden = self.conditional if visible is None or isinstance(visible, Visible) else memories
+        maybe_hidden = self.conditional if visible is None else self._may_hide(visible)  # expired, or hidden
         for pair in fused:
             if pair[0] in maybe_hidden:
                 m = memories[pair[0]]
@@ -307,8 +312,7 @@ class AgentIndex:
                     if len(seen) >= MAX_HITS:
                         return
 
-        # a `Visible` can hide only the memories in `conditional` (as `_shown` reads them)
-        maybe_hidden = None if visible is None else self.conditional if isinstance(visible, Visible) else memories
+        maybe_hidden = None if visible is None else self._may_hide(visible)
 
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
             return [n for n in map(memories.__getitem__, around.get(m.id, ()))
