@@ -2,8 +2,8 @@
 
 A fresh clone's `make test` spent ~60 s of its 3 minutes making the venv with pip (ensurepip, then
 the ~200 pinned packages); uv installs the same pins in ~6 s. uv itself is installed once per
-machine, beside the coding CLIs the suite drives (`~/.cache/memplane/uv-<pin>`; MEMPLANE_CLI_CACHE
-or XDG_CACHE_HOME move it), from the version `constraints.txt` pins. uv reads none of pip's
+machine, beside the coding CLIs the suite drives (`~/.cache/memplane/uv-<pin>`; XDG_CACHE_HOME
+moves it), from the version `constraints.txt` pins. uv reads none of pip's
 configuration, so the package sources pip is set up with on this machine (`pip config list`:
 pip.conf files and PIP_* variables — index-url, extra-index-url, find-links, constraint) are handed
 to it, and every index is searched for a pinned version as pip searches them
@@ -56,9 +56,7 @@ def cached_uv(constraints: str) -> str | None:
     pin = _UV_PIN.search(Path(constraints).read_text())
     if pin is None:
         return None
-    base = Path(os.environ.get("MEMPLANE_CLI_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                / "memplane")
-    home = base / f"uv-{pin[1]}"
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memplane" / f"uv-{pin[1]}"
     binary = home / "bin" / "uv"
     if not binary.exists():
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(home),
