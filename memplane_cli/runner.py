@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -18,8 +19,38 @@ from aiohttp import web
 from proxy.header_logs import quiet_header_values
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A port for a server another process will bind later.
+
+    Picked below the kernel's ephemeral range: a port from bind(0) is free again once we close
+    it, and any server or client binding port 0 meanwhile (another test, the provider's client)
+    could take it before our process starts; below the range only an explicit pick can.
+    """
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 20000), low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket() as s:  # a crowded low range: the kernel's pick
         s.bind((host, 0))
         return s.getsockname()[1]
 

@@ -121,6 +121,11 @@ async def wait_delivered(data_dir: Path, agent: str, ids: set[str], timeout: flo
         await asyncio.sleep(0.2)
 
 
+def log_tail(log: Path, size: int = 4000) -> str:
+    """What the spawned processes last said, for a failure's message."""
+    return log.read_bytes()[-size:].decode(errors="replace") if log.exists() else "(no log)"
+
+
 @pytest.fixture
 def world(tmp_path, provider_server):
     provider, provider_url = provider_server
@@ -141,6 +146,7 @@ async def test_no_turn_or_memory_is_lost_or_duplicated_under_faults(world, aioht
     procs = {"adapter": spawn(*adapter_args, log=w["log"]), "proxy": spawn(*proxy_args, log=w["log"])}
     await wait_port(adapter_port)
     await wait_port(proxy_port)
+    assert all(p.poll() is None for p in procs.values()), log_tail(w["log"])  # ours listen, not a stranger
     total = int(os.environ.get("MEMPLANE_FAULT_REQUESTS", "2000"))
     done_phases: set[str] = set()
 
@@ -173,7 +179,8 @@ async def test_no_turn_or_memory_is_lost_or_duplicated_under_faults(world, aioht
         assert len(ids) == total
         await wait_delivered(w["data"], "worker", ids)
         stored = stored_ids(w["data"], "worker")
-        assert len(stored) == len(set(stored)) == total and set(stored) == ids  # zero lost, zero duplicated
+        assert len(stored) == len(set(stored)) == total and set(stored) == ids, (  # zero lost, zero duplicated
+            len(stored), len(set(stored)), len(ids - set(stored)), log_tail(w["log"]))
     finally:
         for p in procs.values():
             stop(p)
