@@ -1,6 +1,7 @@
 """Where a turn's CPU goes across the whole stack, per process and per thread, at one concurrency:
 
     python -m bench.stack_cpu embedded|reference [CONCURRENCY] [TURNS] [--py-spy PREFIX]
+                              [--redis-url URL [--workers N]]
 
 The fake provider, the memory service (embedded with 1,000 seeded memories and vectors, or the
 reference adapter) and the proxy run as `bench.servers` processes, as in `bench.overhead`; after a
@@ -11,6 +12,8 @@ the proxy (the service's event loop, its encoder and embedding threads), the ser
 timed out) and the connections left in TIME-WAIT on the service's port (a recall the proxy gave up
 on used to close its connection). `--py-spy PREFIX` records the service and the proxy with py-spy
 (`PREFIX.adapter.txt`, `PREFIX.proxy.txt`, raw folded stacks; the binary from PATH or $PY_SPY).
+`--redis-url` runs the proxy on the shared ledger (Redis Streams), `--workers N` as N processes on
+it; the proxy's CPU is then its whole process tree's and Redis's own CPU is a row of its own.
 Wrap a run in `flock /work/wt/bench.lock` on a shared host.
 """
 
@@ -59,7 +62,18 @@ def _get(url: str) -> str:
     return urllib.request.urlopen(url, timeout=10).read().decode()
 
 
-def measure(target: str, concurrency: int, turns: int, spy: str | None) -> dict:
+def _redis_pid(url: str) -> int | None:
+    """The redis-server's pid, when it runs on this host (its INFO says)."""
+    import redis
+
+    try:
+        return int(redis.Redis.from_url(url).info("server")["process_id"])
+    except Exception:  # noqa: BLE001 - a remote Redis: no row for it
+        return None
+
+
+def measure(target: str, concurrency: int, turns: int, spy: str | None, redis_url: str | None = None,
+            workers: int = 1) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="memplane-stack-cpu-"))
     with contextlib.ExitStack() as stack:
         prov = stack.enter_context(role("provider"))
@@ -72,17 +86,21 @@ def measure(target: str, concurrency: int, turns: int, spy: str | None) -> dict:
             seed_reference(tmp / "ref", "ref", MEMORIES)
         token, _ = write_agent(ctx, target[:3], memory=memory_manifest(
             target, f"http://127.0.0.1:{svc}", retain_batch_path=RETAIN_BATCH_PATH))
+        shared = ["--redis-url", redis_url, "--ledger-prefix", f"stackcpu{os.getpid()}", "--workers", str(workers)] \
+            if redis_url else []
         mp = stack.enter_context(role("memplane", "--upstream", f"http://127.0.0.1:{prov}/v1", "--context-root",
-                                      str(ctx), "--history-root", str(tmp / "hist")))
+                                      str(ctx), "--history-root", str(tmp / "hist"), *shared))
         url = f"http://127.0.0.1:{mp}/v1/chat/completions"
         load(url, token, concurrency, 200, 60, False)  # warm: connections, caches, the index
         time.sleep(3)  # the warm-up's retains and embeddings
         pids = {"provider": PIDS[prov], "service": PIDS[svc], "proxy": PIDS[mp]}
+        if redis_url and (rpid := _redis_pid(redis_url)):
+            pids["redis"] = rpid
         recorders = []
         if spy:
             binary = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
             recorders = [subprocess.Popen([binary, "record", "-p", str(pids[n]), "-o", f"{spy}.{n}.txt", "-f", "raw",
-                                           "-r", "200", "--nonblocking"],
+                                           "-r", "200", "--nonblocking", "--subprocesses"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                          for n in ("service", "proxy")]
             time.sleep(1.5)
@@ -118,8 +136,10 @@ def main() -> None:
     p.add_argument("concurrency", nargs="?", type=int, default=32)
     p.add_argument("turns", nargs="?", type=int, default=1000)
     p.add_argument("--py-spy", dest="spy")
+    p.add_argument("--redis-url", help="the proxy on the shared ledger in this Redis")
+    p.add_argument("--workers", type=int, default=1, help="proxy processes (with --redis-url)")
     a = p.parse_args()
-    print(json.dumps(measure(a.target, a.concurrency, a.turns, a.spy), indent=1))
+    print(json.dumps(measure(a.target, a.concurrency, a.turns, a.spy, a.redis_url, a.workers), indent=1))
 
 
 if __name__ == "__main__":
