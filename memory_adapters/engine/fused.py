@@ -56,11 +56,27 @@ def fused(lexical, vectors, links: RowLinks, text: str, vector, k: int,
     `lexical`: lexical.LexicalIndex; `vectors`: dense.VectorIndex or None. `head`: how many the
     caller will likely read — then the ranking is an iterator that puts only those in order
     first (the rest when read on): a recall reads ~400 of up to ~800 candidates."""
+    keys, scores, signals = fused_rows(lexical, vectors, links, text, vector, k, impute)
+    return _ranked(lexical, keys, scores, head), signals
+
+
+def fused_rows(lexical, vectors, links: RowLinks, text: str, vector, k: int,
+               impute: float) -> tuple[np.ndarray, np.ndarray, list[Signal]]:
+    """`fused` as arrays, in no order: the candidates' lexical rows, their fused z-scores, and the
+    signals."""
+    keys, raws, signals = _candidates(lexical, vectors, links, text, vector, k, impute)
+    if not len(keys):
+        return keys, _NONE_F, signals
+    return keys, sum(s.z_of(raw) for s, raw in zip(signals, raws)), signals
+
+
+def _candidates(lexical, vectors, links: RowLinks, text: str, vector, k: int,
+                impute: float) -> tuple[np.ndarray, list[np.ndarray], list[Signal]]:
     lex = lexical.top(text, k)
     rows, lex_raw, lex_mean, lex_std = lex if lex is not None else (_NONE, _NONE_F, 0.0, 0.0)
     signals = [Signal({}, lex_mean, lex_std, missing=0.0)]
     if vector is None or vectors is None or not len(vectors):
-        return _ranked(lexical, rows, signals, [lex_raw], head), signals
+        return rows, [lex_raw], signals
     vrows, cos, d_mean, d_std = vectors.top(vector, k)
     dense_lex = links.lex_of_vec[vrows]  # the dense hits' lexical rows
     # where each lexical candidate stands among the dense hits (-1: not among them), and back
@@ -86,7 +102,7 @@ def fused(lexical, vectors, links: RowLinks, text: str, vector, k: int,
     lexical_raw = np.concatenate([lex_raw, np.zeros(int(only_dense.sum()))])
     dense_all = np.concatenate([dense_raw, cos[only_dense]])
     signals.append(Signal({}, d_mean, d_std, missing=d_mean))
-    return _ranked(lexical, keys, signals, [lexical_raw, dense_all], head), signals
+    return keys, [lexical_raw, dense_all], signals
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -104,11 +120,9 @@ def _positions(these: np.ndarray, among: np.ndarray) -> np.ndarray:
     return np.where(among[at] == these, at, -1)
 
 
-def _ranked(lexical, keys: np.ndarray, signals: list[Signal], raws: list[np.ndarray],
-            head: int | None = None) -> Iterable[tuple[str, float]]:
+def _ranked(lexical, keys: np.ndarray, scores: np.ndarray, head: int | None = None) -> Iterable[tuple[str, float]]:
     if not len(keys):
         return []
-    scores = sum(s.z_of(raw) for s, raw in zip(signals, raws))
     ids = lexical.ids
     if head is None or not 0 < head < len(keys):
         return ordered([ids[r] for r in keys.tolist()], scores)
