@@ -111,3 +111,23 @@ def test_a_filter_other_than_visible_takes_the_pairs_path_and_is_obeyed():
     ranked = idx._ranked("garden fence", unit(rng), 400, time.time(), lambda m: m.id not in hidden, 400, True)
     assert not isinstance(ranked, RankedRows)
     assert ranked and not hidden & {d for d, _ in ranked}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_order_by_score_then_id_as_python_orders_pairs(seed):
+    """Ids sharing long prefixes (and then not), of any length and beyond ASCII, scores that tie."""
+    from memory_adapters.engine.rowfacts import RowFacts
+
+    rnd = random.Random(seed)
+    facts, ids = RowFacts(), []
+    for row in range(300):
+        if row == 150:  # an id that shortens the prefix every id shares: every row renumbered
+            ids.append("x")
+        else:
+            ids.append("mem_same_" + "".join(rnd.choices("ab0é\u4e2d", k=rnd.randint(0, 12))))
+        facts.put(row, ids[-1], conditional=False, sitting=None, speaker=None, norm=ids[-1], asks=False)
+        if row in (40, 149, 299):
+            rows = np.array(rnd.sample(range(row + 1), min(row + 1, 120)), dtype=np.int64)
+            neg = np.array([rnd.choice([-1.5, -1.0, -0.0, 0.0, 2.0]) for _ in rows])
+            want = sorted(range(len(rows)), key=lambda i: (neg[i], ids[rows[i]]))
+            assert facts.by_score_then_id(rows, neg).tolist() == want

@@ -98,6 +98,6 @@ def rerank_rows(rows: np.ndarray, scores: np.ndarray, facts: RowFacts, floor: fl
         moved = own + weight * best - np.where(facts.asks[rows[pos]], penalty, 0.0)
     finally:
         at[rows] = -1
-    order = np.lexsort((facts.id_key[rows[pos]], -moved))  # best first; equal scores by id
+    order = facts.by_score_then_id(rows[pos], -moved)  # best first; equal scores by id
     rest = np.flatnonzero(~todo)
     return np.concatenate([rows[pos[order]], rows[rest]]), np.concatenate([moved[order], scores[rest]])

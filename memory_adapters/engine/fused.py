@@ -29,12 +29,30 @@ class RowLinks:
     def __init__(self) -> None:
         self.lex_of_vec = np.full(64, -1, dtype=np.int64)
         self.vec_of_lex = np.full(64, -1, dtype=np.int64)
+        self._at = np.full(64, -1, dtype=np.int64)  # scratch: a row's position in one query's hits
 
     def link(self, lex_row: int, vec_row: int) -> None:
         self.lex_of_vec = _fit(self.lex_of_vec, vec_row)
         self.vec_of_lex = _fit(self.vec_of_lex, lex_row)
         self.lex_of_vec[vec_row] = lex_row
         self.vec_of_lex[lex_row] = vec_row
+
+    def positions(self, rows: np.ndarray, dense_lex: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each lexical candidate (`rows`) stands among the dense hits' lexical rows
+        (`dense_lex`), and back (-1: not there); both distinct rows below `n`. By a scratch array
+        of positions, not two sorts."""
+        if len(dense_lex) and dense_lex.min() < 0:  # a vector not linked to a row: by sorting
+            return _positions(rows, dense_lex), _positions(dense_lex, rows)
+        if len(self._at) < n:
+            self._at = np.full(max(n, 2 * len(self._at)), -1, dtype=np.int64)
+        at = self._at
+        at[dense_lex] = np.arange(len(dense_lex))
+        at_dense = at[rows]
+        at[dense_lex] = -1
+        at[rows] = np.arange(len(rows))
+        at_lex = at[dense_lex]
+        at[rows] = -1
+        return at_dense, at_lex
 
     def vec_rows(self, lex_rows: np.ndarray) -> np.ndarray:
         """The vector row of each lexical row (-1: no vector)."""
@@ -80,8 +98,7 @@ def _candidates(lexical, vectors, links: RowLinks, text: str, vector, k: int,
     vrows, cos, d_mean, d_std = vectors.top(vector, k)
     dense_lex = links.lex_of_vec[vrows]  # the dense hits' lexical rows
     # where each lexical candidate stands among the dense hits (-1: not among them), and back
-    at_dense = _positions(rows, dense_lex)
-    at_lex = _positions(dense_lex, rows)
+    at_dense, at_lex = links.positions(rows, dense_lex, len(lexical.ids))
     dense_raw = np.full(len(rows), d_mean, dtype=np.float64)
     among = at_dense >= 0
     dense_raw[among] = cos[at_dense[among]]

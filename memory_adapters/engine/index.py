@@ -282,7 +282,7 @@ class AgentIndex:
                     shown[i] = not (m.expired(now) or (visible is not None and not visible(m)))
             if not shown.all():
                 keys, scores = keys[shown], scores[shown]
-        order = best_first(keys, scores, facts.id_key, limit)
+        order = best_first(keys, scores, facts, limit)
         rows, scores = keys[order], scores[order]
         rows, scores = self.speakers.boosted_rows(rows, scores, text, facts.speaker, facts.speakers_named)
         rows, scores = context.rerank_rows(rows, scores, facts, sum(s.floor() for s in signals))
