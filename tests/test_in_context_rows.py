@@ -57,11 +57,11 @@ def built(seed: int, n: int) -> tuple[AgentIndex, random.Random, np.random.Gener
 
 
 def by_pairs(idx: AgentIndex, fn):
-    idx.facts.sortable = False  # the `(id, score)` steps, as before the arrays
+    idx.facts.enabled = False  # the `(id, score)` steps, as before the arrays
     try:
         return fn()
     finally:
-        idx.facts.sortable = True
+        idx.facts.enabled = True
 
 
 @pytest.mark.parametrize("seed", range(10))

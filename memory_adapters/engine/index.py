@@ -257,7 +257,7 @@ class AgentIndex:
                 in_context: bool) -> Sequence[tuple[str, float]]:
         """`rank` by id: a caller that reads the best few never looks the rest up. In context, with
         no filter but a `Visible`: as `RankedRows`, over arrays (the same pairs)."""
-        if in_context and self.facts.sortable and (visible is None or isinstance(visible, Visible)):
+        if in_context and self.facts.enabled and (visible is None or isinstance(visible, Visible)):
             return self._in_context(text, vector, k, now, visible, limit)
         ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE, limit)
         out = list(islice(self._shown(ranked, now, visible), limit))

@@ -21,28 +21,28 @@ NONE = -1
 class RowFacts:
     """Per lexical row: indexed now, may be hidden by a `Visible`, the sitting and the speaker (as
     numbers, -1: none), the text said (a number per distinct `Snippet.norm`), only asks, the rows of
-    its neighbours (two slots, -1: none), and its id as UTF-8 bytes (ordered as Python orders str)
-    with a number that orders the same (`id_order`) or ties."""
+    its neighbours (two slots, -1: none), and its id with a number that orders as the id does or
+    ties (`id_order`: UTF-8 keeps code point order)."""
 
-    ID_WIDTH = 40
     ORDER_BYTES = 6  # of an id past the prefix every id shares: 48 bits, exact in a float64
 
     def __init__(self) -> None:
         self.live = np.zeros(64, dtype=bool)
         self.conditional = np.zeros(64, dtype=bool)
-        self.sitting = np.full(64, NONE, dtype=np.int64)
-        self.speaker = np.full(64, NONE, dtype=np.int64)
-        self.norm = np.full(64, NONE, dtype=np.int64)
+        self.sitting = np.full(64, NONE, dtype=np.int32)
+        self.speaker = np.full(64, NONE, dtype=np.int32)
+        self.norm = np.full(64, NONE, dtype=np.int32)
         self.asks = np.zeros(64, dtype=bool)
-        self.near = np.full((64, 2), NONE, dtype=np.int64)
-        self.id_key = np.zeros(64, dtype=f"S{self.ID_WIDTH}")
+        self.near = np.full((64, 2), NONE, dtype=np.int32)
+        self.ids: list[str | None] = []  # row → memory id
         self.id_order = np.zeros(64, dtype=np.float64)  # ORDER_BYTES of the id past `_prefix`, as a number
         self._prefix: bytes | None = None  # what every id put so far begins with
         self.at = np.full(64, NONE, dtype=np.int64)  # scratch: a row's position in one recall's ranking
-        self.sortable = True  # every id orders as its bytes (none holds a NUL)
+        self.enabled = True  # recall's in-context steps run over these arrays (False: over (id, score) pairs)
         self._speakers: dict[str, int] = {}
-        self._norms: dict[str, list[int]] = {}  # text → [its number, memories saying it]
-        self._next_norm = 0
+        self._norms: dict[str, int] = {}  # text → its number
+        self._saying = np.zeros(64, dtype=np.int32)  # number → how many memories say it
+        self._codes = 0  # texts numbered so far
 
     def put(self, row: int, memory_id: str, *, conditional: bool, sitting: int | None, speaker: str | None,
             norm: str, asks: bool) -> None:
@@ -51,20 +51,19 @@ class RowFacts:
         self.conditional[row] = conditional
         self.sitting[row] = NONE if sitting is None else sitting
         self.speaker[row] = NONE if speaker is None else self._speakers.setdefault(speaker, len(self._speakers))
-        got = self._norms.get(norm)
-        if got is None:
-            got = self._norms[norm] = [self._next_norm, 0]
-            self._next_norm += 1
-        got[1] += 1
-        self.norm[row] = got[0]
+        code = self._norms.get(norm)
+        if code is None:  # numbers are not reused: as many as texts ever said
+            code = self._norms[norm] = self._codes
+            self._codes += 1
+            if code >= len(self._saying):
+                self._saying = np.concatenate([self._saying, np.zeros(len(self._saying), dtype=np.int32)])
+        self._saying[code] += 1
+        self.norm[row] = code
         self.asks[row] = asks
         self.near[row] = NONE
-        key = memory_id.encode("utf-8", "surrogatepass")  # UTF-8 keeps code point order
-        if b"\0" in key:
-            self.sortable = False
-        if len(key) > self.id_key.dtype.itemsize:
-            self.id_key = self.id_key.astype(f"S{max(len(key), 2 * self.id_key.dtype.itemsize)}")
-        self.id_key[row] = key
+        self.ids.extend([None] * (row + 1 - len(self.ids)))
+        self.ids[row] = memory_id
+        key = _utf8(memory_id)
         if self._prefix is None:
             self._prefix = key
         elif not key.startswith(self._prefix):
@@ -78,32 +77,34 @@ class RowFacts:
         return float(int.from_bytes(key[start:start + self.ORDER_BYTES].ljust(self.ORDER_BYTES, b"\0"), "big"))
 
     def _renumber(self) -> None:
-        """Every row's `id_order` again, past a shorter shared prefix (it only shortens: rarely)."""
-        width = self.id_key.dtype.itemsize
-        start = len(self._prefix or b"")
-        cut = np.zeros((len(self.id_key), self.ORDER_BYTES), dtype=np.uint8)
-        have = self.id_key.view(np.uint8).reshape(len(self.id_key), width)[:, start:start + self.ORDER_BYTES]
-        cut[:, :have.shape[1]] = have
-        self.id_order = (cut.astype(np.float64) * (256.0 ** np.arange(self.ORDER_BYTES - 1, -1, -1))).sum(axis=1)
+        """Every row's `id_order` again, past a shorter shared prefix (it only shortens: a few times
+        in an index's life)."""
+        for row, memory_id in enumerate(self.ids):
+            if memory_id is not None:
+                self.id_order[row] = self._number(_utf8(memory_id))
 
     def by_score_then_id(self, rows: np.ndarray, neg: np.ndarray) -> np.ndarray:
         """The order of `rows` by `neg` (up), then id: as Python sorts `(neg, id)` tuples. By one
-        sort of (score, id number) pairs; by the ids' bytes when two of those tie."""
+        sort of (score, id number) pairs, then each run of equal pairs by its ids."""
         pair = np.empty(len(rows), dtype=np.complex128)  # sorted by real, then imaginary part
         pair.real = neg
         pair.imag = self.id_order[rows]
         order = np.argsort(pair)
         ranked = pair[order]
-        if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
-            return np.lexsort((self.id_key[rows], neg))
+        same = ranked[1:] == ranked[:-1]
+        if same.any():  # ids alike in their first bytes (and equal scores): each such run by its ids
+            ids, at = self.ids, rows.tolist()
+            edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+            for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
+                order[start:end + 1] = sorted(order[start:end + 1].tolist(), key=lambda i: (ids[at[i]], i))
         return order
 
     def drop(self, row: int, norm: str) -> None:
         self.live[row] = False
-        got = self._norms.get(norm)
-        if got is not None:
-            got[1] -= 1
-            if got[1] <= 0:
+        code = self._norms.get(norm)
+        if code is not None:
+            self._saying[code] -= 1
+            if self._saying[code] <= 0:
                 del self._norms[norm]
 
     def link(self, row: int, near: list[int]) -> None:
@@ -121,14 +122,17 @@ class RowFacts:
         grow = max(n, row + 1 - n)
         self.live = np.concatenate([self.live, np.zeros(grow, dtype=bool)])
         self.conditional = np.concatenate([self.conditional, np.zeros(grow, dtype=bool)])
-        self.sitting = np.concatenate([self.sitting, np.full(grow, NONE, dtype=np.int64)])
-        self.speaker = np.concatenate([self.speaker, np.full(grow, NONE, dtype=np.int64)])
-        self.norm = np.concatenate([self.norm, np.full(grow, NONE, dtype=np.int64)])
+        self.sitting = np.concatenate([self.sitting, np.full(grow, NONE, dtype=np.int32)])
+        self.speaker = np.concatenate([self.speaker, np.full(grow, NONE, dtype=np.int32)])
+        self.norm = np.concatenate([self.norm, np.full(grow, NONE, dtype=np.int32)])
         self.asks = np.concatenate([self.asks, np.zeros(grow, dtype=bool)])
-        self.near = np.concatenate([self.near, np.full((grow, 2), NONE, dtype=np.int64)])
-        self.id_key = np.concatenate([self.id_key, np.zeros(grow, dtype=self.id_key.dtype)])
+        self.near = np.concatenate([self.near, np.full((grow, 2), NONE, dtype=np.int32)])
         self.id_order = np.concatenate([self.id_order, np.zeros(grow, dtype=np.float64)])
         self.at = np.concatenate([self.at, np.full(grow, NONE, dtype=np.int64)])
+
+
+def _utf8(memory_id: str) -> bytes:
+    return memory_id.encode("utf-8", "surrogatepass")
 
 
 def best_first(keys: np.ndarray, scores: np.ndarray, facts: RowFacts, limit: int | None) -> np.ndarray:
