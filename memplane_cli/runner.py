@@ -11,11 +11,17 @@ import gc
 import random
 import signal
 import socket
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_server import Server
 
+from memplane_core.arrival import ARRIVED
 from proxy.header_logs import quiet_header_values
 
 
@@ -67,9 +73,50 @@ class Site:
 MAX_HEADER_BYTES = 8190  # one header line; a longer Authorization is refused (400) before any handler
 
 
+class _Noted(RequestHandler):
+    """A connection that notes when each request's message was read (memplane_core/arrival.py):
+    in order, one time per message its parser gave, handed to that message's request."""
+
+    __slots__ = ("_read_at",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_at: deque[float] = deque()
+        make = self._request_factory
+        assert make is not None
+
+        def noted(message: Any, *rest: Any) -> web.BaseRequest:
+            request = make(message, *rest)
+            if self._read_at:
+                request[ARRIVED] = self._read_at.popleft()
+            return request
+        self._request_factory = noted
+
+    def data_received(self, data: bytes) -> None:
+        before = self._request_count  # counts the messages parsed off this connection
+        super().data_received(data)
+        if self._request_count > before:
+            now = time.monotonic()
+            self._read_at.extend(now for _ in range(self._request_count - before))
+
+
+class _NotingServer(Server):
+    def __call__(self) -> RequestHandler:
+        return _Noted(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    """An `AppRunner` whose connections note when each request was read (`_Noted`)."""
+
+    async def _make_server(self) -> Server:
+        server = await super()._make_server()
+        server.__class__ = _NotingServer  # the app's own server, every setting kept
+        return server
+
+
 async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, int]:
     quiet_header_values()
-    runner = web.AppRunner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s,
+    runner = _Runner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s,
                            max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES)
     await runner.setup()
     tcp = web.TCPSite(runner, site.host, site.port, reuse_address=True, reuse_port=site.reuse_port or None)

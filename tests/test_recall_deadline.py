@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import threading
 import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from memory_adapters.embedded.app import EMBEDDED_SERVICE, build_embedded_app
 from memplane_core.redact import Redactor
@@ -388,3 +390,50 @@ async def test_many_questions_of_one_agent_at_once_each_get_memories_when_nothin
     assert all(body["memories"] and body["ranking"] == "dense+lexical" for _, body in answers), \
         [body.get("ranking") for _, body in answers]
     assert stats["shed_busy"] == 0
+
+
+def _raw_post(port: int, path: str, body: dict, *, close: bool = False) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{'Connection: close' if close else 'Connection: keep-alive'}"
+            f"\r\n\r\n").encode() + data
+
+
+async def test_a_recall_queued_behind_other_work_counts_its_deadline_from_when_it_was_read(tmp_path):
+    """The proxy's `deadline_ms` runs from when it sent the recall (CONTRACT §5). A recall whose
+    handler starts late — 32 recalls in flight, each ranked in turn on the service's one event
+    loop — takes the cheaper ranking it has (fewer candidates) and still answers with memories,
+    instead of ranking in full as if it had its whole deadline and arriving after the proxy gave up.
+    Here another handler holds the event loop for 300 ms after both requests were read."""
+    from memplane_cli import runner
+
+    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                             embeddings="off")
+
+    async def busy(request: web.Request) -> web.Response:  # what 30 rankings ahead of it do to the loop
+        time.sleep(0.3)
+        return web.json_response({})
+    app.router.add_post("/busy", busy)
+    site, port = await runner.start_site(runner.Site(app, "127.0.0.1", 0))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as s:
+            for start in range(0, 450, 50):  # past the 400 candidates a full ranking reads
+                status, _ = await post(s, url + "/retain/batch", {"agent_id": "ann", "items": [
+                    {"entry": entry(f"hist1_{i}", f"{FACTS[i % 3]} Note {i} about the garden fence.")}
+                    for i in range(start, start + 50)]})
+                assert status < 300
+            question = {"agent_id": "ann", "query": "Where does my sister live?", "deadline_ms": 150}
+            status, alone = await post(s, url + "/recall", question)
+            assert status == 200 and alone["ranking"] == "lexical"  # nothing ahead of it: a full ranking
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_raw_post(port, "/busy", {}) + _raw_post(port, "/recall", question, close=True))
+        await writer.drain()
+        raw = await reader.read()  # both answers, in order, then the connection closes
+        writer.close()
+        queued = json.loads(raw.rsplit(b"\r\n\r\n", 1)[1])
+        assert queued["ranking"] == "lexical; fewer candidates"
+        assert "Porto" in queued["memories"][0]["text"]  # still the memories it needs
+    finally:
+        await site.cleanup()

@@ -15,7 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Container, Mapping, Sequence
 
+import numpy as np
+
 from .episodes import sentences
+from .rowfacts import RowFacts
 
 WEIGHT = 0.25  # share of the best neighbour's fused score a turn gains (z units)
 DEPTH = 100  # hits reordered with their neighbours: a full block holds ~60 hits
@@ -62,3 +65,39 @@ def rerank(ranked: list[tuple[str, float]], around: Mapping[str, Sequence[str]],
         ordered.append((-(own + weight * best - (penalty if d in asking else 0.0)), d))
     ordered.sort()  # best first; equal scores by id, as fusion breaks ties
     return [(d, -neg) for neg, d in ordered] + [pair for pair in ranked if pair[0] not in todo]
+
+
+def rerank_rows(rows: np.ndarray, scores: np.ndarray, facts: RowFacts, floor: float, *,
+                weight: float | None = None, depth: int | None = None, penalty: float | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """`rerank` over arrays (rowfacts.py): `rows` (lexical rows, distinct) with their `scores`,
+    best first; a row's neighbours and whether it only asks are read from `facts`. The same
+    order and scores as `rerank` over the rows' ids."""
+    weight = WEIGHT if weight is None else weight
+    depth = DEPTH if depth is None else depth
+    penalty = ASKS_PENALTY if penalty is None else penalty
+    n = len(rows)
+    if (weight == 0 and penalty == 0) or not n:
+        return rows, scores
+    at = facts.at  # each ranked row's position, -1 elsewhere (put back before returning)
+    at[rows] = np.arange(n)
+    try:
+        todo = np.zeros(n, dtype=bool)
+        todo[:depth] = True
+        near = facts.near[rows[:depth]]
+        beside = at[near[near >= 0]]
+        todo[beside[beside >= 0]] = True  # the head and the ranked turns beside it
+        pos = np.flatnonzero(todo)
+        own = scores[pos]
+        near = facts.near[rows[pos]]
+        has = near >= 0
+        where = np.where(has, at[near], -1)
+        got = np.where(where >= 0, scores[where], floor)  # a neighbour outside `rows` counts as `floor`
+        got[~has] = -math.inf
+        best = np.where(has.any(axis=1), got.max(axis=1), own)
+        moved = own + weight * best - np.where(facts.asks[rows[pos]], penalty, 0.0)
+    finally:
+        at[rows] = -1
+    order = facts.by_score_then_id(rows[pos], -moved)  # best first; equal scores by id
+    rest = np.flatnonzero(~todo)
+    return np.concatenate([rows[pos[order]], rows[rest]]), np.concatenate([moved[order], scores[rest]])

@@ -29,12 +29,30 @@ class RowLinks:
     def __init__(self) -> None:
         self.lex_of_vec = np.full(64, -1, dtype=np.int64)
         self.vec_of_lex = np.full(64, -1, dtype=np.int64)
+        self._at = np.full(64, -1, dtype=np.int64)  # scratch: a row's position in one query's hits
 
     def link(self, lex_row: int, vec_row: int) -> None:
         self.lex_of_vec = _fit(self.lex_of_vec, vec_row)
         self.vec_of_lex = _fit(self.vec_of_lex, lex_row)
         self.lex_of_vec[vec_row] = lex_row
         self.vec_of_lex[lex_row] = vec_row
+
+    def positions(self, rows: np.ndarray, dense_lex: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each lexical candidate (`rows`) stands among the dense hits' lexical rows
+        (`dense_lex`), and back (-1: not there); both distinct rows below `n`. By a scratch array
+        of positions, not two sorts."""
+        if len(dense_lex) and dense_lex.min() < 0:  # a vector not linked to a row: by sorting
+            return _positions(rows, dense_lex), _positions(dense_lex, rows)
+        if len(self._at) < n:
+            self._at = np.full(max(n, 2 * len(self._at)), -1, dtype=np.int64)
+        at = self._at
+        at[dense_lex] = np.arange(len(dense_lex))
+        at_dense = at[rows]
+        at[dense_lex] = -1
+        at[rows] = np.arange(len(rows))
+        at_lex = at[dense_lex]
+        at[rows] = -1
+        return at_dense, at_lex
 
     def vec_rows(self, lex_rows: np.ndarray) -> np.ndarray:
         """The vector row of each lexical row (-1: no vector)."""
@@ -56,16 +74,31 @@ def fused(lexical, vectors, links: RowLinks, text: str, vector, k: int,
     `lexical`: lexical.LexicalIndex; `vectors`: dense.VectorIndex or None. `head`: how many the
     caller will likely read — then the ranking is an iterator that puts only those in order
     first (the rest when read on): a recall reads ~400 of up to ~800 candidates."""
+    keys, scores, signals = fused_rows(lexical, vectors, links, text, vector, k, impute)
+    return _ranked(lexical, keys, scores, head), signals
+
+
+def fused_rows(lexical, vectors, links: RowLinks, text: str, vector, k: int,
+               impute: float) -> tuple[np.ndarray, np.ndarray, list[Signal]]:
+    """`fused` as arrays, in no order: the candidates' lexical rows, their fused z-scores, and the
+    signals."""
+    keys, raws, signals = _candidates(lexical, vectors, links, text, vector, k, impute)
+    if not len(keys):
+        return keys, _NONE_F, signals
+    return keys, sum(s.z_of(raw) for s, raw in zip(signals, raws)), signals
+
+
+def _candidates(lexical, vectors, links: RowLinks, text: str, vector, k: int,
+                impute: float) -> tuple[np.ndarray, list[np.ndarray], list[Signal]]:
     lex = lexical.top(text, k)
     rows, lex_raw, lex_mean, lex_std = lex if lex is not None else (_NONE, _NONE_F, 0.0, 0.0)
     signals = [Signal({}, lex_mean, lex_std, missing=0.0)]
     if vector is None or vectors is None or not len(vectors):
-        return _ranked(lexical, rows, signals, [lex_raw], head), signals
+        return rows, [lex_raw], signals
     vrows, cos, d_mean, d_std = vectors.top(vector, k)
     dense_lex = links.lex_of_vec[vrows]  # the dense hits' lexical rows
     # where each lexical candidate stands among the dense hits (-1: not among them), and back
-    at_dense = _positions(rows, dense_lex)
-    at_lex = _positions(dense_lex, rows)
+    at_dense, at_lex = links.positions(rows, dense_lex, len(lexical.ids))
     dense_raw = np.full(len(rows), d_mean, dtype=np.float64)
     among = at_dense >= 0
     dense_raw[among] = cos[at_dense[among]]
@@ -86,7 +119,7 @@ def fused(lexical, vectors, links: RowLinks, text: str, vector, k: int,
     lexical_raw = np.concatenate([lex_raw, np.zeros(int(only_dense.sum()))])
     dense_all = np.concatenate([dense_raw, cos[only_dense]])
     signals.append(Signal({}, d_mean, d_std, missing=d_mean))
-    return _ranked(lexical, keys, signals, [lexical_raw, dense_all], head), signals
+    return keys, [lexical_raw, dense_all], signals
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -104,11 +137,9 @@ def _positions(these: np.ndarray, among: np.ndarray) -> np.ndarray:
     return np.where(among[at] == these, at, -1)
 
 
-def _ranked(lexical, keys: np.ndarray, signals: list[Signal], raws: list[np.ndarray],
-            head: int | None = None) -> Iterable[tuple[str, float]]:
+def _ranked(lexical, keys: np.ndarray, scores: np.ndarray, head: int | None = None) -> Iterable[tuple[str, float]]:
     if not len(keys):
         return []
-    scores = sum(s.z_of(raw) for s, raw in zip(signals, raws))
     ids = lexical.ids
     if head is None or not 0 < head < len(keys):
         return ordered([ids[r] for r in keys.tolist()], scores)

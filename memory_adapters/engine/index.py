@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
 from . import context
 from .dates import indexed
-from .fused import RowLinks, fused
+from .fused import RowLinks, fused, fused_rows
 from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
 from .record import StoredMemory, is_pinned, iso, origin_attr, untrusted, writer_attr
-from .sittings import Sittings
+from .rowfacts import RowFacts, best_first
+from .sittings import Sittings, lift
 from .speakers import Speakers
 
 CANDIDATES = 400  # per signal; the fused ranking is over their union
@@ -112,6 +115,7 @@ class AgentIndex:
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
     sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
     links: RowLinks = field(default_factory=RowLinks)  # lexical row ↔ vector row of each memory (fused.py)
+    facts: RowFacts = field(default_factory=RowFacts)  # what recall's in-context steps read, by lexical row
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -132,6 +136,9 @@ class AgentIndex:
                 self.asking.add(m.id)
             self.speakers.put(m.id, m.value)
             self.sittings.put(m, sn.day, asks)
+        self.facts.put(self.lexical.docs[m.id][1], m.id, conditional=m.id in self.conditional,
+                       sitting=self.sittings.of.get(m.id), speaker=self.speakers.of.get(m.id), norm=sn.norm,
+                       asks=m.id in self.asking)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -182,6 +189,9 @@ class AgentIndex:
         m = self.memories.pop(memory_id, None)
         if m is None:
             return None
+        doc, sn = self.lexical.docs.get(memory_id), self.snippets.get(memory_id)
+        if doc is not None:
+            self.facts.drop(doc[1], sn.norm if sn is not None else "")
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
@@ -204,7 +214,9 @@ class AgentIndex:
         for j in range(max(0, i - 1), min(len(self.order), i + 2)):
             m = self.memories.get(self.order[j][3])
             if m is not None:
-                self.around[m.id] = tuple(n.id for n in self._beside(j, m, 1))
+                self.around[m.id] = near = tuple(n.id for n in self._beside(j, m, 1))
+                docs = self.lexical.docs
+                self.facts.link(docs[m.id][1], [docs[n][1] for n in near])
 
     def snippet(self, m: StoredMemory) -> Snippet:
         got = self.snippets.get(m.id)
@@ -242,14 +254,40 @@ class AgentIndex:
                                                           in_context)]
 
     def _ranked(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None,
-                in_context: bool) -> list[tuple[str, float]]:
-        """`rank` by id: a caller that reads the best few never looks the rest up."""
+                in_context: bool) -> Sequence[tuple[str, float]]:
+        """`rank` by id: a caller that reads the best few never looks the rest up. In context, with
+        no filter but a `Visible`: as `RankedRows`, over arrays (the same pairs)."""
+        if in_context and self.facts.enabled and (visible is None or isinstance(visible, Visible)):
+            return self._in_context(text, vector, k, now, visible, limit)
         ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE, limit)
         out = list(islice(self._shown(ranked, now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
                                                       sum(s.floor() for s in signals), self.asking))
         return out
+
+    def _in_context(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None
+                    ) -> "RankedRows":
+        """`_ranked` in context over the candidates' lexical rows (rowfacts.py): the same steps
+        (`_shown`, speakers, context, sittings) as array operations, no per-candidate Python."""
+        keys, scores, signals = fused_rows(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE)
+        facts = self.facts
+        if len(keys):
+            shown = facts.live[keys]
+            maybe = np.flatnonzero(shown & facts.conditional[keys])  # expiring or scoped: asked one by one
+            if len(maybe):
+                ids, memories = self.lexical.ids, self.memories
+                for i, r in zip(maybe.tolist(), keys[maybe].tolist()):
+                    m = memories[ids[r]]
+                    shown[i] = not (m.expired(now) or (visible is not None and not visible(m)))
+            if not shown.all():
+                keys, scores = keys[shown], scores[shown]
+        order = best_first(keys, scores, facts, limit)
+        rows, scores = keys[order], scores[order]
+        rows, scores = self.speakers.boosted_rows(rows, scores, text, facts.speaker, facts.speakers_named)
+        rows, scores = context.rerank_rows(rows, scores, facts, sum(s.floor() for s in signals))
+        order, scores = lift(facts.sitting[rows], scores)
+        return RankedRows(rows[order], scores, self.lexical.ids, facts)
 
     def _may_hide(self, visible: Any) -> Container[str]:
         """The memories `visible` could refuse: a `Visible` only those in `conditional`, any other
@@ -302,6 +340,11 @@ class AgentIndex:
         memories, around, snippets = self.memories, self.around, self.snippets
 
         def distinct() -> Iterator[tuple[StoredMemory, float]]:
+            if isinstance(ranked, RankedRows):
+                return ((memories[d], s) for d, s in ranked.distinct(MAX_HITS))
+            return distinct_pairs()
+
+        def distinct_pairs() -> Iterator[tuple[StoredMemory, float]]:
             """A user who repeats small talk should not fill the block; taken as packing needs them."""
             seen: set[str] = set()
             for d, s in ranked:
@@ -320,6 +363,40 @@ class AgentIndex:
 
         snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)
         return pack(distinct(), near, self.position, snippet, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
+
+
+class RankedRows(Sequence):
+    """A ranking as lexical rows and scores, best first; read as `(memory id, score)` pairs."""
+
+    def __init__(self, rows: np.ndarray, scores: np.ndarray, ids: list, facts: RowFacts) -> None:
+        self.rows, self.scores, self._ids, self._facts = rows, scores, ids, facts
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, float]]: ...
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return list(zip(map(self._ids.__getitem__, self.rows[i].tolist()), self.scores[i].tolist()))
+        return self._ids[int(self.rows[i])], float(self.scores[i])
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        return zip(map(self._ids.__getitem__, self.rows.tolist()), self.scores.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, Sequence) else other)
+
+    def distinct(self, most: int) -> list[tuple[str, float]]:
+        """The first hit of each text said (`Snippet.norm`), at most `most`, best first: a user who
+        repeats small talk should not fill the block."""
+        _, first = np.unique(self._facts.norm[self.rows], return_index=True)
+        first.sort()
+        first = first[:most]
+        return list(zip(map(self._ids.__getitem__, self.rows[first].tolist()), self.scores[first].tolist()))
 
 
 SHARED_FIRST = 2  # global memories that may lead a recall: few, and they bind every agent

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import lru_cache
 from itertools import islice
 from typing import NamedTuple
 
@@ -188,6 +189,9 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
     return []
 
 
+_block_time = lru_cache(maxsize=4096)(iso)  # a block's date: the same memories lead block after block (~3 µs each)
+
+
 def _untrusted_only(b: Packed) -> bool:
     said = set((b.origin or "").split())
     return bool(said) and said <= UNTRUSTED_ORIGINS
@@ -225,6 +229,6 @@ def _block(group: list[list[Chosen]], text: str) -> Packed:
     best = min(members, key=lambda c: (c.rank, -c.score))
     return Packed(text=text, score=round(best.score, 4),
                   kind="episode" if all(c.memory.type == "episode" for c in members) else best.memory.type,
-                  ts=iso(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members],
+                  ts=_block_time(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members],
                   origin=joined_origins(c.snippet.origin for c in members),
                   writer=joined_writers(c.snippet.writer for c in members))

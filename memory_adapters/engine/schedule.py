@@ -110,10 +110,12 @@ class RecallScheduler:
         self.stats.recalls += 1
         self._idle.clear()
         self._users[agent_id] = self._users.get(agent_id, 0) + 1
-        slot = self._slots.setdefault(agent_id, asyncio.Semaphore(self.per_agent))
+        slot = self._slots.get(agent_id)
+        if slot is None:
+            slot = self._slots[agent_id] = asyncio.Semaphore(self.per_agent)
         left = deadline.left()
         try:
-            if left is None:
+            if left is None or not slot.locked():  # a free slot is taken at once: no timer to arm
                 await slot.acquire()
             else:
                 async with asyncio.timeout(max(0.0, left - self.reserve())):

@@ -53,23 +53,35 @@ class Sittings:
         of its own (it gains `weight / top` x its own score). Best first again, equal scores in their
         order; unchanged when weight is 0. In numpy: a recall reorders ~400 hits (0.12 ms, not 0.27)."""
         weight = WEIGHT if weight is None else weight
-        top = max(1, TOP if top is None else top)
         n = len(ranked)
         if not weight or n < 2:
             return ranked
         ids, raw = zip(*ranked)
         scores = np.fromiter(raw, dtype=np.float64, count=n)
         codes = np.fromiter(map(self.of.get, ids, repeat(-1, n)), dtype=np.int64, count=n)
-        _, group = np.unique(codes, return_inverse=True)
-        by_group = np.argsort(group, kind="stable")  # each sitting's hits together, best first
-        g = group[by_group]
-        best = np.ones(n, dtype=bool)  # among the first `top` of its sitting
-        best[top:] = g[top:] != g[:-top]
-        share = weight / top
-        counted = np.maximum(scores, 0.0)  # a hit below the mean counts as a missing one
-        lift = share * np.bincount(g[best], weights=counted[by_group[best]])[group]
-        alone = codes < 0
-        lift[alone] = share * counted[alone]
-        scores += lift
-        order = np.argsort(-scores, kind="stable")
-        return list(zip(map(ids.__getitem__, order.tolist()), scores[order].tolist()))
+        order, scores = lift(codes, scores, weight, top)
+        return list(zip(map(ids.__getitem__, order.tolist()), scores.tolist()))
+
+
+def lift(codes: np.ndarray, scores: np.ndarray, weight: float | None = None, top: int | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """`Sittings.lifted` over arrays: `codes` the sitting of each hit (-1: none), `scores` best
+    first. Returns the new order (positions) and the lifted scores in that order."""
+    weight = WEIGHT if weight is None else weight
+    top = max(1, TOP if top is None else top)
+    n = len(scores)
+    if not weight or n < 2:
+        return np.arange(n), scores
+    _, group = np.unique(codes, return_inverse=True)
+    by_group = np.argsort(group, kind="stable")  # each sitting's hits together, best first
+    g = group[by_group]
+    best = np.ones(n, dtype=bool)  # among the first `top` of its sitting
+    best[top:] = g[top:] != g[:-top]
+    share = weight / top
+    counted = np.maximum(scores, 0.0)  # a hit below the mean counts as a missing one
+    lifted = share * np.bincount(g[best], weights=counted[by_group[best]])[group]
+    alone = codes < 0
+    lifted[alone] = share * counted[alone]
+    lifted += scores
+    order = np.argsort(-lifted, kind="stable")
+    return order, lifted[order]

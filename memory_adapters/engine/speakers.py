@@ -13,9 +13,11 @@ conversation-out on LoCoMo's dev set (bench/README.md, "Memory that connects").
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+import numpy as np
 import re2
 
 BOOST = 5.0  # z units: above the flat tail of the ranking, below a strong match by someone else
@@ -80,3 +82,20 @@ class Speakers:
         out = moved + rest
         out.sort(key=_score, reverse=True)
         return out
+
+    def boosted_rows(self, rows: np.ndarray, scores: np.ndarray, question: str, speaker: np.ndarray,
+                     codes: Callable[[set[str]], np.ndarray], boost: float | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """`boosted` over arrays: `speaker[row]` the number of who said it (-1: no one),
+        `codes(names)` the numbers of the named speakers. The same order and scores."""
+        boost = BOOST if boost is None else boost
+        names = self.named_in(question) if boost else set()
+        if not names:
+            return rows, scores
+        moved = np.isin(speaker[rows], codes(names))
+        if not moved.any():
+            return rows, scores
+        first = np.concatenate([np.flatnonzero(moved), np.flatnonzero(~moved)])
+        new = np.concatenate([scores[moved] + boost, scores[~moved]])
+        order = np.argsort(-new, kind="stable")  # as `list.sort(reverse=True)`: equal scores keep their order
+        return rows[first[order]], new[order]

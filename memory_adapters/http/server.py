@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import ValidationError
 
+from memplane_core.arrival import waited_s
 from memplane_core.contract import (
     ForgetRequest,
     RecalledMemory,
@@ -82,6 +83,11 @@ ADAPTER = web.AppKey("adapter", Adapter)
 async def recall(request: web.Request) -> web.Response:
     a = request.app[ADAPTER]
     req = await parse(request, RecallRequest)
+    waited = waited_s(request)
+    if req.deadline_ms is not None and waited:
+        # the proxy's wait began when it sent: time queued behind other handlers counts (CONTRACT §5),
+        # so a recall that waited uses the cheaper ranking it has rather than answer too late
+        req = req.model_copy(update={"deadline_ms": max(0, int(req.deadline_ms - 1000 * waited))})
     with a.metrics.recall_latency.time():
         blocks = await a.backend.recall(req)
     answer: dict[str, Any] = {"memories": [b.model_dump(exclude_none=True) for b in blocks]}
