@@ -1,7 +1,8 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
     python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
-                                               dates|speakers|sittings|feedback|budget|coverage]
+                                               dates|speakers|sittings|feedback|budget|coverage|
+                                               inference]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -34,6 +35,9 @@ Experiments:
   of the best `docs` hits as a second BM25 query, `terms` of them, weighted `weight`.
 * `coverage`: neighbours for fewer of the best hits (0, 3 or 5 instead of packing.NEIGHBOURS_FOR)
   when the best 10 or 20 hits come from at least N sittings: breadth before context.
+* `inference`: a question asking what a named person would, might or is likely to do or be
+  (bench/quality/inference.py, not shipped): the dense query without the names it names, alone or
+  mixed with the question's own vector; the sitting lift off and fewer neighbours for those questions.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -243,6 +247,25 @@ def coverage_grid(*_) -> dict:
     return out
 
 
+def inference_grid(embedder, _convs) -> dict:
+    """Questions asking what a named person would/might/likely do or be (inference.py, not shipped):
+    the dense query without the names (alone or mixed), the sitting lift off, fewer neighbours."""
+    from . import inference
+    out = {"off (default)": with_constants()}
+    for strip in ("names", "capitals"):
+        for reach in (None, "own-only", "own-after"):
+            for neighbours in ((None,) if reach is None else (15, 20, 30)):
+                out[f"vector without {strip}" + (f", neighbours ({reach}) for {neighbours}" if reach else "")] = (
+                    inference.query(embedder, None, False, neighbours, reach=reach, strip=strip))
+    for reach in ("own-only", "own-after"):
+        for neighbours in (20, 30, 60):
+            out[f"original vector, neighbours ({reach}) for {neighbours}"] = inference.query(
+                embedder, -1.0, False, neighbours, reach=reach)
+    out["every question naming a speaker: vector without names"] = inference.query(
+        embedder, None, gate=lambda text: True)
+    return out
+
+
 def budget_grid(*_) -> dict:
     """For scale, not a change: a larger block (budget in tokens; without the 15 KB answer cap past 3,000)."""
     from memory_adapters.engine import packing
@@ -336,6 +359,7 @@ EXPERIMENTS = {
     "sittings": sittings_grid,
     "feedback": feedback_grid,
     "budget": budget_grid,
+    "inference": inference_grid,
     "coverage": coverage_grid,
 }
 
