@@ -36,8 +36,8 @@ Experiments:
 * `coverage`: neighbours for fewer of the best hits (0, 3 or 5 instead of packing.NEIGHBOURS_FOR)
   when the best 10 or 20 hits come from at least N sittings: breadth before context.
 * `inference`: a question asking what a named person would, might or is likely to do or be
-  (bench/quality/inference.py, not shipped): the dense query without the names it names, alone or
-  mixed with the question's own vector; the sitting lift off and fewer neighbours for those questions.
+  (engine/character.py; the settings in bench/quality/inference.py): its query vector without the
+  names, and its best hits bringing the person's own turns two away, each taken away or moved.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -92,13 +92,15 @@ def block_of(packed) -> str:
     return "".join(f"<memory>{p.text}</memory>" for p in packed)
 
 
-def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True, lag: float = 0.0
-             ) -> tuple[list[tuple[int, bool]], float]:
+def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True, lag: float = 0.0,
+             asked: dict | None = None) -> tuple[list[tuple[int, bool]], float]:
     """Scores of one conversation under `setting(idx, question, vector) -> RecallQuery` (and the
     module constants its `patch` sets, if any); share of questions that skipped the encoder. With
     `retained`, each question is retained after it is asked, as through the proxy. `lag`: the
     newest share of the turns (and the retained questions) have no vector yet, as when the
-    embedding backlog is behind."""
+    embedding backlog is behind. `qvecs`: each question's vector (what it is retained with);
+    `asked`: the query vector a service asks for (of `character.dense_text`), else the same."""
+    asked = qvecs if asked is None else asked
     from memory_adapters.engine.episodes import episodes_from_entry
     from memory_adapters.engine.index import recall_with_shared
     by_id = {t["id"]: t for t in conv["turns"]}
@@ -110,7 +112,7 @@ def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = T
         for m in memories[int(len(memories) * (1 - lag)):] if lag else ():
             idx.vectors.remove(m.id)
         for n, q in enumerate(conv["questions"]):
-            rq = setting(idx, q["question"], qvecs[q["question"]])
+            rq = setting(idx, q["question"], asked[q["question"]])
             skipped += rq.vector is None
             elements = memory_elements(block_of(recall_with_shared(idx, None, rq)))
             out.append((q["category"], all(evidence_found(by_id[e]["text"], elements)
@@ -248,22 +250,9 @@ def coverage_grid(*_) -> dict:
 
 
 def inference_grid(embedder, _convs) -> dict:
-    """Questions asking what a named person would/might/likely do or be (inference.py, not shipped):
-    the dense query without the names (alone or mixed), the sitting lift off, fewer neighbours."""
+    """Questions about a named person's character (engine/character.py; settings in inference.py)."""
     from . import inference
-    out = {"off (default)": with_constants()}
-    for strip in ("names", "capitals"):
-        for reach in (None, "own-only", "own-after"):
-            for neighbours in ((None,) if reach is None else (15, 20, 30)):
-                out[f"vector without {strip}" + (f", neighbours ({reach}) for {neighbours}" if reach else "")] = (
-                    inference.query(embedder, None, False, neighbours, reach=reach, strip=strip))
-    for reach in ("own-only", "own-after"):
-        for neighbours in (20, 30, 60):
-            out[f"original vector, neighbours ({reach}) for {neighbours}"] = inference.query(
-                embedder, -1.0, False, neighbours, reach=reach)
-    out["every question naming a speaker: vector without names"] = inference.query(
-        embedder, None, gate=lambda text: True)
-    return out
+    return inference.grid(embedder)
 
 
 def budget_grid(*_) -> dict:
@@ -364,6 +353,13 @@ EXPERIMENTS = {
 }
 
 
+def query_vectors(embedder, qvecs: dict) -> dict:
+    """Each question's query vector as the services ask for it: of `character.dense_text(question)`."""
+    from memory_adapters.engine.character import dense_text
+    other = [text for text in qvecs if dense_text(text) != text]
+    return {**qvecs, **dict(zip(other, embedder.embed([dense_text(t) for t in other]) if other else ()))}
+
+
 def three(score: float | None) -> str:
     """Scores to three places: one question of 385 is 0.003, one multi-hop question of 74 is 0.014."""
     return "-" if score is None else f"{score:.3f}"
@@ -387,10 +383,11 @@ def main() -> None:
     corpora = {c["name"]: build(c, embedder) for c in convs}
     qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
                      embedder.embed([q["question"] for c in convs for q in c["questions"]])))
+    asked = query_vectors(embedder, qvecs)
     settings = EXPERIMENTS[args.experiment]
     settings = settings(embedder, convs) if callable(settings) else settings
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag) for c in convs}
+        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag, asked) for c in convs}
         for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}

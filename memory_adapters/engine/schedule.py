@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .character import dense_text
+
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
 MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
@@ -149,7 +151,7 @@ class RecallScheduler:
         checked or loaded (tiered: a Redis round trip, a MongoDB load); None: no vector to ask for."""
         if queries is None or not text.strip():
             return None
-        future = queries.submit(text)
+        future = queries.submit(dense_text(text))  # a question about someone's character: without the names
         wait = 0.0 if future.done() else queries.expected_wait()
         return Asked(queries, future, time.monotonic() + wait)
 
