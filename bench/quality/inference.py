@@ -6,7 +6,9 @@ words after the first, `character.dense_text`) and lets its best `character.REAC
 the same speaker's turns two away instead of the turns beside them (`AgentIndex.own_beside`). The
 settings here take each part away, move the number of hits, bring other turns instead, or strip
 only the speakers the index knows (a second encoder call once the index is loaded, which the
-service could not do before it asks for the vector). `loo.py` hands a setting the vector of
+service could not do before it asks for the vector); and two candidates that did not hold up, on
+top of it or of the setting off: the best few hits of each sitting first (`spread`), and a sitting's
+turns of one speaker pooled into a unit of its own (`units`). `loo.py` hands a setting the vector of
 `dense_text(question)`, as the services ask for it; a setting that wants the question's own vector
 embeds it. Nothing here knows the conversations' names or topics.
 """
@@ -75,4 +77,74 @@ def grid(embedder) -> dict:
     for packing in ("own-after", "beside", "span2"):
         for n in (20, 30):
             out[f"{packing} for the best {n}"] = setting(embedder, packing=packing, reach_for=n)
+    for per in (1, 2, 3):
+        for n in (None, 0):
+            out[f"+ the best {per} of each sitting first" + (", no own turns" if n == 0 else "")] = spread(
+                embedder, per, n)
+    for weight in (0.25, 0.5, 1.0, 2.0):
+        out[f"+ a sitting's turns of one speaker as a unit, weight {weight}"] = units(embedder, weight)
+    for per in (1, 2, 3):
+        out[f"off + the best {per} of each sitting first"] = spread(embedder, per, shipped=False)
+    for weight in (0.5, 1.0, 2.0):
+        out[f"off + a sitting's turns of one speaker as a unit, weight {weight}"] = units(embedder, weight,
+                                                                                           shipped=False)
     return out
+
+
+def spread(embedder, per: int, reach_for: int | None = None, shipped: bool = True):
+    """On top of the shipped setting, for a question about a named person's character: the ranking's
+    hits that are among the best `per` of their sitting first (their order kept), the rest after —
+    more of the person's sittings in the block, fewer turns of each (`reach_for`: hits bringing own
+    turns; 0: none). Not `shipped`: on top of the setting off instead."""
+    from memory_adapters.engine import character
+    from memory_adapters.engine.index import AgentIndex
+
+    base = setting(embedder, reach_for=reach_for) if shipped else setting(embedder, "question", None)
+    engine_ranked, asks = AgentIndex._ranked, character.asks
+
+    def ranked(self, text, vector, k, now, visible, limit, in_context):
+        out = engine_ranked(self, text, vector, k, now, visible, limit, in_context)
+        if not (in_context and asks(text) and self.speakers.named_in(text)):
+            return out
+        seen: dict = {}
+        first, rest = [], []
+        for pair in out:
+            s = self.sittings.of.get(pair[0], pair[0])
+            seen[s] = seen.get(s, 0) + 1
+            (first if seen[s] <= per else rest).append(pair)
+        return first + rest
+    base.patch = (*base.patch, (AgentIndex, "_ranked", ranked))
+    return base
+
+
+def units(embedder, weight: float, reach_for: int | None = None, shipped: bool = True):
+    """On top of the shipped setting, for a question about a named person's character: each sitting's
+    turns of one speaker pooled into one unit (the mean of their vectors); every turn gains `weight` x
+    its unit's z-score (cosine with the query vector, over all units). Not `shipped`: on top of the
+    setting off instead."""
+    from memory_adapters.engine import character
+    from memory_adapters.engine.index import AgentIndex
+
+    base = setting(embedder, reach_for=reach_for) if shipped else setting(embedder, "question", None)
+    engine_ranked, asks = AgentIndex._ranked, character.asks
+
+    def ranked(self, text, vector, k, now, visible, limit, in_context):
+        out = engine_ranked(self, text, vector, k, now, visible, limit, in_context)
+        if not (in_context and vector is not None and asks(text) and self.speakers.named_in(text)):
+            return out
+        unit_of, rows = {}, {}
+        for d, row in self.vectors.rows.items():
+            key = (self.sittings.of.get(d), self.speakers.of.get(d))
+            if key[0] is not None and key[1] is not None:
+                unit_of[d] = key
+                rows.setdefault(key, []).append(row)
+        keys = list(rows)
+        means = np.stack([self.vectors.matrix[rows[key]].mean(0) for key in keys])
+        means /= np.linalg.norm(means, axis=1, keepdims=True) + 1e-12
+        cos = means @ np.asarray(vector, dtype=np.float32)
+        z = dict(zip(keys, ((cos - cos.mean()) / (cos.std() or 1.0)).tolist()))
+        lifted = [(d, s + weight * z.get(unit_of.get(d), 0.0)) for d, s in out]
+        lifted.sort(key=lambda p: -p[1])
+        return lifted
+    base.patch = (*base.patch, (AgentIndex, "_ranked", ranked))
+    return base

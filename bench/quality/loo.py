@@ -37,7 +37,8 @@ Experiments:
   when the best 10 or 20 hits come from at least N sittings: breadth before context.
 * `inference`: a question asking what a named person would, might or is likely to do or be
   (engine/character.py; the settings in bench/quality/inference.py): its query vector without the
-  names, and its best hits bringing the person's own turns two away, each taken away or moved.
+  names, and its best hits bringing the person's own turns two away, each taken away or moved;
+  per-sitting spreading and per-speaker sitting units for those questions (not shipped).
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
