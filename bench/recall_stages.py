@@ -97,7 +97,6 @@ def main() -> None:
     if not DATASET.is_dir() or not any(DATASET.glob("conversation_*.json")):
         print(f"recall stages skipped: no data set at {DATASET} (set LOCOMO_DIR)")
         return
-    from memory_adapters.engine.character import dense_text
     from memory_adapters.engine.dense import Embedder
     from memory_adapters.engine.index import CANDIDATES, RecallQuery, recall_with_shared, visible_in
     from memplane_core.contract import RecalledMemory
@@ -106,7 +105,7 @@ def main() -> None:
     convs = load(DATASET)
     idxs = {c["name"]: index_of(build(c, embedder)) for c in convs}
     questions = [(c["name"], q["question"]) for c in convs for q in c["questions"]]
-    vectors = {text: embedder.embed([dense_text(text)])[0] for _, text in questions}  # as the services ask
+    vectors = {text: embedder.embed([idxs[name].query_text(text)])[0] for name, text in questions}  # as services ask
     packed = {}
 
     def recall(name: str, text: str) -> None:

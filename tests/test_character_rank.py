@@ -1,17 +1,16 @@
 """A question about someone's character (engine/character.py): "Would Ana join the army?" is answered
 by what Ana said about herself, and her point often goes on after the other's short reply. Such a
 question's best hits bring Ana's own turns two away instead of Ben's "Wow!"; its query vector is
-made without the names; every other question is ranked and packed as before."""
+made without the speakers it names; every other question is ranked and packed as before."""
 
 from __future__ import annotations
 
 import asyncio
 
 from memory_adapters.engine import character
-from memory_adapters.engine.character import dense_text
 from memory_adapters.engine.index import AgentIndex, RecallQuery
 from memory_adapters.engine.record import StoredMemory
-from memory_adapters.engine.schedule import RecallScheduler
+from memory_adapters.engine.schedule import Deadline, RecallScheduler, timely_recall
 
 START = 1_700_000_000.0
 
@@ -60,15 +59,16 @@ def test_a_question_that_is_not_about_character_or_names_no_speaker_is_packed_as
     assert not chat().speakers.named_in("Would the army take a retest?")
 
 
-def test_the_query_vector_of_such_a_question_is_made_without_the_names():
-    assert dense_text("Would Ana be considered a patriotic person?") == "Would be considered a patriotic person?"
-    assert dense_text("What might Ana's next job be?") == "What might next job be?"
-    assert dense_text('Would Ana like the song "The Four Seasons" by Vivaldi?') == \
-        'Would like the song "The Four Seasons" by ?'  # a title in quotes is kept; BM25 still reads every word
-    assert dense_text("Where does Ana live?") == "Where does Ana live?"  # not about character: as asked
+def test_the_query_vector_of_such_a_question_is_made_without_the_speakers_it_names():
+    idx = chat()
+    assert idx.query_text("Would Ana be considered a patriotic person?") == "Would be considered a patriotic person?"
+    assert idx.query_text("What might Ana's next job be?") == "What might next job be?"
+    assert idx.query_text("Would Redis suit Ana?") == "Would Redis suit ?"  # only a speaker's name goes
+    assert idx.query_text("Would Redis suit us?") == "Would Redis suit us?"  # names no speaker: as asked
+    assert idx.query_text("Where does Ana live?") == "Where does Ana live?"  # not about character: as asked
 
 
-async def test_the_service_asks_the_encoder_for_that_text():
+async def test_the_service_asks_for_that_vector_once_it_knows_who_the_speakers_are():
     asked: list[str] = []
     loop = asyncio.get_running_loop()
 
@@ -76,13 +76,15 @@ async def test_the_service_asks_the_encoder_for_that_text():
         def submit(self, text):
             asked.append(text)
             future = loop.create_future()
-            future.set_result("vector")
+            future.set_result(f"vector of {text}")
             return future
 
         def expected_wait(self):
             return 0.0
 
-    scheduler = RecallScheduler()
-    scheduler.ask(Encoder(), "Would Ana join the army?")
-    scheduler.ask(Encoder(), "When did Ana join the army?")
-    assert asked == ["Would join the army?", "When did Ana join the army?"]
+    idx = chat()
+    for question in ("Would Ana join the army?", "When did Ana join the army?"):
+        await timely_recall(RecallScheduler(), Encoder(), "a", Deadline(60), lambda: (idx, None),
+                            RecallQuery(question))
+    # the question's own vector is asked while the index loads; BM25 reads every word either way
+    assert asked == ["Would Ana join the army?", "Would join the army?", "When did Ana join the army?"]

@@ -100,7 +100,7 @@ def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = T
     `retained`, each question is retained after it is asked, as through the proxy. `lag`: the
     newest share of the turns (and the retained questions) have no vector yet, as when the
     embedding backlog is behind. `qvecs`: each question's vector (what it is retained with);
-    `asked`: the query vector a service asks for (of `character.dense_text`), else the same."""
+    `asked`: the query vector a service asks for (of `AgentIndex.query_text`), else the same."""
     asked = qvecs if asked is None else asked
     from memory_adapters.engine.episodes import episodes_from_entry
     from memory_adapters.engine.index import recall_with_shared
@@ -354,11 +354,17 @@ EXPERIMENTS = {
 }
 
 
-def query_vectors(embedder, qvecs: dict) -> dict:
-    """Each question's query vector as the services ask for it: of `character.dense_text(question)`."""
-    from memory_adapters.engine.character import dense_text
-    other = [text for text in qvecs if dense_text(text) != text]
-    return {**qvecs, **dict(zip(other, embedder.embed([dense_text(t) for t in other]) if other else ()))}
+def query_vectors(embedder, convs: list[dict], corpora: dict, qvecs: dict) -> dict:
+    """Each question's query vector as the services ask for it: of `AgentIndex.query_text(question)`
+    (a question about a speaker's character: without their names), per conversation's speakers."""
+    out = {}
+    for c in convs:
+        idx = index_of(corpora[c["name"]])
+        texts = {q["question"]: idx.query_text(q["question"]) for q in c["questions"]}
+        other = [q for q, text in texts.items() if text != q]
+        out[c["name"]] = {**{q: qvecs[q] for q in texts},
+                          **dict(zip(other, embedder.embed([texts[q] for q in other]) if other else ()))}
+    return out
 
 
 def three(score: float | None) -> str:
@@ -384,11 +390,11 @@ def main() -> None:
     corpora = {c["name"]: build(c, embedder) for c in convs}
     qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
                      embedder.embed([q["question"] for c in convs for q in c["questions"]])))
-    asked = query_vectors(embedder, qvecs)
+    asked = query_vectors(embedder, convs, corpora, qvecs)
     settings = EXPERIMENTS[args.experiment]
     settings = settings(embedder, convs) if callable(settings) else settings
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag, asked) for c in convs}
+        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag, asked[c["name"]]) for c in convs}
         for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}

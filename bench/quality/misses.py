@@ -38,10 +38,10 @@ def misses(conv: dict, embedder, categories: set[int]) -> list[str]:
     from memory_adapters.engine.episodes import episode_id, episodes_from_entry
     from memory_adapters.engine.index import CANDIDATES, RecallQuery, recall_with_shared
 
-    idx = index_of(build(conv, embedder))
+    idx = index_of(corpus := build(conv, embedder))
     vectors = dict(zip([q["question"] for q in conv["questions"]],
                        embedder.embed([q["question"] for q in conv["questions"]])))
-    asked = query_vectors(embedder, vectors)  # as the services ask for it (character.dense_text)
+    asked = query_vectors(embedder, [conv], {conv["name"]: corpus}, vectors)[conv["name"]]  # as the services ask
     turn = {t["id"]: (n, t) for n, t in enumerate(conv["turns"])}
     redactor, out = Redactor(), []
     for n, q in enumerate(conv["questions"]):

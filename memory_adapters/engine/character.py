@@ -6,11 +6,12 @@ country"), in words the question does not use. The speaker boost (speakers.py) p
 first; among them BM25 is flat (her name is in each) and MiniLM orders them. Two things change
 for such a question (`asks`: a modal verb), neither for any other:
 
-* The query vector is the question without its names (`dense_text`: capitalised words after the
-  first, quoted titles kept): among turns that all start `Ana: `, her name in the vector pulls
-  toward the turns that address or mention her, not toward what she says. BM25 still reads the
-  whole question, so a name or a title still matches by its words. Done before the agent's index
-  is known (the vector is asked while it loads), hence capitals rather than the index's speakers.
+* When it names a speaker (speakers.py), its query vector is made of the question without those
+  names (`dense_text`): among turns that all start `Ana: `, her name in the vector pulls toward the
+  turns that address or mention her, not toward what she says. BM25 still reads the whole question.
+  The service asks for the question's vector while the agent's index loads, and for this one
+  instead once the index says who the speakers are (schedule.timely_recall); any other name or word
+  ("Would Redis suit us?") stays in the vector.
 * When it names a speaker (speakers.py), the best `REACH_FOR` hits bring that speaker's own turns
   two away (`own_beside`) instead of the turns beside them: a person's statement often goes on
   after the other's short reply ("Wow!"), and for a question about them the reply is room better
@@ -22,12 +23,12 @@ character"; `python -m bench.quality.loo --experiment inference`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import re2
 
 REACH_FOR = 20  # the best hits that bring their speaker's turns two away (packing.NEIGHBOURS_FOR's place)
 _MODAL = re2.compile(r"(?i)\b(?:would|might|likely)\b")  # asks what someone would do or be
-_QUOTED = re2.compile(r"\"[^\"]*\"|“[^”]*”")  # a title as written: kept whole
-_CAPITAL = re2.compile(r"(\S)\s+[A-Z][\w.\-]*(?:'s|’s)?")  # a capitalised word after the first, possessive too
 
 
 def asks(question: str) -> bool:
@@ -35,22 +36,11 @@ def asks(question: str) -> bool:
     return _MODAL.search(question) is not None
 
 
-def dense_text(question: str) -> str:
-    """What the query vector is made of: for a question that `asks`, the question without the
-    capitalised words after its first (the names it names), titles in quotes kept; else the question."""
-    if not asks(question):
+def dense_text(question: str, speakers: Collection[str]) -> str:
+    """What the query vector is made of: for a question that `asks` about some of `speakers` (the
+    names it names, speakers.Speakers.named_in), the question without them (a possessive too); else
+    the question."""
+    if not speakers or not asks(question):
         return question
-    out, last = [], 0
-    for m in _QUOTED.finditer(question):
-        out += [_uncapitalised(question[last:m.start()], last > 0), m.group(0)]
-        last = m.end()
-    out.append(_uncapitalised(question[last:], last > 0))
-    return " ".join("".join(out).split()) or question
-
-
-def _uncapitalised(text: str, after_quote: bool) -> str:
-    """`text` without its capitalised words but a leading one (none is leading after a quote)."""
-    text = "." + text if after_quote else text
-    # twice: a match takes the character before the next name ("Ana Ben" would keep "Ben")
-    text = _CAPITAL.sub(r"\1 ", _CAPITAL.sub(r"\1 ", text))
-    return text[1:] if after_quote else text
+    names = "|".join(sorted(speakers, key=len, reverse=True))  # speakers.py: letters only
+    return " ".join(re2.sub(rf"\b(?:{names})(?:'s|’s)?\b", " ", question).split()) or question

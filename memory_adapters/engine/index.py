@@ -218,6 +218,13 @@ class AgentIndex:
         """Episodes said just before and after `m` in the same session (when sessions are known)."""
         return self._beside(self.position(m), m, span) if m.type == "episode" else []
 
+    def query_text(self, question: str) -> str:
+        """What a recall's query vector is made of (character.dense_text: for a question about a
+        speaker's character, the question without their names)."""
+        if not character.asks(question):
+            return question
+        return character.dense_text(question, self.speakers.named_in(question))
+
     def own_beside(self, m: StoredMemory) -> list[StoredMemory]:
         """The turns two away from `m` that its own speaker said (what they said before and after the
         other's reply: character.py); none when no speaker is known."""

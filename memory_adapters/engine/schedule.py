@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .character import dense_text
+from .character import asks
 
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
@@ -151,7 +151,7 @@ class RecallScheduler:
         checked or loaded (tiered: a Redis round trip, a MongoDB load); None: no vector to ask for."""
         if queries is None or not text.strip():
             return None
-        future = queries.submit(dense_text(text))  # a question about someone's character: without the names
+        future = queries.submit(text)
         wait = 0.0 if future.done() else queries.expected_wait()
         return Asked(queries, future, time.monotonic() + wait)
 
@@ -287,6 +287,11 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
                 return RecallAnswer([], NONE_LOADING)
             suffix = STALE_INDEX
         own, shared = pair
+        if asked is not None and asks(q.text):  # about a speaker's character: asked again without the names
+            text = own.query_text(q.text)
+            if text != q.text:
+                asked.give_up()
+                asked = scheduler.ask(queries, text)
         vector, ranking = await scheduler.vector(asked, deadline)
         stats.vector_s += time.perf_counter() - t2
         ranking += suffix
