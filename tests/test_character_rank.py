@@ -83,8 +83,15 @@ async def test_the_service_asks_for_that_vector_once_it_knows_who_the_speakers_a
             return 0.0
 
     idx = chat()
-    for question in ("Would Ana join the army?", "When did Ana join the army?"):
-        await timely_recall(RecallScheduler(), Encoder(), "a", Deadline(60), lambda: (idx, None),
-                            RecallQuery(question))
-    # the question's own vector is asked while the index loads; BM25 reads every word either way
-    assert asked == ["Would Ana join the army?", "Would join the army?", "When did Ana join the army?"]
+
+    async def loading():  # an index still to load (a cold agent; the tiered store checks Redis first)
+        return idx, None
+
+    for indexes in (lambda: (idx, None), loading):
+        asked.clear()
+        for question in ("Would Ana join the army?", "When did Ana join the army?"):
+            await timely_recall(RecallScheduler(), Encoder(), "a", Deadline(60), indexes, RecallQuery(question))
+        if indexes is loading:  # the question's own vector was asked while the index loaded
+            assert asked == ["Would Ana join the army?", "Would join the army?", "When did Ana join the army?"]
+        else:
+            assert asked == ["Would join the army?", "When did Ana join the army?"]
