@@ -105,7 +105,7 @@ def main() -> None:
     convs = load(DATASET)
     idxs = {c["name"]: index_of(build(c, embedder)) for c in convs}
     questions = [(c["name"], q["question"]) for c in convs for q in c["questions"]]
-    vectors = {text: embedder.embed([text])[0] for _, text in questions}
+    vectors = {text: embedder.embed([idxs[name].query_text(text)])[0] for name, text in questions}  # as services ask
     packed = {}
 
     def recall(name: str, text: str) -> None:

@@ -1,7 +1,8 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
     python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
-                                               dates|speakers|sittings|feedback|budget|coverage]
+                                               dates|speakers|sittings|feedback|budget|coverage|
+                                               inference]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -34,6 +35,10 @@ Experiments:
   of the best `docs` hits as a second BM25 query, `terms` of them, weighted `weight`.
 * `coverage`: neighbours for fewer of the best hits (0, 3 or 5 instead of packing.NEIGHBOURS_FOR)
   when the best 10 or 20 hits come from at least N sittings: breadth before context.
+* `inference`: a question asking what a named person would, might or is likely to do or be
+  (engine/character.py; the settings in bench/quality/inference.py): its query vector without the
+  names, and its best hits bringing the person's own turns two away, each taken away or moved;
+  per-sitting spreading and per-speaker sitting units for those questions (not shipped).
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -88,13 +93,15 @@ def block_of(packed) -> str:
     return "".join(f"<memory>{p.text}</memory>" for p in packed)
 
 
-def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True, lag: float = 0.0
-             ) -> tuple[list[tuple[int, bool]], float]:
+def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = True, lag: float = 0.0,
+             asked: dict | None = None) -> tuple[list[tuple[int, bool]], float]:
     """Scores of one conversation under `setting(idx, question, vector) -> RecallQuery` (and the
     module constants its `patch` sets, if any); share of questions that skipped the encoder. With
     `retained`, each question is retained after it is asked, as through the proxy. `lag`: the
     newest share of the turns (and the retained questions) have no vector yet, as when the
-    embedding backlog is behind."""
+    embedding backlog is behind. `qvecs`: each question's vector (what it is retained with);
+    `asked`: the query vector a service asks for (of `AgentIndex.query_text`), else the same."""
+    asked = qvecs if asked is None else asked
     from memory_adapters.engine.episodes import episodes_from_entry
     from memory_adapters.engine.index import recall_with_shared
     by_id = {t["id"]: t for t in conv["turns"]}
@@ -106,7 +113,7 @@ def evaluate(conv: dict, corpus: tuple, qvecs: dict, setting, retained: bool = T
         for m in memories[int(len(memories) * (1 - lag)):] if lag else ():
             idx.vectors.remove(m.id)
         for n, q in enumerate(conv["questions"]):
-            rq = setting(idx, q["question"], qvecs[q["question"]])
+            rq = setting(idx, q["question"], asked[q["question"]])
             skipped += rq.vector is None
             elements = memory_elements(block_of(recall_with_shared(idx, None, rq)))
             out.append((q["category"], all(evidence_found(by_id[e]["text"], elements)
@@ -243,6 +250,12 @@ def coverage_grid(*_) -> dict:
     return out
 
 
+def inference_grid(embedder, _convs) -> dict:
+    """Questions about a named person's character (engine/character.py; settings in inference.py)."""
+    from . import inference
+    return inference.grid(embedder)
+
+
 def budget_grid(*_) -> dict:
     """For scale, not a change: a larger block (budget in tokens; without the 15 KB answer cap past 3,000)."""
     from memory_adapters.engine import packing
@@ -336,8 +349,22 @@ EXPERIMENTS = {
     "sittings": sittings_grid,
     "feedback": feedback_grid,
     "budget": budget_grid,
+    "inference": inference_grid,
     "coverage": coverage_grid,
 }
+
+
+def query_vectors(embedder, convs: list[dict], corpora: dict, qvecs: dict) -> dict:
+    """Each question's query vector as the services ask for it: of `AgentIndex.query_text(question)`
+    (a question about a speaker's character: without their names), per conversation's speakers."""
+    out = {}
+    for c in convs:
+        idx = index_of(corpora[c["name"]])
+        texts = {q["question"]: idx.query_text(q["question"]) for q in c["questions"]}
+        other = [q for q, text in texts.items() if text != q]
+        out[c["name"]] = {**{q: qvecs[q] for q in texts},
+                          **dict(zip(other, embedder.embed([texts[q] for q in other]) if other else ()))}
+    return out
 
 
 def three(score: float | None) -> str:
@@ -363,10 +390,11 @@ def main() -> None:
     corpora = {c["name"]: build(c, embedder) for c in convs}
     qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
                      embedder.embed([q["question"] for c in convs for q in c["questions"]])))
+    asked = query_vectors(embedder, convs, corpora, qvecs)
     settings = EXPERIMENTS[args.experiment]
     settings = settings(embedder, convs) if callable(settings) else settings
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag) for c in convs}
+        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag, asked[c["name"]]) for c in convs}
         for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}

@@ -20,7 +20,7 @@ import time
 from memplane_core.redact import Redactor
 
 from .locomo import CATEGORIES, DATASET, evidence_found, load, memory_elements
-from .loo import block_of, build, index_of, turn_entry
+from .loo import block_of, build, index_of, query_vectors, turn_entry
 
 DEPTH = 5_000  # ranks looked up per signal: past every dev conversation's length
 
@@ -38,13 +38,14 @@ def misses(conv: dict, embedder, categories: set[int]) -> list[str]:
     from memory_adapters.engine.episodes import episode_id, episodes_from_entry
     from memory_adapters.engine.index import CANDIDATES, RecallQuery, recall_with_shared
 
-    idx = index_of(build(conv, embedder))
+    idx = index_of(corpus := build(conv, embedder))
     vectors = dict(zip([q["question"] for q in conv["questions"]],
                        embedder.embed([q["question"] for q in conv["questions"]])))
+    asked = query_vectors(embedder, [conv], {conv["name"]: corpus}, vectors)[conv["name"]]  # as the services ask
     turn = {t["id"]: (n, t) for n, t in enumerate(conv["turns"])}
     redactor, out = Redactor(), []
     for n, q in enumerate(conv["questions"]):
-        text, vector = q["question"], vectors[q["question"]]
+        text, vector = q["question"], asked[q["question"]]
         packed = recall_with_shared(idx, None, RecallQuery(text, vector=vector))
         elements = memory_elements(block_of(packed))
         missing = [e for e in q["evidence"] if e in turn and not evidence_found(turn[e][1]["text"], elements)]
@@ -68,7 +69,7 @@ def misses(conv: dict, embedder, categories: set[int]) -> list[str]:
                            f"sitting in block {sum(sittings.get(i) in sitting for i in in_block):>2}: "
                            f"{turn[e][1]['text'][:100]}")
         for m in episodes_from_entry(conv["name"], turn_entry(n, text, "question", 1), {}, redactor):
-            idx.put(m, vector)
+            idx.put(m, vectors[text])
     return out
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import context
+from . import character, context
 from .dates import indexed
 from .fused import RowLinks, fused, fused_rows
 from .heap import HEAP
@@ -230,6 +230,22 @@ class AgentIndex:
         """Episodes said just before and after `m` in the same session (when sessions are known)."""
         return self._beside(self.position(m), m, span) if m.type == "episode" else []
 
+    def query_text(self, question: str) -> str:
+        """What a recall's query vector is made of (character.dense_text: for a question about a
+        speaker's character, the question without their names)."""
+        if not character.asks(question):
+            return question
+        return character.dense_text(question, self.speakers.named_in(question))
+
+    def own_beside(self, m: StoredMemory) -> list[StoredMemory]:
+        """The turns two away from `m` that its own speaker said (what they said before and after the
+        other's reply: character.py); none when no speaker is known."""
+        who = self.speakers.of.get(m.id)
+        if who is None:
+            return []
+        beside, of = self.around.get(m.id, ()), self.speakers.of
+        return [n for n in self.neighbours(m, 2) if n.id not in beside and of.get(n.id) == who]
+
     def _beside(self, i: int, m: StoredMemory, span: int) -> list[StoredMemory]:
         """The episodes within `span` of position `i` of `order` (where `m` stands) in `m`'s session,
         nearest first, before then after; none for a memory that is not an episode."""
@@ -361,8 +377,14 @@ class AgentIndex:
             return [n for n in map(memories.__getitem__, around.get(m.id, ()))
                     if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
 
+        def own(m: StoredMemory) -> list[StoredMemory]:  # own_beside(m), as recall may see them
+            return [n for n in self.own_beside(m) if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
+
+        about_character = character.asks(q.text) and bool(self.speakers.named_in(q.text))
         snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)
-        return pack(distinct(), near, self.position, snippet, budget_tokens=q.budget_tokens, max_blocks=q.max_blocks)
+        return pack(distinct(), own if about_character else near, self.position, snippet,
+                    budget_tokens=q.budget_tokens, max_blocks=q.max_blocks,
+                    neighbours_for=character.REACH_FOR if about_character else None)
 
 
 class RankedRows(Sequence):

@@ -136,9 +136,12 @@ class Chosen(NamedTuple):
 
 def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[StoredMemory], list[StoredMemory]],
          position: Callable[[StoredMemory], int], snippet: Callable[[StoredMemory], Snippet], *,
-         budget_tokens: int, max_blocks: int, max_bytes: int = MAX_ANSWER_BYTES) -> list[Packed]:
+         budget_tokens: int, max_blocks: int, max_bytes: int = MAX_ANSWER_BYTES,
+         neighbours_for: int | None = None) -> list[Packed]:
     """Blocks of the best hits and their neighbours, at most `budget_tokens` and `max_blocks`.
-    `ranked` may be lazy: it is read only until the budget is full."""
+    `ranked` may be lazy: it is read only until the budget is full. `neighbours_for`: how many of
+    the best hits bring `neighbours` (unset: NEIGHBOURS_FOR)."""
+    neighbours_for = NEIGHBOURS_FOR if neighbours_for is None else neighbours_for
     budget_tokens = max(0, budget_tokens)
     max_blocks = max(1, max_blocks)
     # characters for text, leaving each block's date header and separators some room
@@ -146,7 +149,7 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
     chosen: dict[str, Chosen] = {}
     used = untrusted_used = 0
     for rank, (hit, score) in enumerate(islice(ranked, MAX_HITS)):
-        for m in (hit, *(neighbours(hit) if rank < NEIGHBOURS_FOR else ())):
+        for m in (hit, *(neighbours(hit) if rank < neighbours_for else ())):
             if m.id in chosen:
                 continue
             sn = snippet(m)

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .character import asks
+
 PER_AGENT = 4  # recalls one agent may have in hand at once (2 cores: more only queue inside)
 MAX_PAUSE_S = 1.0  # longest a background step waits for recalls to finish
 MIN_RESERVE_S = 0.004  # time kept for ranking and packing after the vector, at the least
@@ -276,8 +278,10 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
     try:
         if not held:
             return RecallAnswer([], NONE_BUSY)
-        asked = scheduler.ask(queries, q.text)  # encoded while the index is checked or loaded
-        loaded, pair = await within(indexes(), deadline, scheduler.reserve())
+        got = indexes()
+        known = not inspect.isawaitable(got)  # loaded: the vector is asked of what it says (query_text)
+        asked = scheduler.ask(queries, got[0].query_text(q.text) if known else q.text)  # encoded while it loads
+        loaded, pair = await within(got, deadline, scheduler.reserve())
         t2 = time.perf_counter()
         stats.index_s += t2 - t1
         suffix = ""
@@ -287,6 +291,11 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
                 return RecallAnswer([], NONE_LOADING)
             suffix = STALE_INDEX
         own, shared = pair
+        if asked is not None and not known and asks(q.text):  # about a speaker's character: asked again without
+            text = own.query_text(q.text)  # the names, now that the index says who the speakers are
+            if text != q.text:
+                asked.give_up()
+                asked = scheduler.ask(queries, text)
         vector, ranking = await scheduler.vector(asked, deadline)
         stats.vector_s += time.perf_counter() - t2
         ranking += suffix
