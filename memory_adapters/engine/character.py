@@ -9,9 +9,10 @@ for such a question (`asks`: a modal verb), neither for any other:
 * When it names a speaker (speakers.py), its query vector is made of the question without those
   names (`dense_text`): among turns that all start `Ana: `, her name in the vector pulls toward the
   turns that address or mention her, not toward what she says. BM25 still reads the whole question.
-  The service asks for the question's vector while the agent's index loads, and for this one
-  instead once the index says who the speakers are (schedule.timely_recall); any other name or word
-  ("Would Redis suit us?") stays in the vector.
+  Any other name or word ("Would Redis suit us?") stays in the vector. An index already in
+  memory is asked at once for this text; a recall that waits for its index asks for the question
+  as it is and, for such a question, again once the index says who the speakers are
+  (schedule.timely_recall).
 * When it names a speaker (speakers.py), the best `REACH_FOR` hits bring that speaker's own turns
   two away (`own_beside`) instead of the turns beside them: a person's statement often goes on
   after the other's short reply ("Wow!"), and for a question about them the reply is room better
