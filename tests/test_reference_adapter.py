@@ -96,31 +96,30 @@ async def test_proxy_retains_each_ledger_id_once_even_when_sent_twice(stack, ref
 
 
 def _ranked_as_defined(store, agent_id: str, query: str, limit: int = 4) -> list[str]:
-    """Recall's order as the module docstring defines it, written the plain way (the code before
-    the counting moved into C): most shared words among each word's newest 256 memories, ties to
-    the newest, then the most recent memories."""
-    import heapq
+    """Recall's order as the module docstring defines it, written the plain way: most shared words
+    among each word's newest 256 memories, ties to the newest (by stamp, then the later stored:
+    the memories' stored order), then the most recent memories."""
     import itertools
 
     from memory_adapters.reference.store import COMMON_WORD_MIN_RECORDS, POSTINGS_SCANNED, tokens
     agent = store._agents[agent_id]
-    words = tokens(query)
+    newest = {eid: i for i, eid in enumerate(agent.order)}
+    assert [agent.records[e]["ts"] for e in agent.order] == sorted(agent.records[e]["ts"] for e in agent.order)
     common = len(agent.records) // 2 if len(agent.records) >= COMMON_WORD_MIN_RECORDS else len(agent.records)
     overlap: dict[str, int] = {}
-    for w in words:
+    for w in tokens(query):
         ids = agent.postings.get(w, {})
         if len(ids) > common:
             continue
         for eid in itertools.islice(reversed(ids), POSTINGS_SCANNED):
             overlap[eid] = overlap.get(eid, 0) + 1
-    best = [eid for eid, _ in heapq.nlargest(limit, overlap.items(),
-                                             key=lambda kv: (kv[1], agent.records[kv[0]]["ts"]))]
+    best = sorted(overlap, key=lambda e: (overlap[e], newest[e]), reverse=True)[:limit]
     return best + [eid for eid in reversed(agent.order) if eid not in best][:limit - len(best)]
 
 
 async def test_recall_ranks_by_shared_words_then_newest_over_a_random_store(tmp_path):
-    """Stamps out of order and repeated, words shared by hundreds of memories, forgotten ones: recall
-    answers what the definition answers, memory for memory."""
+    """Stamps out of order and repeated, words shared by hundreds of memories, forgotten ones, a
+    restart: recall answers what the definition answers, memory for memory."""
     import random
 
     from memplane_core.contract import ForgetRequest, RetainRequest
@@ -133,10 +132,11 @@ async def test_recall_ranks_by_shared_words_then_newest_over_a_random_store(tmp_
         req = RetainRequest.model_validate({"agent_id": "r", "entry": entry(f"hist1_{i}", said, ts=ts)})
         assert await store.retain(req) == "stored"
     await store.forget(ForgetRequest(agent_id="r", entry_ids=[f"hist1_{i}" for i in range(0, 1500, 7)], reason="t"))
-    for _ in range(200):
-        query = " ".join(rng.sample(vocab, rng.randrange(1, 5)))
-        got = await store.recall(RecallRequest(agent_id="r", query=query))
-        assert [m.id for m in got] == _ranked_as_defined(store, "r", query), query
+    for current in (store, ReferenceStore(tmp_path, Redactor())):
+        for _ in range(200):
+            query = " ".join(rng.sample(vocab, rng.randrange(1, 5)))
+            got = await current.recall(RecallRequest(agent_id="r", query=query))
+            assert [m.id for m in got] == _ranked_as_defined(current, "r", query), query
 
 
 async def test_a_batch_is_stored_as_its_items_would_be_one_by_one(reference, tmp_path):

@@ -2,8 +2,8 @@
 tombstones.jsonl. Survives restarts; concurrent retains for one agent are serialized by a
 per-agent lock, and each record is one appended line, so the files never interleave.
 
-Recall returns up to 4 summaries: those sharing words with the latest user turn first, then
-the most recent ones. Words found in over half of an agent's memories (once it has 50) do not
+Recall returns up to 4 summaries: those sharing most words with the latest user turn first (among
+equals the newest: by stamp, then the later stored), then the most recent ones. Words found in over half of an agent's memories (once it has 50) do not
 count, and a word counts for its newest 256 memories only, so recall cost does not grow with the
 store.
 """
@@ -75,12 +75,14 @@ class _Agent:
     words: dict[str, set[str]] = field(default_factory=dict)
     postings: dict[str, dict[str, None]] = field(default_factory=dict)  # word → ids, oldest first
     order: list[str] = field(default_factory=list)  # ids by ts, oldest first
-    stamps: dict[str, str] = field(default_factory=dict)  # id → ts (recall's tie-break, read per candidate)
+    rank: dict[str, tuple[str, int]] = field(default_factory=dict)  # id → (ts, when stored): `order`'s key
+    stored: int = 0  # records added so far (the second half of a rank)
 
     def add(self, rec: dict[str, Any]) -> None:
         eid = rec["id"]
         self.records[eid] = rec
-        self.stamps[eid] = rec["ts"]
+        self.stored += 1
+        self.rank[eid] = (rec["ts"], self.stored)
         words = tokens(rec.get("summary", ""))
         self.words[eid] = words
         for w in words:
@@ -88,11 +90,11 @@ class _Agent:
         if not self.order or self.records[self.order[-1]]["ts"] <= rec["ts"]:
             self.order.append(eid)
         else:  # concurrent turns finish out of order: insert in place, not re-sort
-            bisect.insort(self.order, eid, key=lambda i: self.records[i]["ts"])
+            bisect.insort(self.order, eid, key=self.rank.__getitem__)
 
     def drop(self, eid: str) -> bool:
         rec = self.records.pop(eid, None)
-        self.stamps.pop(eid, None)
+        self.rank.pop(eid, None)
         for w in self.words.pop(eid, ()):
             self.postings.get(w, {}).pop(eid, None)
         if rec is not None:
@@ -209,13 +211,9 @@ class ReferenceStore:
             if len(ids) > common:
                 continue
             overlap.update(itertools.islice(reversed(ids), POSTINGS_SCANNED))
-        # most shared words first; ties go to the newest, then to the first counted. Plain tuples,
-        # no key function: the bench's questions share words with ~250 memories, and a Python key
-        # per candidate was a quarter of the service's CPU a turn.
-        best = heapq.nlargest(limit, zip(overlap.values(), map(agent.stamps.__getitem__, overlap),
-                                         itertools.count(0, -1), overlap))
-        picked = [(round(n / len(query), 3), agent.records[eid]) for n, _, _, eid in best]
-        seen = {eid for _, _, _, eid in best}
+        best = _most_shared(agent, overlap, limit)
+        picked = [(round(n / len(query), 3), agent.records[eid]) for n, eid in best]
+        seen = {eid for _, eid in best}
         for eid in reversed(agent.order):
             if len(picked) >= limit:
                 break
@@ -245,6 +243,37 @@ class ReferenceStore:
     def count(self, agent_id: str) -> int:
         agent = self._agents.get(agent_id)
         return len(agent.records) if agent else 0
+
+
+NEWEST_SCANNED = 512  # memories looked through, newest first, for the best of equals before ranking them all
+
+
+def _most_shared(agent: _Agent, overlap: Counter[str], limit: int) -> list[tuple[int, str]]:
+    """(shared words, id) of the `limit` memories sharing most words, newest first among equals.
+
+    Why not rank every candidate: a question shares a word with ~250 memories, most of them
+    sharing as many words as the best do, and building a key for each was a quarter of the
+    service's CPU a turn. Those sharing more than the `limit`-th best are few and are ranked; the
+    rest of the answer are the newest sharing exactly as many, found by walking the memories
+    newest first (`order`), which usually meets them within a few dozen steps."""
+    if len(overlap) <= limit:
+        return [(n, eid) for n, _, eid in sorted(((n, agent.rank[e], e) for e, n in overlap.items()), reverse=True)]
+    above = 0
+    for least, count in sorted(Counter(overlap.values()).items(), reverse=True):
+        if above + count >= limit:
+            break
+        above += count
+    top = sorted(((n, agent.rank[e], e) for e, n in overlap.items() if n > least), reverse=True) if above else []
+    need = limit - above
+    equals: list[str] = []
+    for eid in itertools.islice(reversed(agent.order), NEWEST_SCANNED):
+        if overlap.get(eid) == least:
+            equals.append(eid)
+            if len(equals) == need:
+                break
+    else:  # they are older: rank them all
+        equals = [e for _, e in heapq.nlargest(need, ((agent.rank[e], e) for e, n in overlap.items() if n == least))]
+    return [(n, eid) for n, _, eid in top] + [(least, eid) for eid in equals]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
