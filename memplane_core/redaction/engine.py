@@ -30,7 +30,6 @@ from .rule import Rule, RuleError, compile_re2
 # thread by the async entry points; shorter ones cost well under a millisecond on the loop (a few ms
 # when built to produce thousands of candidate matches).
 ASYNC_THRESHOLD = 8_192
-DOC_MEMO_BYTES = 64_000  # a JSON array or object this long or shorter is remembered (`Redactor._container`)
 T = TypeVar("T")
 
 
@@ -247,7 +246,6 @@ class Redactor:
     def __post_init__(self) -> None:
         self._prefilter = _prefilter_for(self.rules)
         self._memo = _Memo()
-        self._docs = _Memo(max_item_chars=DOC_MEMO_BYTES)  # a JSON array or object's bytes -> its redacted bytes
 
     @staticmethod
     def is_large(value: Any) -> bool:
@@ -339,64 +337,31 @@ class Redactor:
     def _walk(self, value: Any, counts: Counter[str]) -> Any:
         if isinstance(value, str):
             return self.text(value, counts)[0]
-        if isinstance(value, (list, dict)):
-            return self._container(value, counts)
-        return value
-
-    def _container(self, value: list[Any] | dict[Any, Any], counts: Counter[str]) -> Any:
-        """A JSON array or object redacted, answered from `_docs` when the same one (the same JSON)
-        was redacted before. Why: agents resend their conversation every turn and a turn's entry
-        holds its request twice (as sent and as forwarded), and walking each message again in
-        Python, key by key, was most of a retain's scrub; writing it with orjson to look it up is
-        ~20x cheaper. The answer is a fresh copy (read back from the redacted JSON), and only a
-        result that reads back equal to itself is kept (no NaN, tuple or non-JSON value)."""
-        try:
-            blob: bytes | None = orjson.dumps(value)
-        except (orjson.JSONEncodeError, TypeError):
-            blob = None
-        if blob is not None and len(blob) <= DOC_MEMO_BYTES:
-            hit = self._docs.get(blob)  # type: ignore[arg-type]
-            if hit is not None:
-                for kind, n in hit[1]:
-                    counts[kind] += n
-                return orjson.loads(hit[0] or blob)
-        else:
-            blob = None
-        found: Counter[str] = Counter()
-        out = [self._walk(v, found) for v in value] if isinstance(value, list) else self._walk_object(value, found)
-        for kind, n in found.items():
-            counts[kind] += n
-        if blob is not None:
-            try:
-                redacted = orjson.dumps(out)
-            except (orjson.JSONEncodeError, TypeError):
-                return out
-            if orjson.loads(redacted) == out:
-                self._docs.put(blob, (b"" if redacted == blob else redacted, tuple(found.items())))  # type: ignore[arg-type]
-        return out
-
-    def _walk_object(self, value: dict[Any, Any], counts: Counter[str]) -> dict[Any, Any]:
-        out = {}
-        for key, v in value.items():
-            if not isinstance(v, str):
-                out[key] = self._walk(v, counts) if isinstance(v, (list, dict)) else v
-                continue
-            kind = _key_kind(key) if isinstance(key, str) else 0
-            if not kind:
-                out[key] = self.text(v, counts)[0]
-            elif kind & _SENSITIVE and not looks_placeholder(v) and not self._allowed(v):
-                scanned, found = self.text(v)
-                if found:
-                    counts.update(found)
-                    out[key] = scanned
+        if isinstance(value, list):
+            return [self._walk(v, counts) for v in value]
+        if isinstance(value, dict):
+            out = {}
+            for key, v in value.items():
+                if not isinstance(v, str):
+                    out[key] = self._walk(v, counts) if isinstance(v, (list, dict)) else v
+                    continue
+                kind = _key_kind(key) if isinstance(key, str) else 0
+                if not kind:
+                    out[key] = self.text(v, counts)[0]
+                elif kind & _SENSITIVE and not looks_placeholder(v) and not self._allowed(v):
+                    scanned, found = self.text(v)
+                    if found:
+                        counts.update(found)
+                        out[key] = scanned
+                    else:
+                        counts["secret_field"] += 1
+                        out[key] = f"{REDACTED_PREFIX}secret_field]"
+                elif kind & _SECRET_WORD:
+                    out[key] = self._keyed(key, v, counts)
                 else:
-                    counts["secret_field"] += 1
-                    out[key] = f"{REDACTED_PREFIX}secret_field]"
-            elif kind & _SECRET_WORD:
-                out[key] = self._keyed(key, v, counts)
-            else:
-                out[key] = self.text(v, counts)[0]
-        return out
+                    out[key] = self.text(v, counts)[0]
+            return out
+        return value
 
     def _keyed(self, key: str, value: str, counts: Counter[str]) -> str:
         """A value under a key that names a secret (`vault_token`, `db_pass`) is scanned with its key,
