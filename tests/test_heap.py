@@ -31,3 +31,29 @@ def test_indexed_memories_are_out_of_the_way_of_full_collections_and_still_recal
     blocks = idx.recall(RecallQuery(f"when did we plant tomato {early}"))
     assert any(f"tomato {early}." in b.text for b in blocks)  # frozen is not forgotten
     assert idx.drop(memories[0].id) is memories[0]
+
+
+def test_a_serving_process_does_not_walk_its_turns_in_flight_every_700_allocations():
+    """After start-up a server collects its young generation every YOUNG_COLLECTION_EVERY
+    allocations: 32 turns in flight, each holding a couple of hundred objects, cause no collection at all
+    (CPython's default threshold made ~10 of them here, each walking the turns still alive)."""
+    from memplane_cli.runner import YOUNG_COLLECTION_EVERY, freeze_startup_heap
+
+    before = gc.get_threshold()
+    young: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 0:
+            young.append(1)
+
+    try:
+        freeze_startup_heap()
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
+        gc.callbacks.append(count)
+        in_flight = [[{"role": "user", "content": [f"turn {t}"]} for _ in range(100)] for t in range(32)]
+        assert not young and len(in_flight) == 32
+    finally:
+        if count in gc.callbacks:
+            gc.callbacks.remove(count)
+        gc.unfreeze()
+        gc.set_threshold(*before)

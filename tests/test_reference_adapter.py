@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import orjson
 
 from memory_adapters.reference.app import build_reference_app
+from memory_adapters.reference.store import ReferenceStore
+from memplane_core.contract import RETAIN_BATCH_PATH, RecallRequest
 from memplane_core.redact import Redactor
 from tests.conftest import url_of
 
@@ -65,7 +68,6 @@ async def test_concurrent_retains_never_corrupt_the_file(reference, tmp_path):
         await asyncio.gather(*(call(s, url, "/retain", {"agent_id": "c", "entry": entry(f"hist1_{i % 50}", "x" * 500)})
                                for i in range(200)))
     path = store.data_dir / "c" / "entries.jsonl"
-    import orjson
     rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     assert len(rows) == 50 and len({r["id"] for r in rows}) == 50
 
@@ -91,3 +93,68 @@ async def test_proxy_retains_each_ledger_id_once_even_when_sent_twice(stack, ref
     ctx = stack.state.contexts.get("twice")
     assert await MemoryService.of(stack.state.session, ctx.memory, "twice", "test-pod").retain({}, entry_line) == 202
     assert store.count("twice") == 1
+
+
+def _ranked_as_defined(store, agent_id: str, query: str, limit: int = 4) -> list[str]:
+    """Recall's order as the module docstring defines it, written the plain way: most shared words
+    among each word's newest 256 memories, ties to the newest (by stamp, then the later stored:
+    the memories' stored order), then the most recent memories."""
+    import itertools
+
+    from memory_adapters.reference.store import COMMON_WORD_MIN_RECORDS, POSTINGS_SCANNED, tokens
+    agent = store._agents[agent_id]
+    newest = {eid: i for i, eid in enumerate(agent.order)}
+    assert [agent.records[e]["ts"] for e in agent.order] == sorted(agent.records[e]["ts"] for e in agent.order)
+    common = len(agent.records) // 2 if len(agent.records) >= COMMON_WORD_MIN_RECORDS else len(agent.records)
+    overlap: dict[str, int] = {}
+    for w in tokens(query):
+        ids = agent.postings.get(w, {})
+        if len(ids) > common:
+            continue
+        for eid in itertools.islice(reversed(ids), POSTINGS_SCANNED):
+            overlap[eid] = overlap.get(eid, 0) + 1
+    best = sorted(overlap, key=lambda e: (overlap[e], newest[e]), reverse=True)[:limit]
+    return best + [eid for eid in reversed(agent.order) if eid not in best][:limit - len(best)]
+
+
+async def test_recall_ranks_by_shared_words_then_newest_over_a_random_store(tmp_path):
+    """Stamps out of order and repeated, words shared by hundreds of memories, forgotten ones, a
+    restart: recall answers what the definition answers, memory for memory."""
+    import random
+
+    from memplane_core.contract import ForgetRequest, RetainRequest
+    rng = random.Random(7)
+    vocab = [f"word{i}" for i in range(40)]
+    store = ReferenceStore(tmp_path, Redactor())
+    for i in range(1500):
+        said = " ".join(rng.choice(vocab[:8] if rng.random() < 0.5 else vocab) for _ in range(6))
+        ts = f"2026-11-{1 + rng.randrange(20):02d}T10:00:{rng.randrange(3):02d}.000Z"  # many equal stamps
+        req = RetainRequest.model_validate({"agent_id": "r", "entry": entry(f"hist1_{i}", said, ts=ts)})
+        assert await store.retain(req) == "stored"
+    await store.forget(ForgetRequest(agent_id="r", entry_ids=[f"hist1_{i}" for i in range(0, 1500, 7)], reason="t"))
+    for current in (store, ReferenceStore(tmp_path, Redactor())):
+        for _ in range(200):
+            query = " ".join(rng.sample(vocab, rng.randrange(1, 5)))
+            got = await current.recall(RecallRequest(agent_id="r", query=query))
+            assert [m.id for m in got] == _ranked_as_defined(current, "r", query), query
+
+
+async def test_a_batch_is_stored_as_its_items_would_be_one_by_one(reference, tmp_path):
+    """One call of many entries: each gets the outcome it would get alone, in order, and what is
+    stored is on disk once, after a restart too."""
+    url, store = reference
+    tool_step = entry("hist1_tool", "run the tests")
+    tool_step["response"] = {"format": "json", "json": {"choices": [{"message": {"tool_calls": [{"id": "c1"}]}}]}}
+    async with aiohttp.ClientSession() as s:
+        await call(s, url, "/retain", {"agent_id": "d", "entry": entry("hist1_gone", "forget this one")})
+        await call(s, url, "/forget", {"agent_id": "d", "entry_ids": ["hist1_gone"], "reason": "asked"})
+        items = [entry("hist1_a", "my cat is Tom"), entry("hist1_gone", "forget this one"), tool_step,
+                 entry("hist1_b", "my sister is Ana"), entry("hist1_a", "my cat is Tom"), entry("hist1_c", "   ")]
+        async with s.post(url + RETAIN_BATCH_PATH, json={"agent_id": "d", "items": [{"entry": e} for e in items]}) as r:
+            results = (await r.json())["results"]
+    assert [x["status"] for x in results] == ["stored", "tombstoned", "empty", "stored", "duplicate", "stored"]
+    lines = (store.data_dir / "d" / "entries.jsonl").read_text().splitlines()
+    assert [orjson.loads(line)["id"] for line in lines] == ["hist1_gone", "hist1_a", "hist1_b", "hist1_c"]
+    again = ReferenceStore(store.data_dir, Redactor())
+    got = await again.recall(RecallRequest(agent_id="d", query="cat sister"))
+    assert {m.id for m in got} == {"hist1_a", "hist1_b", "hist1_c"}  # the tombstoned one never comes back
