@@ -105,12 +105,18 @@ class _NotingServer(Server):
         return _Noted(self, loop=self._loop, **self._kwargs)
 
 
+# `_Noted` reads two of aiohttp's private slots; an aiohttp without them serves as before, unnoted
+# (a recall then counts its deadline from its handler's start), rather than failing every request.
+_CAN_NOTE = {"_request_count", "_request_factory"} <= set(getattr(RequestHandler, "__slots__", ()))
+
+
 class _Runner(web.AppRunner):
     """An `AppRunner` whose connections note when each request was read (`_Noted`)."""
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()
-        server.__class__ = _NotingServer  # the app's own server, every setting kept
+        if _CAN_NOTE:
+            server.__class__ = _NotingServer  # the app's own server, every setting kept
         return server
 
 
