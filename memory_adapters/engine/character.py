@@ -1,8 +1,8 @@
 """A question about someone's character: what they would, might or are likely to do or be.
 
-"Would Ana be considered a patriotic person?" or "What job might Ana pursue?" is answered by what
-Ana said about herself somewhere in the conversation ("I retook the aptitude test … serving my
-country"), in words the question does not use. The speaker boost (speakers.py) puts her turns
+"Would Ana be considered a generous person?" or "What job might Ana pursue?" is answered by what
+Ana said about herself somewhere in the conversation ("I started the nursing course … caring for
+people is what I want to do"), in words the question does not use. The speaker boost (speakers.py) puts her turns
 first; among them BM25 is flat (her name is in each) and MiniLM orders them. Two things change
 for such a question (`asks`: a modal verb), neither for any other:
 
