@@ -119,7 +119,8 @@ def test_rows_order_by_score_then_id_as_python_orders_pairs(seed):
     from memory_adapters.engine.rowfacts import RowFacts
 
     rnd = random.Random(seed)
-    facts, ids = RowFacts(), []
+    ids: list[str | None] = []
+    facts = RowFacts(ids)  # reads the row → id list its owner (the lexical index) keeps
     for row in range(300):
         if row == 150:  # an id that shortens the prefix every id shares: every row renumbered
             ids.append("x")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, overload
@@ -115,7 +115,10 @@ class AgentIndex:
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
     sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
     links: RowLinks = field(default_factory=RowLinks)  # lexical row ↔ vector row of each memory (fused.py)
-    facts: RowFacts = field(default_factory=RowFacts)  # what recall's in-context steps read, by lexical row
+    facts: RowFacts = field(init=False)  # what recall's in-context steps read, by lexical row
+
+    def __post_init__(self) -> None:
+        self.facts = RowFacts(self.lexical.ids)
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -373,12 +376,14 @@ class AgentIndex:
 
         maybe_hidden = None if visible is None else self._may_hide(visible)
 
+        def seen(ms: Iterable[StoredMemory]) -> list[StoredMemory]:  # those this recall may see
+            return [n for n in ms if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
+
         def near(m: StoredMemory) -> list[StoredMemory]:  # neighbours(m), kept as turns are put and dropped
-            return [n for n in map(memories.__getitem__, around.get(m.id, ()))
-                    if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
+            return seen(map(memories.__getitem__, around.get(m.id, ())))
 
         def own(m: StoredMemory) -> list[StoredMemory]:  # own_beside(m), as recall may see them
-            return [n for n in self.own_beside(m) if maybe_hidden is None or n.id not in maybe_hidden or visible(n)]
+            return seen(self.own_beside(m))
 
         about_character = character.asks(q.text) and bool(self.speakers.named_in(q.text))
         snippet = self.snippet if not q.past else past_marked(self.snippet, q.past)

@@ -26,7 +26,7 @@ class RowFacts:
 
     ORDER_BYTES = 6  # of an id past the prefix every id shares: 48 bits, exact in a float64
 
-    def __init__(self) -> None:
+    def __init__(self, ids: list[str | None]) -> None:
         self.live = np.zeros(64, dtype=bool)
         self.conditional = np.zeros(64, dtype=bool)
         self.sitting = np.full(64, NONE, dtype=np.int32)
@@ -34,7 +34,7 @@ class RowFacts:
         self.norm = np.full(64, NONE, dtype=np.int32)
         self.asks = np.zeros(64, dtype=bool)
         self.near = np.full((64, 2), NONE, dtype=np.int32)
-        self.ids: list[str | None] = []  # row → memory id
+        self.ids = ids  # row → memory id: the lexical index's own list (lexical.py), never a copy
         self.id_order = np.zeros(64, dtype=np.float64)  # ORDER_BYTES of the id past `_prefix`, as a number
         self._prefix: bytes | None = None  # what every id put so far begins with
         self.at = np.full(64, NONE, dtype=np.int64)  # scratch: a row's position in one recall's ranking
@@ -61,8 +61,6 @@ class RowFacts:
         self.norm[row] = code
         self.asks[row] = asks
         self.near[row] = NONE
-        self.ids.extend([None] * (row + 1 - len(self.ids)))
-        self.ids[row] = memory_id
         key = _utf8(memory_id)
         if self._prefix is None:
             self._prefix = key
