@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -30,7 +31,7 @@ _HANDED_OUT: set[int] = set()
 
 def _ephemeral_range() -> tuple[int, int]:
     try:
-        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
         return int(low), int(high)
     except (OSError, ValueError):
         return 32768, 60999
