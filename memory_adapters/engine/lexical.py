@@ -5,8 +5,9 @@ every write (what batch BM25 libraries do) would put that cost on the next recal
 cost is the length of the query terms' rarer posting lists, not the number of memories: a
 common term (in over 2% of documents, once there are 2,000) only adds its share of the score to
 documents that a rarer query term found. Postings live in dicts (cheap to update one memory at a
-time) and are scored as numpy arrays, built per term on first use after it changed: a search at
-100k memories walked ~1,200 postings in Python for 0.8 ms.
+time) and are scored as numpy arrays, built per term on first use and then kept in step with the
+dicts (`Postings`): a search at 100k memories walked ~1,200 postings in Python for 0.8 ms, and
+with one agent in flight each recall follows a retained turn, whose terms' arrays were rebuilt.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class LexicalIndex:
         self.total_len = 0
         self.ids: list[str | None] = []  # row → doc; a re-added doc takes a new row (newest last)
         self.lengths = np.zeros(64)
-        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # term → (rows, counts), while unchanged
+        self._arrays: dict[str, Postings] = {}  # term → its postings as arrays, once a search used them
         self._acc = np.zeros(64)  # scratch scores, all zero between searches
 
     def __len__(self) -> int:
@@ -78,7 +79,9 @@ class LexicalIndex:
         self.total_len += length
         for term, n in tf.items():
             self.postings.setdefault(term, {})[row] = n
-            self._arrays.pop(term, None)
+            arrays = self._arrays.get(term)
+            if arrays is not None:
+                arrays.append(row, n)
 
     def remove(self, doc_id: str) -> None:
         old = self.docs.pop(doc_id, None)
@@ -88,12 +91,14 @@ class LexicalIndex:
         self.ids[row] = None
         self.total_len -= int(self.lengths[row])
         for term in tf:
-            self._arrays.pop(term, None)
             plist = self.postings.get(term)
             if plist is not None:
                 plist.pop(row, None)
                 if not plist:
                     del self.postings[term]
+            arrays = self._arrays.get(term)
+            if arrays is not None and (not plist or not arrays.remove(row)):
+                del self._arrays[term]
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         arrays = self._arrays.get(term)
@@ -101,10 +106,8 @@ class LexicalIndex:
             plist = self.postings.get(term)
             if not plist:
                 return None
-            arrays = (np.fromiter(plist.keys(), dtype=np.int64, count=len(plist)),
-                      np.fromiter(plist.values(), dtype=np.float64, count=len(plist)))
-            self._arrays[term] = arrays
-        return arrays
+            self._arrays[term] = arrays = Postings(plist)
+        return arrays.rows[:arrays.used], arrays.counts[:arrays.used]
 
     def scored(self, query: str | list[str], k: int = 50) -> tuple[list[tuple[str, float]], float, float]:
         """The best `k` documents with the mean and standard deviation of BM25 over *all* documents
@@ -174,6 +177,39 @@ class LexicalIndex:
             if len(kept) >= k or len(top) < want:
                 return kept[:k]
             want *= 4
+
+
+class Postings:
+    """One term's postings as arrays, rows ascending (the dict's order: a new row is the highest)
+    and each row's count as a float — what `np.fromiter` over the dict gives, kept in step with it
+    by `append` and `remove` instead of rebuilt after every change (tests/test_lexical_arrays.py).
+    Arrays handed out before a change are never written: an append goes past them, a removal
+    makes new arrays."""
+
+    __slots__ = ("rows", "counts", "used")
+
+    def __init__(self, plist: dict[int, int]) -> None:
+        self.used = len(plist)
+        self.rows = np.fromiter(plist.keys(), dtype=np.int64, count=self.used)
+        self.counts = np.fromiter(plist.values(), dtype=np.float64, count=self.used)
+
+    def append(self, row: int, count: int) -> None:
+        if self.used == len(self.rows):  # room for as many again: appends cost O(1) on average
+            self.rows = np.concatenate([self.rows, np.empty(max(4, self.used), dtype=np.int64)])
+            self.counts = np.concatenate([self.counts, np.empty(max(4, self.used), dtype=np.float64)])
+        self.rows[self.used] = row
+        self.counts[self.used] = count
+        self.used += 1
+
+    def remove(self, row: int) -> bool:
+        """Leave `row` out; False when it is not there (the caller drops these arrays)."""
+        rows = self.rows[:self.used]
+        at = int(np.searchsorted(rows, row))
+        if at == self.used or rows[at] != row:
+            return False
+        self.rows, self.counts = np.delete(rows, at), np.delete(self.counts[:self.used], at)
+        self.used -= 1
+        return True
 
 
 def _best(cand: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
