@@ -10,8 +10,9 @@ the proxy's ledger entry, with `bench.servers`' reply), then per turn: the turn'
 p50 / p90 in ms over ROUNDS × 64 turns, and the answers' sha256 (the same on any engine that
 ranks and packs the same). `--no-put` recalls without the puts (caches stay warm: what a recall
 costs when many share one put); `--evict MB` writes MB of memory between recalls (the proxy and
-the provider running between two turns leave the caches cold). `--seconds` loops that long (for
-py-spy) instead of ROUNDS.
+the provider running between two turns leave the caches cold: `--evict 64` costs a recall what the
+service's ranking costs at one in flight, bench/README.md "cold caches"). `--seconds` loops that
+long (for py-spy) instead of ROUNDS; the index then grows past the stack's.
 """
 
 from __future__ import annotations
