@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,33 +32,26 @@ from memory_adapters.engine.pins import pinned_first
 from memplane_core.redact import Redactor
 from memplane_core.turn_text import query_from
 
-from .load import TOPICS
-from .seed import sentence
+from .load import prompts
+from .seed import seeded_memory, unit_vectors
 from .servers import REPLY
 
 DIM = 384
 NOW = 1_795_000_000.0  # a fixed clock: the answers' dates, hence their hash, do not move between runs
 
 
-def prompts(n: int = 64) -> list[str]:
-    return [f"Summarize the {TOPICS[i % len(TOPICS)]} for team {i} in two sentences." for i in range(n)]
-
-
-def build(seed: int = 1, memories: int = 1000, warm: int = 200) -> tuple[AgentIndex, list, list]:
+def build(seed: int = 1, memories: int = 1000, warm: int = 200) -> tuple[AgentIndex, list, list[str], Callable]:
+    """The index, each prompt's recall query with its vector, the prompts, and what makes a turn's
+    episodes of a prompt (each call the next turn)."""
     import random
 
-    from memory_adapters.engine.record import StoredMemory
-
-    rng, vecs, now = random.Random(seed), np.random.default_rng(seed), NOW
+    rng, vecs = random.Random(seed), np.random.default_rng(seed)
     idx = AgentIndex(vectors=VectorIndex(DIM))
-    v = vecs.standard_normal((memories, DIM)).astype(np.float32)
-    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    v = unit_vectors(vecs, memories, DIM)
     for i in range(memories):
-        idx.put(StoredMemory(agent_id="emb", scope="agent", key=f"episode:seed{i}", value=sentence(rng),
-                             type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i), v[i])
+        idx.put(seeded_memory("emb", i, rng, NOW), v[i])
     asks = prompts()
-    q = vecs.standard_normal((len(asks), DIM)).astype(np.float32)
-    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    q = unit_vectors(vecs, len(asks), DIM)
     redactor, turn = Redactor(), [0]
 
     def episode(text: str) -> list:
@@ -72,14 +66,14 @@ def build(seed: int = 1, memories: int = 1000, warm: int = 200) -> tuple[AgentIn
         for m in episode(asks[i % len(asks)]):
             idx.put(m, q[i % len(asks)])
     return idx, [(recall_query(query_from([{"role": "user", "content": a}])), q[i]) for i, a in enumerate(asks)], \
-        [episode for _ in asks]
+        asks, episode
 
 
 def run(rounds: int, put: bool, evict_mb: int, seconds: float | None) -> dict:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1, "blas")  # as the service
-    idx, questions, makers = build()
+    idx, questions, asks, episode = build()
     shared, recall = AgentIndex(vectors=VectorIndex(DIM)), pinned_first(recall_with_shared)
     junk = np.zeros(evict_mb * 131072) if evict_mb else None
     times, digest, turns = [], hashlib.sha256(), 0
@@ -88,7 +82,7 @@ def run(rounds: int, put: bool, evict_mb: int, seconds: float | None) -> dict:
         i = turns % len(questions)
         text, vec = questions[i]
         if put:
-            for m in makers[i](prompts()[i]):
+            for m in episode(asks[i]):
                 idx.put(m)
         if junk is not None:
             junk += 1.0

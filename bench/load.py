@@ -27,12 +27,15 @@ TOPICS = ("quarterly numbers", "hiring plan", "cloud costs", "churn analysis", "
           "support backlog", "security review", "office move", "travel budget", "roadmap", "vendor contract")
 
 
-def bodies(stream: bool, n: int = 64) -> list[bytes]:
+def prompts(n: int = 64) -> list[str]:
     """Varied prompts (the same sequence for every target), as real traffic is."""
+    return [f"Summarize the {TOPICS[i % len(TOPICS)]} for team {i} in two sentences." for i in range(n)]
+
+
+def bodies(stream: bool, n: int = 64) -> list[bytes]:
     return [orjson.dumps({"model": "bench-model", "stream": stream, "messages": [
-        {"role": "system", "content": "You are a concise analyst."},
-        {"role": "user", "content": f"Summarize the {TOPICS[i % len(TOPICS)]} for team {i} in two sentences."}]})
-        for i in range(n)]
+        {"role": "system", "content": "You are a concise analyst."}, {"role": "user", "content": prompt}]})
+        for prompt in prompts(n)]
 
 
 async def run(url: str, token: str, concurrency: int, requests: int, seconds: float, stream: bool) -> dict:

@@ -40,6 +40,22 @@ def sentence(rng: random.Random, n: int = 12) -> str:
     return " ".join(rng.choices(VOCAB, cum_weights=_ZIPF, k=n)).capitalize() + "."
 
 
+def seeded_memory(agent_id: str, i: int, rng: random.Random, now: float, embedding: list[float] | None = None):
+    """The `i`-th memory the benches seed: a Zipf sentence kept as an episode, up to 90 days old."""
+    from memory_adapters.engine.record import StoredMemory
+
+    return StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng), type="episode",
+                        created_at=now - rng.random() * 90 * 86400, updated_at=now - i, embedding=embedding)
+
+
+def unit_vectors(gen, n: int, dim: int):
+    """`n` random unit vectors (float32): search cost does not depend on what a vector means."""
+    import numpy as np
+
+    v = gen.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
 def turn_summaries(count: int, seed: int = 1) -> list[str]:
     """The stored turns every memory-on row of the overhead bench holds (memplane's and peers')."""
     rng = random.Random(seed)
@@ -59,7 +75,6 @@ def seed_reference(data_dir: Path, agent_id: str, count: int, seed: int = 1) -> 
 async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | None = None, seed: int = 1) -> None:
     """Insert memories straight into MongoDB; with `dim`, each gets a random unit vector
     (search cost does not depend on what a vector means)."""
-    from memory_adapters.engine.record import StoredMemory
     from memory_adapters.tiered.documents import to_doc
     from memory_adapters.tiered.ltm import MongoLTM
 
@@ -78,9 +93,7 @@ async def seed_tiered(mongo_url: str, agent_counts: dict[str, int], dim: int | N
             if vectors is not None:
                 v = vectors.standard_normal(dim).astype("float32")
                 vec = [round(float(x), 4) for x in v / float((v @ v) ** 0.5)]
-            batch.append(to_doc(StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
-                                          type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i,
-                                          embedding=vec)))
+            batch.append(to_doc(seeded_memory(agent_id, i, rng, now, vec)))
             if len(batch) >= 2000:
                 await ltm.memories.insert_many(batch, ordered=False)
                 batch = []
@@ -95,19 +108,15 @@ async def seed_embedded(data_dir: Path, agent_counts: dict[str, int], dim: int |
     import numpy as np
 
     from memory_adapters.embedded.sqlite_store import SQLiteStore
-    from memory_adapters.engine.record import StoredMemory
 
     store = SQLiteStore(data_dir)
     await store.open()
     rng, vectors, now = random.Random(seed), np.random.default_rng(seed), time.time()
     for agent_id, count in agent_counts.items():
         for start in range(0, count, 5000):
-            batch = [StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:seed{i}", value=sentence(rng),
-                                  type="episode", created_at=now - rng.random() * 90 * 86400, updated_at=now - i)
-                     for i in range(start, min(count, start + 5000))]
+            batch = [seeded_memory(agent_id, i, rng, now) for i in range(start, min(count, start + 5000))]
             await store.write(batch)
             if dim:
-                v = vectors.standard_normal((len(batch), dim)).astype(np.float32)
-                v /= np.linalg.norm(v, axis=1, keepdims=True)
+                v = unit_vectors(vectors, len(batch), dim)
                 await store.set_vectors([(m.id, row.tobytes()) for m, row in zip(batch, v)])
     await store.close()

@@ -307,8 +307,9 @@ async def timely_recall(scheduler: RecallScheduler, queries: Any, agent_id: str,
             ranking += FEWER_CANDIDATES
         started, cpu = time.perf_counter(), time.thread_time()
         packed = (recall or recall_with_shared)(own, shared, replace(q, vector=vector, candidates=k), visible=visible)
-        scheduler.ranked(time.perf_counter() - started)
-        stats.ranking_s += time.perf_counter() - started
+        took = time.perf_counter() - started
+        scheduler.ranked(took)
+        stats.ranking_s += took
         stats.ranking_cpu_s += time.thread_time() - cpu
         return RecallAnswer(packed, ranking)
     finally:
