@@ -67,6 +67,12 @@ class MemoryOp:
         return dict(self.extra.get("policy_reasons") or {})
 
     @property
+    def degraded(self) -> str | None:
+        """Why a recall was answered with less than the service's usual ranking (CONTRACT §5), or None."""
+        value = self.extra.get("degraded")
+        return value if isinstance(value, str) and value else None
+
+    @property
     def dead_letter(self) -> bool:
         return bool(self.extra.get("dead_letter"))
 

@@ -35,6 +35,7 @@ class RecallDetail:
     placement_note: str | None = _UNSET
     tokens: int = _UNSET
     ranking: str | None = _UNSET
+    degraded: str = _UNSET  # the service answered with less than its usual ranking: lexical | shed | loading | other
     deadline_ms: int | None = _UNSET  # what the service was told it had (less after late answers)
     redactions: dict[str, int] = _UNSET
     memories: list[dict[str, Any]] = _UNSET  # per recalled item: kind, source, score, id, decision, text

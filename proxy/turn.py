@@ -82,7 +82,7 @@ def session_id_of(request: web.Request, body: dict[str, Any]) -> str | None:
 class RecallSummary:
     """What memory did for one turn: the `X-Memplane-Recall` header."""
 
-    status: str = "off"  # succeeded | failed | timed_out | skipped | off
+    status: str = "off"  # succeeded | degraded | failed | timed_out | skipped | off
     blocks: int = 0
     removed: int = 0
     latency_ms: float = 0.0
@@ -200,7 +200,7 @@ async def _recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireForm
         conversation = conversation_of(body)
         if conversation:  # its next tool outputs come without the question (the provider keeps it)
             state.turn_blocks.put(conversation_key(ctx.agent_id, conversation), turn)
-    return body, RecallSummary("succeeded", len(memories), removed, outcome.latency_ms, detail), turn
+    return body, RecallSummary(outcome.said, len(memories), removed, outcome.latency_ms, detail), turn
 
 
 def _request_work(state: ProxyState, agent_id: str, large: bool) -> Any:
@@ -229,7 +229,7 @@ def _report_recall(state: ProxyState, agent_id: str, service: str, outcome: Reca
                    memories: list[InjectedMemory], block: str | None, tokens: int, repeated: int,
                    removed: int) -> None:
     """The recall's memory_op event (CONTRACT §11)."""
-    extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
+    extra: dict[str, Any] = {"memory_tokens": tokens, **outcome.event_fields()}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
@@ -258,6 +258,8 @@ def _explain_recall(state: ProxyState, service: str, query: str, outcome: Recall
                   for m, decision in zip(outcome.memories, policy.decisions)])
     if note:
         detail.placement_note = note
+    if outcome.degraded:
+        detail.degraded = outcome.degraded
     if repeated:
         detail.repeated_lines_dropped = repeated
     return detail
