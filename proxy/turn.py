@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from .coding.already_said import drop_already_said
 from .coding.reading import CodingTurn, read_turn
 from .context_store import AgentContext
 from .errors import ProxyError, stream_error_event
-from .explanation import RecallDetail, TurnExplanation
+from .explanation import RecallDetail, TurnExplanation, new_turn_id
 from .formats import StreamState, WireFormat, placement_for
 from .formats.base import event_json
 from .forward_policy import require_model_allowed
@@ -306,7 +305,7 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     fmt.validate(body)
     require_model_allowed(ctx.metadata.allowed_models, body.get("model"))
     session_id = session_id_of(request, body)
-    turn_id = "turn_" + uuid.uuid4().hex[:24]
+    turn_id = new_turn_id()
     state.tracing.agent(ctx.agent_id, turn_id)
     effective, recall, turn, coding = body, RecallSummary(), None, None
     if ctx.memory is not None:
