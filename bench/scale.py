@@ -6,11 +6,10 @@
 
 The fake provider runs as `--providers` processes on one port, the load as `--loaders` processes
 (`bench.load --distinct`: every request its own question, closed loop, `--concurrency` in all);
-memplane runs as `memplane serve`-style workers on the Redis ledger (`--workers` list; one worker
-needs no Redis), with memory off, behind the reference adapter (one process: it keeps per-agent
-JSONL files with one writer) or behind the embedded engine (`--memory-workers` processes over one
-SQLite store, default as many as the proxy's workers, at most 4; 1,000 seeded memories with
-vectors). Against them, in the same run: the aiohttp pass-through as one process and as
+memplane runs as `memplane serve`-style workers on the Redis ledger (`--workers` list), with memory
+off, behind the reference adapter (`--memory-workers` processes over its JSONL files) or behind the
+embedded engine (`--memory-workers` processes over one SQLite store, 1,000 seeded memories with
+vectors); `--memory-workers` defaults to as many as the proxy's workers, at most 4. Against them, in the same run: the aiohttp pass-through as one process and as
 `--providers` processes. Per row: req/s, p50/p99, its ratio to both pass-throughs, CPU µs per turn
 of each group of processes (provider, memory service, proxy, Redis), and the turns' recall
 outcomes by their `X-Memplane-Recall` status (succeeded, degraded, timed_out, ...).
@@ -128,13 +127,13 @@ def one_row(tmp: Path, target: str, w: int, upstream: str, redis: str | None, rp
         if target == "off":
             token, _ = write_agent(ctx, "off")
         else:
+            engines = a.memory_workers or min(w, 4)
             if target == "embedded":
                 asyncio.run(seed_embedded(tmp / "emb", {"emb": a.memories}, dim=384))
-                engines = a.memory_workers or min(w, 4)
                 svc = stack.enter_context(role("embedded", "--data-dir", str(tmp / "emb"), "--workers", str(engines)))
             else:
                 seed_reference(tmp / "ref", "ref", a.memories)
-                svc = stack.enter_context(role("reference", "--data-dir", str(tmp / "ref")))
+                svc = stack.enter_context(role("reference", "--data-dir", str(tmp / "ref"), "--workers", str(engines)))
             groups["service"] = [PIDS[svc]]
             token, _ = write_agent(ctx, target[:3], memory=memory_manifest(
                 target, f"http://127.0.0.1:{svc}", retain_batch_path=RETAIN_BATCH_PATH))
@@ -147,7 +146,7 @@ def one_row(tmp: Path, target: str, w: int, upstream: str, redis: str | None, rp
             groups["redis"] = [rpid]
         row = measure(f"http://127.0.0.1:{mp}/v1/chat/completions", token, groups, a, 10_000_000 * w)
         row["proxy_workers"] = w
-        if target == "embedded":
+        if target != "off":
             row["memory_workers"] = a.memory_workers or min(w, 4)
         return row
 
@@ -179,7 +178,7 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=None, help="per row (default 3000; quick 600)")
     p.add_argument("--providers", type=int, default=None, help="fake provider processes (default 4; quick 1)")
     p.add_argument("--loaders", type=int, default=None, help="load processes (default 4; quick 1)")
-    p.add_argument("--memory-workers", type=int, default=0, help="embedded engine processes (0: min(workers, 4))")
+    p.add_argument("--memory-workers", type=int, default=0, help="memory service processes (0: min(workers, 4))")
     p.add_argument("--memories", type=int, default=1000)
     p.add_argument("--redis-url", default=None, help="for more than one proxy worker (default: the tests' Redis)")
     a = p.parse_args()

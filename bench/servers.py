@@ -119,9 +119,9 @@ def main() -> None:
     p.add_argument("--mongo-url", default="")
     p.add_argument("--ledger-prefix", default="memplane")
     p.add_argument("--workers", type=int, default=1,
-                   help="forked workers on one port: memplane (on the Redis ledger), provider, passthrough, embedded")
+                   help="forked workers on one port: memplane (on the Redis ledger), provider, passthrough, embedded, reference")
     a = p.parse_args()
-    if a.workers > 1 and a.role in ("memplane", "provider", "passthrough", "embedded"):
+    if a.workers > 1 and a.role in ("memplane", "provider", "passthrough", "embedded", "reference"):
         from memplane_cli.workers import Listener, first_worker, serve_processes
 
         def build() -> web.Application:
@@ -131,6 +131,9 @@ def main() -> None:
                 return passthrough_app(a.upstream)
             if a.role == "embedded":
                 return embedded_app(a.data_dir, shared=True, first=first_worker())
+            if a.role == "reference":
+                from memory_adapters.reference.app import build_reference_app
+                return build_reference_app(a.data_dir, redactor=Redactor(), shared=True)
             return memplane_app(a.upstream, a.context_root, a.history_root, a.redis_url, a.ledger_prefix)
         listener = Listener(build, "127.0.0.1", a.port)
         raise SystemExit(serve_processes([[listener]] * a.workers, grace_s=2,

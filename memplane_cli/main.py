@@ -210,14 +210,24 @@ def adapter() -> None:
               show_default=True, envvar=["MEMPLANE_REFERENCE_DIR", "MEMORY_REF_DIR"])
 @click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token.")
 @REDACTION_RULES
-def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, redaction_rules: Path | None) -> None:
+@WORKERS
+def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, redaction_rules: Path | None,
+                      workers: int = 1) -> None:
     """The file-backed reference adapter."""
     from memory_adapters.reference.app import build_reference_app
 
     redactor = _redactor(redaction_rules)
     data_dir.mkdir(parents=True, exist_ok=True)
     _warn_if_open(host, token)
-    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    workers = _worker_count(workers, None)  # each reads what the others append (reference/store.py)
+    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir}"
+               f"{f', {workers} workers' if workers > 1 else ''})", err=True)
+    if workers > 1:
+        from .workers import Listener, serve_processes
+
+        listener = Listener(lambda: build_reference_app(data_dir, token=token, redactor=redactor, shared=True),
+                            host, port, "reference")
+        raise SystemExit(serve_processes([[listener]] * workers))
     runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=redactor), host, port)]))
 
 

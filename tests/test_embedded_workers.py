@@ -188,3 +188,51 @@ async def test_memplane_up_serves_its_memory_from_several_processes_when_asked(t
     finally:
         stop(proc)
     assert proc.returncode == 0
+
+
+async def test_reference_workers_answer_as_one_process_and_follow_each_others_appends(tmp_path):
+    """`memplane adapter reference --workers 2`: each process reads what the others appended."""
+    data = tmp_path / "ref"
+
+    def reference(workers: int, log: str) -> Adapter:
+        a = Adapter.__new__(Adapter)
+        a.port = free_port()
+        a.url, a.workers = f"http://127.0.0.1:{a.port}", workers
+        a.proc = subprocess.Popen([str(BIN), "adapter", "reference", "--workers", str(workers), "--port", str(a.port),
+                                   "--data-dir", str(data)], stdout=subprocess.DEVNULL,
+                                  stderr=open(tmp_path / log, "wb"))
+        return a
+
+    async def ready(a: Adapter) -> None:  # the reference adapter's /health has no pid: ask until both listen
+        await wait_port(a.port, 60)
+        for _ in range(100):
+            kids = Path(f"/proc/{a.proc.pid}/task/{a.proc.pid}/children").read_text().split()
+            if len(kids) >= a.workers:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+
+    many = reference(2, "many.log")
+    try:
+        await ready(many)
+        for i in range(12):  # both workers load the agent, still empty
+            assert (await many.post("/recall", {"agent_id": "ann", "query": "sister"}))[1]["memories"] == []
+        for i, fact in enumerate(FACTS):  # one at a time, on new connections: spread over both workers
+            status, _ = await many.post("/retain", {"agent_id": "ann", "entry": entry(f"hist1_{i}", fact)})
+            assert status == 202
+            for _ in range(4):
+                got = (await many.post("/recall", {"agent_id": "ann", "query": fact}))[1]["memories"]
+                assert fact in got[0]["text"], (fact, got)
+        status, _ = await many.post("/forget", {"agent_id": "ann", "entry_ids": ["hist1_1"], "reason": "test"})
+        spread = await many.answers(tries=4)
+        assert all(len(a) == 1 for a in spread.values()), spread
+        assert not any("Miso" in a for answers in spread.values() for a in answers)
+    finally:
+        stop(many.proc)
+    assert many.proc.returncode == 0
+    one = reference(1, "one.log")
+    try:
+        await ready(one)
+        assert await one.answers() == {q: a for q, a in spread.items()}  # one process over the same files
+    finally:
+        stop(one.proc)
