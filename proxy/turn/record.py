@@ -39,7 +39,8 @@ def link(turn: Turn, response_id: str | None) -> None:
 
 async def record_turn(turn: Turn, answer: dict[str, Any]) -> None:
     """Ledger first (the durable record), then hand the entry to the retain queue."""
-    state, ctx, status = turn.state, turn.ctx, turn.upstream.status if turn.upstream is not None else 0
+    assert turn.upstream is not None
+    state, ctx, status = turn.state, turn.ctx, turn.upstream.status
     entry, line = build_entry_json(
         agent_id=ctx.agent_id, path=turn.request.path, requested_model=turn.original.get("model"),
         provider=turn.fmt.provider, effective_model=answer.get("model") or turn.effective.get("model"),
