@@ -1,7 +1,7 @@
 """One agent turn through the proxy: authenticate, recall, forward, answer, record, retain.
 
 The turn is a `Turn` value (value.py) passed through named steps; steps.py runs them top to
-bottom, and each step lives in the module of its name (docs/turn.md has the map).
+bottom; docs/turn.md maps each step to its module.
 """
 
 from .provider import open_upstream

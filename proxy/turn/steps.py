@@ -1,7 +1,7 @@
 """One agent turn through the proxy, top to bottom: the steps, in order (docs/turn.md).
 
 read → scope → recall → inject → explain → offer → prepare → forward → relay → record → log.
-Each step is `step(turn)` on one `Turn` value (value.py) and lives in the module of its name.
+Each step is `step(turn)` on one `Turn` value (value.py); the larger ones have a module of their name.
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ async def handle_turn(request: web.Request, fmt: WireFormat, state: ProxyState) 
 
 
 async def run(turn: Turn) -> web.StreamResponse:
-    await read(turn)  # read.py: authenticate, the body, the thread memplane holds, validate
+    """The turn, top to bottom (docs/turn.md has each step's module and job)."""
+    await read(turn)  # who calls; the request, its thread expanded, checked
     await scope(turn)  # the coding read: the call's kind, its project, the person's words
-    await recall_and_inject(turn)  # recall.py, inject.py: memories for this call, one block in the request
-    explain(turn)  # report.py: the turn's explanation, before the provider is paid
-    offer(turn)  # memory_tool/: store_memory, for agents that opt in
-    prepare(turn)  # forward.py: the provider's body, address and headers
-    resp = await forward(turn, relay)  # forward.py, relay.py: call the provider, answer, record.py: ledger, retain
+    await recall_and_inject(turn)  # memories for this call, one block in the request
+    explain(turn)  # the turn's explanation, before the provider is paid
+    offer(turn)  # store_memory, for agents that opt in
+    prepare(turn)  # the provider's body, address and headers
+    resp = await forward(turn, relay)  # the provider call; `relay` answers the agent, then records the turn
     log(turn)
     return resp
 
