@@ -15,8 +15,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from memplane_core.turn_text import carries_tool_results
-
 from ..ledger.entry import nests_safely
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
@@ -65,7 +63,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         return web.Response(status=upstream.status, body=data, headers=headers)
 
     answers, final, note = [doc], doc, None
-    tainted = carries_tool_results(body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, body)
     for extra in range(MAX_EXTRA_CALLS + 1):
         mine, others = calls(fmt.name, final)
         if not mine:

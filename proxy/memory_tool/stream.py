@@ -18,8 +18,6 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from memplane_core.turn_text import carries_tool_results
-
 from ..errors import stream_error_event
 from ..formats.base import usage_counts
 from ..ledger.entry import nests_safely
@@ -49,7 +47,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     written: list[bytes] = []
     rounds: list[Any] = []
     incomplete = note = None
-    tainted = carries_tool_results(body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, body)
 
     async def send(data: bytes) -> None:
         written.append(data)
