@@ -66,7 +66,10 @@ _SECTION_WORDS = frozenset({
     "tool", "tools", "function"})
 _DECOR = "#=*[<"  # what opens a heading (markdown, a banner, bold, a bracketed or chat-template tag)
 _LABEL_WORDS = 3  # a label is at most this many words before its colon
+_LABEL_CHARS = 48  # and this many characters
 _WORDS_READ = 160  # characters of a line's head read for its words
+_ROLE_WORDS = frozenset({"system", "developer", "human", "ai", "model", "function", "tool", "tools", "user",
+                         "assistant"})  # a label that is one of these is quoted_roles' (or a part's label)
 
 
 def _head_words(text: str) -> list[str]:
@@ -88,16 +91,20 @@ def _head_words(text: str) -> list[str]:
 
 def _poses_as_section(line: str) -> int:
     """Where the heading starts (after the line's indent) when `line` poses as a prompt section, else -1."""
-    indent = len(line) - len(line.lstrip(" \t"))
-    rest = line[indent:]
+    rest = line.lstrip(" \t")
     if not rest:
         return -1
+    indent = len(line) - len(rest)
     if rest[0] in _DECOR:
         if not _SECTION_WORDS.intersection(_head_words(rest.lstrip(_DECOR + " \t"))):
             return -1
         return indent
-    label, colon, _ = rest[:_WORDS_READ].partition(":")
-    if (not colon or len(label.split()) > _LABEL_WORDS or not all(c.isalnum() or c in " \t_" for c in label)
+    colon = rest.find(":", 0, _LABEL_CHARS)
+    if colon <= 0:
+        return -1
+    label = rest[:colon]
+    if (label.rstrip(" \t").casefold() in _ROLE_WORDS or len(label.split()) > _LABEL_WORDS
+            or not label.replace(" ", "").replace("\t", "").replace("_", "").isalnum()
             or not _SECTION_WORDS.intersection(_head_words(label))):
         return -1
     return indent
