@@ -23,6 +23,7 @@ from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import Answer, ToolCall
 from tests.conftest import url_of
+from tests.test_embedded_adapter import rest_service  # noqa: F401 (a fixture)
 from tests.test_mcp_memory import connect, text
 from tests.test_memory_poisoning import PAGE, listing, memory_elements, presented_as_users
 
@@ -278,3 +279,22 @@ def _strings(value):
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
+
+
+async def test_a_models_write_names_its_writer_whichever_token_writes_it(rest_service):
+    """The proxy writes a model's memory with the manifest's token: the service's admin token
+    (declaring the writer) or the agent's own token (its identity is the writer). Either way the
+    listing's `writer` is the agent, and what the caller claims cannot name someone else."""
+    from tests.test_embedded_adapter import call
+    async with aiohttp.ClientSession() as s:
+        status, own = await call(s, rest_service, "/api/memories", {
+            "agent_id": "alice", "key": "tabs", "value": "The user prefers tabs.",
+            "metadata": {"via": "store_memory", "origin": "model", "writer": "mallory"}}, "alice-token")
+        assert status == 201 and (own["origin"], own["writer"], own["tainted"]) == ("model", "alice", False)
+        status, admin = await call(s, rest_service, "/api/memories", {
+            "agent_id": "alice", "key": "editor", "value": FACT,
+            "metadata": {"via": "store_memory", "origin": "model", "writer": "alice", "tainted": True}}, "admin-token")
+        assert status == 201 and (admin["writer"], admin["metadata"]["writer"], admin["tainted"]) == ("alice", "alice", True)
+        status, operator = await call(s, rest_service, "/api/memories", {
+            "agent_id": "alice", "key": "laptop", "value": "A ThinkPad."}, "alice-token")
+        assert status == 201 and (operator["origin"], operator["writer"]) == ("operator", None)
