@@ -2,8 +2,9 @@
 
 Text and attributes are escaped so a memory can never close the block or forge another one; the
 block opens with one fixed line saying what it is (data, not instructions), every memory says
-where its words came from (`origin`), and a line that begins like a speaker's label is quoted
-(docs/DESIGN.md, "Memory poisoning"). Same memories, same bytes: the block stays cacheable.
+where its words came from (`origin`), a line that begins like a speaker's label is quoted
+(docs/DESIGN.md, "Memory poisoning"), and so is a heading posing as a prompt section
+(docs/provenance.md). Same memories, same bytes: the block stays cacheable.
 """
 
 from __future__ import annotations
@@ -129,9 +130,9 @@ _SHOWN: TextMemo[str] = TextMemo(entries=2048, key_chars=2000)  # a memory's tex
 
 
 def memory_text(m: InjectedMemory) -> str:
-    """A memory's text as every placement shows it: role labels and prompt-section headings quoted, escaped. Remembered per
-    text: a service hands the same memories back on many recalls (with another score each time),
-    and quoting and escaping them again was a tenth of the recall step."""
+    """A memory's text as every placement shows it: speaker labels and prompt-section headings
+    quoted, escaped. Remembered per text: a service hands the same memories back on many recalls
+    (with another score each time), and quoting and escaping them again was a tenth of the recall step."""
     shown = _SHOWN.get(m.text)
     if shown is None:
         shown = escape(quoted_headings(quoted_roles(m.text)))
