@@ -58,6 +58,12 @@ def bounded_block(origin: str | None, said: bool | None) -> bool:
     return said is None or "tool" in words
 
 
+def puts_in_play(origin: str | None, bounded: bool) -> bool:
+    """Whether showing a recalled block puts untrusted text in the model's context (so a write in that
+    turn is tainted): a bounded block, or one holding a tool's words beside the user's."""
+    return bounded or (origin is not None and "tool" in origin.split())
+
+
 @dataclass
 class BoundedShare:
     """What bounded text has taken of one recall, in any unit (characters, tokens)."""

@@ -50,7 +50,8 @@ class InjectedMemory:
     id: str | None = None
     title: str | None = None
     origin: str | None = None  # where its words came from (ORIGINS, space-separated); None: the service did not say
-    writer: str | None = None  # the agents that wrote its shared memories
+    writer: str | None = None  # the agents that wrote its memories
+    bounded: bool = False  # only bounded text (memplane_core/provenance.py): the turn that shows it is tainted
 
 
 @dataclass
@@ -104,12 +105,14 @@ def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: i
             drop("over_budget")
             continue
         origin = closed_origin(item.origin)
-        if _bounded(item) and not share.admit(cost):
+        bounded = _bounded(item)
+        if bounded and not share.admit(cost):
             drop("untrusted_share")
             continue
         used += cost
         result.decisions.append("injected")
         writer = " ".join(item.writer.split())[:200] if item.writer else None
         result.memories.append(InjectedMemory(text=text, kind=kind, source=source, ts=item.ts, score=item.score,
-                                              id=item.id, title=item.title, origin=origin, writer=writer or None))
+                                              id=item.id, title=item.title, origin=origin, writer=writer or None,
+                                              bounded=bounded))
     return result

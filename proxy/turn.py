@@ -309,10 +309,10 @@ async def _turn(request: web.Request, fmt: WireFormat, state: ProxyState) -> web
     effective, recall, turn, coding = body, RecallSummary(), None, None
     if ctx.memory is not None:
         coding = await read_turn(state, ctx, request.headers, body, session_id)  # kind, project, person's words
-        state.turn_taint.note(ctx.agent_id, session_id, body)  # for store_memory over /mcp (turn_taint.py)
     if coding is not None and ctx.memory is not None and ctx.memory.recall is not None:
         with state.tracing.step("memplane.recall"):
             effective, recall, turn = await recall_and_inject(state, ctx, fmt, body, session_id, coding)
+    state.turn_taint.note(ctx, session_id, turn_id, body, turn)  # for store_memory, here and over /mcp (turn_taint.py)
     said = {"X-Memplane-Turn-Id": turn_id, "X-Memplane-Recall": recall.header()}
     state.explanations.record(turn_id, TurnExplanation(
         turn_id, ctx.agent_id, now_rfc3339(), time.time(), fmt.name, request.path, recall.status, recall.blocks,

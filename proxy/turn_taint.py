@@ -3,8 +3,11 @@
 (docs/provenance.md).
 
 A turn is tainted when its request hands the model text a tool returned (a tool result, a fetched
-page, another agent's output: `carries_tool_results`). The proxy notes each turn of an agent with
-memory, per agent and conversation (`X-Session-Id` or `metadata.session_id`), for `TTL_S`:
+page, another agent's output: `carries_tool_results`), or when the block memplane injected into it
+shows such text (a tool's words, a tainted write, another agent's: `provenance.puts_in_play`; a
+model that copies a recalled page into `store_memory` does not make it trusted). The proxy notes each turn of an agent
+with memory, per turn and per agent and conversation (`X-Session-Id` or `metadata.session_id`),
+for `TTL_S`:
 
 * a conversation that carried such text stays tainted: Chat Completions and Messages resend it on
   every call, and a Responses chain or conversation keeps it at the provider;
@@ -20,6 +23,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from memplane_core.provenance import puts_in_play
 from memplane_core.turn_text import carries_tool_results
 
 TTL_S = 900.0
@@ -34,10 +38,20 @@ def _chains(body: dict[str, Any]) -> bool:
 class TurnTaint:
     def __init__(self, ttl_s: float = TTL_S, max_keys: int = MAX_KEYS) -> None:
         self._seen: TTLCache[tuple[str, str | None], bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
+        self._turns: TTLCache[str, bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
 
-    def note(self, agent_id: str, session_id: str | None, body: Any) -> bool:
-        """Note one turn's request; returns whether the turn is tainted."""
-        here = carries_tool_results(body)
+    def note(self, ctx: Any, session_id: str | None, turn_id: str, body: Any, turn: Any = None) -> bool:
+        """Note one turn of an agent with memory (`ctx`): its request, and `turn`, the block injected
+        into it (turn_blocks.TurnBlock), if any. Returns whether the turn is tainted."""
+        if getattr(ctx, "memory", None) is None:
+            return False
+        recalled = getattr(turn, "memories", ())
+        here = self._note(ctx.agent_id, session_id, body, any(puts_in_play(m.origin, m.bounded) for m in recalled))
+        self._turns[turn_id] = here
+        return here
+
+    def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
+        here = shown_bounded or carries_tool_results(body)
         latest = (agent_id, None)
         if session_id:
             here = here or self._seen.get((agent_id, session_id), False)  # the conversation still holds it
@@ -47,9 +61,12 @@ class TurnTaint:
         self._seen[latest] = here
         return here
 
-    def of_turn(self, agent_id: str, session_id: str | None, body: Any) -> bool:
-        """Whether the turn that sends `body` is tainted (the proxy's own `store_memory`): its own tool
-        results, or its conversation's as noted."""
+    def of_turn(self, agent_id: str, session_id: str | None, turn_id: str, body: Any) -> bool:
+        """Whether the turn `turn_id` that sends `body` is tainted (the proxy's own `store_memory`): as
+        noted, else its own tool results or its conversation's."""
+        noted = self._turns.get(turn_id)
+        if noted is not None:
+            return noted
         if carries_tool_results(body):
             return True
         if session_id:

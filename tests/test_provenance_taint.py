@@ -159,6 +159,21 @@ async def test_writes_in_a_conversation_that_read_a_page_are_tainted_and_bounded
     assert "For the record: my Rust editor is Helix" in block
 
 
+async def test_a_recalled_page_copied_into_a_memory_stays_tainted(make_stack, engine):
+    """Laundering: a page read in one conversation comes back (bounded) in a later, clean one, and
+    the model copies it with `store_memory`. The block showed a tool's words, so the write is tainted."""
+    stack = await make_stack()
+    stack.add_agent("writer", engine, service="mem", tools=["store_memory"])
+    stack.provider.model = remembering
+    await read_page(stack, "writer", "monday")
+    await stack.settle()
+    block, _ = await chat(stack, "writer", "Please remember what the ferry timetable page said.", sid="tuesday")
+    # the page's words were in play (alone, or in a block beside the user's), though this turn carried no tool output
+    assert re.search(r' origin="([a-z ]+ )?tool"', block) and "Porto ferry timetable" in block
+    [m] = [m for m in await listing(engine, "writer") if m["key"] == "editor"]
+    assert (m["origin"], m["tainted"]) == ("model", True)
+
+
 async def test_the_engine_recalls_a_models_untainted_memory_beside_an_operator_fact(engine):
     """The issue's second report: stored directly with `origin: model` beside one operator fact, the
     engine used to drop the better model-written memory (25 % of what the block already held)."""

@@ -4,10 +4,13 @@ and the quoting of lines that pose as prompt sections (proxy/inject.py), with 10
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from memory_adapters.engine.packing import pack, snippet_of
 from memory_adapters.engine.record import StoredMemory, bounded, writer_of
 from memplane_core.provenance import BoundedShare, bounded_block, lead_order
 from proxy.inject import quoted_headings, quoted_roles
+from proxy.recall_policy import InjectedMemory
 from proxy.turn_taint import TurnTaint
 
 START = 1_700_000_000.0
@@ -60,19 +63,30 @@ def test_the_proxy_reads_a_block_the_way_the_engines_pack_it():
 
 def test_a_conversation_that_carried_a_tool_result_stays_tainted_and_an_unseen_one_is_tainted():
     taint = TurnTaint()
+    agent = SimpleNamespace(agent_id="a", memory=object())
     clean = {"messages": [{"role": "user", "content": "hi"}]}
     page = {"messages": [{"role": "user", "content": "read it"}, {"role": "tool", "tool_call_id": "c", "content": "x"}]}
     assert taint.tainted("a", "s1")  # nothing seen: the proxy vouches for nothing
-    assert not taint.note("a", "s1", clean) and not taint.tainted("a", "s1") and not taint.tainted("a", None)
-    assert taint.note("a", "s2", page) and taint.tainted("a", "s2")
-    assert taint.note("a", "s2", clean) and taint.tainted("a", "s2")  # the conversation still holds the page
+    assert not taint.note(agent, "s1", "t1", clean) and not taint.tainted("a", "s1") and not taint.tainted("a", None)
+    assert taint.note(agent, "s2", "t2", page) and taint.tainted("a", "s2")
+    assert taint.note(agent, "s2", "t3", clean) and taint.tainted("a", "s2")  # the conversation still holds the page
     assert not taint.tainted("a", "s1")  # another conversation of the same agent is not
     assert taint.tainted("a", "unknown-session")  # falls back to the agent's latest turn (s2: tainted)
-    assert taint.of_turn("a", "s2", clean) and not taint.of_turn("a", "s1", clean)
+    assert taint.of_turn("a", "s2", "t3", clean) and not taint.of_turn("a", "s1", "t1", clean)
+    # a block that showed a tool's words taints the turn: a recalled page copied into a memory stays bounded
+    shown = SimpleNamespace(memories=(InjectedMemory("tools: a page", origin="tool", bounded=True),))
+    trusted = SimpleNamespace(memories=(InjectedMemory("fact (tabs): tabs", origin="model"),
+                                        InjectedMemory("user: hi", origin="user")))
+    mixed = SimpleNamespace(memories=(InjectedMemory("user: read it\ntools: a page", origin="user tool"),))
+    assert taint.note(agent, "s6", "t10", clean, mixed)
+    assert taint.note(agent, "s4", "t4", clean, shown) and taint.of_turn("a", "s4", "t4", clean)
+    assert not taint.note(agent, "s5", "t5", clean, trusted)
     # a Responses chain continues what the provider holds
-    assert taint.note("b", None, {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]})
-    assert taint.note("b", None, {"input": "thanks", "previous_response_id": "resp_1"})
-    assert not taint.note("b", None, {"input": "a new chat"})
+    b = SimpleNamespace(agent_id="b", memory=object())
+    assert taint.note(b, None, "t6", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]})
+    assert taint.note(b, None, "t7", {"input": "thanks", "previous_response_id": "resp_1"})
+    assert not taint.note(b, None, "t8", {"input": "a new chat"})
+    assert not taint.note(SimpleNamespace(agent_id="c", memory=None), None, "t9", {"input": "hi"})  # no memory
 
 
 def test_lines_posing_as_prompt_sections_are_quoted_and_the_services_own_labels_kept():

@@ -63,7 +63,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         return web.Response(status=upstream.status, body=data, headers=headers)
 
     answers, final, note = [doc], doc, None
-    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
     for extra in range(MAX_EXTRA_CALLS + 1):
         mine, others = calls(fmt.name, final)
         if not mine:

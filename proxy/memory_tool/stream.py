@@ -47,7 +47,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     written: list[bytes] = []
     rounds: list[Any] = []
     incomplete = note = None
-    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
 
     async def send(data: bytes) -> None:
         written.append(data)
