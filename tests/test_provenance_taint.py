@@ -109,6 +109,10 @@ async def test_a_memory_stored_over_mcp_in_a_clean_conversation_comes_back_in_th
     doc = await explained(stack, turn_id)
     [shown] = [x for x in doc["memories"] if FACT in x["text"] and "model" in x["origin"].split()]
     assert (shown["writer"], shown["decision"]) == ("alice", "injected")
+    # trusted like the person's facts, yet still never a pin
+    async with aiohttp.ClientSession() as s:
+        async with s.patch(f"{engine}/api/memories/{m['id']}", json={"pinned": True, "reason": "important"}) as r:
+            assert r.status == 409
 
 
 async def test_the_proxys_store_memory_in_a_clean_turn_comes_back_in_the_next_turn(make_stack, engine):
