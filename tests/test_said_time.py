@@ -84,9 +84,15 @@ async def test_a_date_in_the_system_prompt_does_not_become_the_memorys_time(stac
     assert {ts for ts, _ in shown} == {entry["ts"]} and not entry["ts"].endswith("T00:00:00.000Z")
 
 
-async def test_a_dated_transcript_keeps_its_dates_when_the_assistant_replies(stack, engine):
+def telling_reply(body: dict) -> str:
+    """A reply that states something (a number, a name): kept beside the person's words."""
+    return "Kilns in most community studios fire to about 1,200 degrees. Ask Marta at the front desk for a slot."
+
+
+@pytest.mark.parametrize("reply", [small_talk_reply, telling_reply], ids=["small-talk", "telling"])
+async def test_a_dated_transcript_keeps_its_dates_when_the_assistant_replies(stack, engine, reply):
     stack.add_agent("importer", engine)
-    stack.provider.reply = small_talk_reply
+    stack.provider.reply = reply
     client = stack.openai("importer")
     replies = [await say(client, text) for text in (
         "[1:56 pm on 8 May, 2023] Rosa: I went to the pottery class yesterday and made a lopsided bowl.",
@@ -98,12 +104,19 @@ async def test_a_dated_transcript_keeps_its_dates_when_the_assistant_replies(sta
     await say(client, "What did Rosa make at the pottery class?")
     block = stack.provider.received[-1].memories_block
     lines = dated_lines(block)
-    assert ("1:56 pm on 8 May, 2023", "user: Rosa: I went to the pottery class yesterday and made a lopsided bowl.") \
-        in lines, block
-    assert ("7:55 pm on 25 May, 2023", "user: Rosa: The bowl came out of the kiln today with a green glaze.") in lines
+    def day_of(words: str) -> list[str]:
+        return [day for day, line in lines if line.removeprefix("user: ").startswith(words)]
+    assert day_of("Rosa: I went to the pottery class yesterday and made a lopsided bowl.") \
+        == ["1:56 pm on 8 May, 2023"], block
+    assert day_of("Rosa: The bowl came out of the kiln today with a green glaze.") == ["7:55 pm on 25 May, 2023"]
     assert memories(block)[0][0] == "2023-05-08T13:56:00.000Z"  # the best hit's time: its stamp's
     # "yesterday" is the day before the stamp's
     assert "(yesterday: 7 May 2023)" in block
+    # small talk is not remembered; a reply that tells something is, beside the words it answers
+    if reply is telling_reply:
+        assert f"assistant: {replies[0]}" in block
+    else:
+        assert "assistant:" not in block and not any(r in block for r in replies)
 
 
 async def test_of_two_updates_on_one_day_the_later_is_current(stack, engine, request):

@@ -18,6 +18,7 @@ from memplane_core.turn_text import assistant_text, bounded_query, calls_tools, 
 
 from .dates import dated
 from .record import StoredMemory
+from .replies import adds_fact
 
 PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
 ASSISTANT_MAX_CHARS = 400
@@ -148,7 +149,8 @@ def said_words(entry: dict[str, Any]) -> tuple[str, str | None, float | None]:
 def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[str, str]]:
     """The turn's words as (origin, text) parts: the user's, in pieces (`user`), what its tools
     returned (`tool`, always a part of its own: a fetched page's words never sit in the user's
-    part) and the assistant's reply when it says something (`model`). A short turn keeps the
+    part) and the assistant's reply when it states something (`model`; an acknowledgement or a
+    question back does not, `replies.adds_fact`). A short turn keeps the
     user's words and the reply together, each on its own labelled line ('user: …\nassistant: …');
     that part is the user's, and its 'assistant:' line is labelled as the reply. `user`: the
     user's words when the caller has them already (without their stamp, `said_words`).
@@ -158,11 +160,12 @@ def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[
     """
     if calls_tools(entry):
         return []
-    parts = [("user", unlabelled(p)) for p in pieces(said_words(entry)[0] if user is None else user)]
+    user = said_words(entry)[0] if user is None else user
+    parts = [("user", unlabelled(p)) for p in pieces(user)]
     steps = tool_steps(entry)
     tools = ("tool", "tools: " + "; ".join(steps)) if steps else None
     reply = visible(assistant_text(entry))
-    if reply and _informative(reply):
+    if reply and _informative(reply) and adds_fact(reply, user):  # small talk is not remembered (replies.py)
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
         if len(parts) == 1:
             return [("user", f"user: {parts[0][1]}\nassistant: {reply}"), *([tools] if tools else [])]
