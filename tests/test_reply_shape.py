@@ -85,3 +85,18 @@ def test_a_hostile_reply_is_judged_in_linear_time():
     for hostile in ("a/" * (size // 2), "Wow " * (size // 4) + "?", "." * size, "x" * size, "A1_" * (size // 3),
                     "I " * (size // 2), "\n" * size):
         assert _cpu(hostile) < 20 * ordinary + 0.05, hostile[:10]
+
+
+def test_long_reactions_and_the_persons_own_words_said_back_add_no_fact():
+    """Long, warm replies speak to the person or point back at what they said; naming them, or
+    repeating their number, tells nothing new."""
+    user = "Rosa here: I ran 10 km along the river today and finished the painting I started in March."
+    for reply in ("That's wonderful, it sounds like all that patience really paid off in the end!",
+                  "It's so inspiring to hear how much effort you put into something you care about so deeply.",
+                  "What a beautiful way to spend a day, creating something that brings so much joy and peace.",
+                  "I can only imagine how satisfying it must feel to finally see the finished piece after all that.",
+                  "Well done, Rosa! 10 km is a lot.", "Congratulations, Rosa. How long did the painting take?"):
+        assert not adds_fact(reply, user), reply
+    assert adds_fact("Oil paint usually needs several weeks to dry completely before it can be varnished safely.",
+                     user)
+    assert adds_fact("Well done, Rosa! The club record is 38 minutes.", user)
