@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 import pytest
 
 from memory_adapters.embedded.app import build_embedded_app
+from memory_adapters.engine.packing import PAST_MARK
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import small_talk_reply
@@ -137,7 +138,50 @@ async def test_of_two_updates_on_one_day_the_later_is_current(stack, engine, req
     assert braga == ["6:00 pm on 14 March, 2024"] and porto == ["3:00 pm on 14 March, 2024"], block
     # the block tells the story in the order it was said: the later value is the last word
     assert block.index("Porto, in a flat") < block.index("Braga, the flat")
-    # an engine that keeps the current value of a fact (tiered: one per topic) keeps the later one
     assert "Current home city: Porto" not in block
     if request.node.callspec.params["engine"] == "tiered":
+        # an engine that keeps the current value of a fact (tiered: one per topic) keeps the later
+        # one, and the turn that said the earlier value says it has since changed
         assert "Current home city: Braga." in block
+        assert f"{PAST_MARK}I now live in Porto, in a flat by the river." in block
+        assert PAST_MARK + "user: Change of plan" not in block and PAST_MARK + "Change of plan" not in block
+
+
+def test_the_turns_of_a_changed_fact_read_incrementally_are_those_a_full_read_finds():
+    """tiered/updates.earlier_turns reads only what was put since the last recall; whatever the
+    puts, drops and changes of a fact in between, it finds what reading every memory finds."""
+    import random
+
+    from memory_adapters.engine.index import AgentIndex
+    from memory_adapters.engine.record import StoredMemory
+    from memory_adapters.tiered.updates import earlier_turns
+
+    def episode(i: int, stated: dict | None) -> StoredMemory:
+        return StoredMemory(agent_id="a", scope="agent", key=f"episode:{i}", value=f"turn {i}", type="episode",
+                            importance=0.5, id=f"m{i}", said_at=1e9 + i, created_at=1e9 + i,
+                            metadata={"profile": stated} if stated else {})
+
+    def fact(topic: str, value: str, at: float) -> StoredMemory:
+        return StoredMemory(agent_id="a", scope="agent", key=f"profile:{topic}", value=value, type="fact",
+                            importance=0.8, id=f"f-{topic}", said_at=at, created_at=1e9)
+
+    def full_read(idx: AgentIndex) -> frozenset[str]:
+        now = {m.key.removeprefix("profile:"): (m.value, m.said_at) for m in idx.memories.values() if m.type == "fact"}
+        return frozenset(m.id for m in idx.memories.values() if m.type == "episode" and any(
+            t in now and v != now[t][0] and m.said_at < now[t][1] for t, v in m.metadata.get("profile", {}).items()))
+
+    rnd, idx = random.Random(7), AgentIndex()
+    for _ in range(3000):
+        roll = rnd.random()
+        if roll < 0.6:
+            idx.put(episode(rnd.randrange(400), {rnd.choice(["home", "job"]): rnd.choice("xyz")}
+                            if rnd.random() < 0.3 else None))
+        elif roll < 0.7:
+            idx.drop(f"m{rnd.randrange(400)}")
+        elif roll < 0.73:
+            idx.drop(f"f-{rnd.choice(['home', 'job'])}")
+        else:
+            idx.put(fact(rnd.choice(["home", "job"]), rnd.choice("xyz"), 1e9 + rnd.randrange(500)))
+        if rnd.random() < 0.3:
+            assert earlier_turns(idx) == full_read(idx)
+    assert earlier_turns(idx) == full_read(idx) and earlier_turns(idx)  # some turns were marked
