@@ -142,7 +142,7 @@ class StoredMemory:
     created_at: Epoch = field(default_factory=time.time)
     updated_at: Epoch = field(default_factory=time.time)
     expires_at: Epoch | None = None
-    said_at: Epoch | None = None  # when it was said (session date), for temporal questions
+    said_at: Epoch | None = None  # when it was said (its stamp in the words, else the turn's time)
     metadata: dict[str, Any] = field(default_factory=dict)
     source_entry_ids: list[str] = field(default_factory=list)
     embedding: list[float] | None = None

@@ -39,6 +39,7 @@ from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
+from .updates import marking_earlier
 
 
 class TieredMemory:
@@ -307,7 +308,8 @@ class TieredMemory:
                                      RecallQuery(query, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)), stale=stale,
-                                     recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
+                                     recall=pinned_first(marking_earlier(
+                                         recall_curated_first if self.curator else recall_with_shared)))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id,
                                  origin=p.origin, writer=p.writer, bounded=wire_bounded(p.origin, p.bounded))
                   for p in packed]
