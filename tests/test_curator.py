@@ -150,7 +150,8 @@ async def test_extraction_waits_for_the_threshold_then_directives_and_facts_lead
 async def test_user_messages_count_more_than_the_agents_replies(aiohttp_server, tmp_path, llm):
     fake, base = llm
     url, service, _ = await embedded(aiohttp_server, tmp_path, settings(base, every_messages=3, min_messages=2))
-    reply = "That sounds lovely, tell me more about the garden and the flowers there."
+    # a reply that states something (small talk is not remembered at all: engine/replies.py)
+    reply = "Roses want six hours of sun a day, and tulip bulbs go in the ground in autumn."
     async with aiohttp.ClientSession() as s:
         # two turns = two user messages (2.0) + two informative replies (2 × 0.5): 3.0 reaches the threshold
         await retain(s, url, "ana", [entry("hist1_1", "I planted roses.", assistant=reply)])

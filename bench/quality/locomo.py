@@ -3,7 +3,9 @@ acceptance protocol scores them (../shared/datasets/locomo-dev/README.md).
 
 Every dialogue turn is one chat completion through the proxy whose only message is
 `[<session date time>] <Speaker>: <text>` (` [shares <caption>]` when an image was shared); all
-conversations are fed at once, one agent each, as fast as the proxy answers. When every turn is
+conversations are fed at once, one agent each, as fast as the proxy answers. The provider replies
+to each turn as an assistant would, with one or two ordinary sentences that carry no fact
+(`--replies small-talk`, the default), or with the published protocol's bare "OK." (`--replies ok`). When every turn is
 retained, each question (categories 1-4) is asked in a fresh conversation, and it counts when
 every evidence turn has >= 60 % of its content words inside one `<memory>` element of the block
 the provider received. A plain BM25 over the raw turns (top 8) is scored beside it. Skipped with
@@ -35,7 +37,7 @@ from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
 from memplane_cli.runner import Site, start_site
-from proxy.testing.fake_provider import FakeProvider
+from proxy.testing.fake_provider import FakeProvider, small_talk, small_talk_reply
 
 from ..harness import mongo, redis_url, table, write_results
 
@@ -53,6 +55,17 @@ STOP = frozenset(
     "whom why why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves".split())
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 _MEMORY = re.compile(r"<memory\b[^>]*>(.*?)</memory>", re.S)
+
+
+# What the provider answers each fed turn: ordinary small talk by default, as every real conversation
+# has replies beside the person's words (fake_provider/small_talk.py: no fact, no word of the turn),
+# or the published protocol's bare "OK." for comparison.
+REPLIES = ("small-talk", "ok")
+
+
+def protocol_reply(message: str, replies: str = "small-talk") -> str:
+    """The provider's answer to one fed turn under `replies` (one of REPLIES)."""
+    return "OK." if replies == "ok" else small_talk(message)
 
 
 def content_words(text: str) -> set[str]:
@@ -131,8 +144,9 @@ async def feed_conversations(ask, convs: list[dict]) -> float:
     await asyncio.gather(*(feed(c) for c in convs))
     return time.perf_counter() - started
 
-async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool) -> dict:
-    provider = FakeProvider(reply=lambda body: "OK.")  # the protocol's provider answers "OK."
+async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool,
+                 replies: str = "small-talk") -> dict:
+    provider = FakeProvider(reply=lambda body: "OK." if replies == "ok" else small_talk_reply(body))
     log = io.StringIO()
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     ad_runner, ad_port = await start_site(Site(adapter_app, "127.0.0.1", 0))
@@ -209,11 +223,11 @@ async def main_async(args) -> dict | None:
         from memory_adapters.embedded.config import EmbeddedSettings  # MEMPLANE_EMBEDDINGS=off etc. apply
         rows["embedded"] = await replay(convs, build_embedded_app(tmp / "embedded", redactor=Redactor(),
                                                                   telemetry=quiet, settings=EmbeddedSettings.from_env()),
-                                            tmp, "embedded", batch=True)
+                                            tmp, "embedded", batch=True, replies=args.replies)
     if "reference" in args.adapters:
         from memory_adapters.reference.app import build_reference_app
         rows["reference"] = await replay(convs, build_reference_app(tmp / "reference", redactor=Redactor()), tmp,
-                                         "reference", batch=True)
+                                         "reference", batch=True, replies=args.replies)
     if "tiered" in args.adapters:
         rurl = redis_url()
         with mongo(tmp) as murl:
@@ -224,7 +238,8 @@ async def main_async(args) -> dict | None:
                 from memory_adapters.tiered.config import TieredSettings
                 redis_sync.Redis.from_url(rurl).flushdb()
                 settings = TieredSettings.from_env(redis_url=rurl, mongo_url=murl.rsplit("/", 1)[0] + "/locomo")
-                rows["tiered"] = await replay(convs, build_tiered_app(settings, quiet, Redactor()), tmp, "tiered", batch=False)
+                rows["tiered"] = await replay(convs, build_tiered_app(settings, quiet, Redactor()), tmp, "tiered", batch=False,
+                                         replies=args.replies)
             else:
                 print("tiered skipped: no Redis or Mongo-wire server")
     rows["baseline: BM25 top 8 over raw turns"] = {"scores": bm25_baseline(convs)}
@@ -236,8 +251,9 @@ async def main_async(args) -> dict | None:
         if r.get("rankings"):
             print(f"{name}: questions answered by {', '.join(f'{k} {v}' for k, v in sorted(r['rankings'].items()))}")
     path = write_results("locomo", {"dataset": str(DATASET), "conversations": [c["name"] for c in convs],
-                                    "rows": rows})
-    print(f"LoCoMo dev ({len(convs)} conversations, {sum(len(c['questions']) for c in convs)} questions): "
+                                    "replies": args.replies, "rows": rows})
+    print(f"LoCoMo dev ({len(convs)} conversations, {sum(len(c['questions']) for c in convs)} questions, "
+          f"provider replies: {args.replies}): "
           f"share of questions with all evidence in one <memory> element each ({path.name})")
     return rows
 
@@ -245,6 +261,8 @@ async def main_async(args) -> dict | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--adapters", default=os.environ.get("QUALITY_ADAPTERS", "embedded,reference,tiered"))
+    p.add_argument("--replies", choices=REPLIES, default="small-talk",
+                   help='what the provider answers each fed turn: ordinary small talk (default) or "OK."')
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -1,6 +1,6 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
+    python -m bench.quality.loo [--replies small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|budget|coverage|
                                                inference]
                                 [--no-retained-questions] [--lag SHARE]
@@ -57,14 +57,18 @@ from dataclasses import replace
 from memplane_core.redact import Redactor
 
 from ..harness import table, write_results
-from .locomo import CATEGORIES, DATASET, bm25_baseline, evidence_found, load, memory_elements, scores
+from .locomo import CATEGORIES, DATASET, REPLIES, bm25_baseline, evidence_found, load, memory_elements, protocol_reply, scores
+
+REPLYING = {"replies": "small-talk"}  # what the provider answered each turn (--replies)
 
 
 def turn_entry(n: int, message: str, prefix: str = "hist1", hour: int = 0) -> dict:
-    """A ledger entry as the proxy writes it for one protocol turn (the provider answers "OK.")."""
+    """A ledger entry as the proxy writes it for one protocol turn, with the provider's reply
+    (`locomo.protocol_reply`: small talk, or "OK." with `--replies ok`)."""
+    reply = protocol_reply(message, REPLYING["replies"])
     return {"id": f"{prefix}_{n}", "ts": f"2026-01-01T{hour:02d}:{n // 60 % 60:02d}:{n % 60:02d}.000Z",
             "request_original": {"messages": [{"role": "user", "content": message}]},
-            "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+            "response": {"format": "json", "json": {"choices": [{"message": {"content": reply}}]}}}
 
 
 def build(conv: dict, embedder) -> tuple:
@@ -379,7 +383,10 @@ def main() -> None:
                    help="share of each conversation's newest turns not embedded yet (a backlog behind)")
     p.add_argument("--no-retained-questions", dest="retained", action="store_false",
                    help="score over the conversation's turns alone (the questions are not retained)")
+    p.add_argument("--replies", choices=REPLIES, default="small-talk",
+                   help='what the provider answered each turn: ordinary small talk (default) or "OK."')
     args = p.parse_args()
+    REPLYING["replies"] = args.replies
     if not DATASET.is_dir():
         print(f"leave-one-out skipped: no data set at {DATASET} (set LOCOMO_DIR)")
         return
@@ -423,9 +430,11 @@ def main() -> None:
                 [["baseline: BM25 top 8 over raw turns", c["name"], *[three(bm25_baseline([c]).get(k)) for k in cats]]
                  for c in convs] +
                 [["baseline: BM25 top 8 over raw turns", "all", *[three(bm25_baseline(convs).get(k)) for k in cats]]]))
-    path = write_results(f"loo-{args.experiment}", {"retained_questions": args.retained, "splits": doc, "grid": {
+    path = write_results(f"loo-{args.experiment}", {"retained_questions": args.retained, "replies": args.replies,
+                                                    "splits": doc, "grid": {
         name: {c: {"scores": scores(v[0]), "skipped": v[1]} for c, v in per.items()} for name, per in grid.items()}})
-    print(f"leave-one-conversation-out, {args.experiment}, questions {'retained' if args.retained else 'not retained'}, "
+    print(f"leave-one-conversation-out, {args.experiment}, replies {args.replies}, "
+          f"questions {'retained' if args.retained else 'not retained'}, "
           f"{time.perf_counter() - started:.0f} s ({path.name}); "
           f"categories {', '.join(CATEGORIES.values())}")
 

@@ -18,6 +18,7 @@ from memplane_core.turn_text import assistant_text, bounded_query, calls_tools, 
 
 from .dates import dated
 from .record import StoredMemory
+from .replies import adds_fact
 
 PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
 ASSISTANT_MAX_CHARS = 400
@@ -118,48 +119,6 @@ def said_stamp(text: str) -> tuple[str, str | None, float | None]:
     return text, None, None
 
 
-_DATE_PATTERNS = (
-    (re.compile(r"\b(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}))?"), ("%Y-%m-%d",)),
-    (re.compile(r"\b(\d{1,2} (?:January|February|March|April|May|June|July|August|September|October|November|"
-                r"December),? \d{4})", re.I), ("%d %B %Y", "%d %B, %Y")),
-    (re.compile(r"\b((?:January|February|March|April|May|June|July|August|September|October|November|December)"
-                r" \d{1,2},? \d{4})", re.I), ("%B %d, %Y", "%B %d %Y")),
-)
-
-
-def _parse_date(text: str) -> float | None:
-    for pattern, formats in _DATE_PATTERNS:
-        m = pattern.search(text)
-        if not m:
-            continue
-        raw = m.group(1).replace(",", ",")
-        for fmt in formats:
-            try:
-                return epoch_or_none(datetime.strptime(raw, fmt))
-            except ValueError:
-                continue
-    return None
-
-
-def session_date(entry: dict[str, Any]) -> float | None:
-    """A date the conversation states (system prompt first), else the entry's own timestamp."""
-    req = entry.get("request_original") or {}
-    texts = []
-    if isinstance(req, dict):
-        if isinstance(req.get("system"), str):
-            texts.append(req["system"])
-        if isinstance(req.get("instructions"), str):
-            texts.append(req["instructions"])
-        for m in req.get("messages") or []:
-            if isinstance(m, dict) and m.get("role") in ("system", "developer") and isinstance(m.get("content"), str):
-                texts.append(m["content"])
-    for t in texts:
-        found = _parse_date(t)
-        if found:
-            return found
-    return _epoch(entry.get("ts"))
-
-
 def _epoch(ts: Any) -> float | None:
     """The ledger's stamp; None when it does not read as a time in range."""
     if not isinstance(ts, str):
@@ -179,23 +138,34 @@ def unlabelled(text: str) -> str:
     return f"> {text}" if _ROLE_MARK.match(text) else text
 
 
-def episode_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
+def said_words(entry: dict[str, Any]) -> tuple[str, str | None, float | None]:
+    """The user's words of the turn, and when they begin with a `[time stamp]` (a conversation
+    imported with its dates), that stamp as written and its time (`said_stamp`). Read from the
+    person's own message, never from what the assistant replied or from a client's system prompt:
+    a coding agent's "Today's date: 2026-11-28" says nothing about when this turn was said."""
+    return said_stamp(visible(user_text(entry)))
+
+
+def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[str, str]]:
     """The turn's words as (origin, text) parts: the user's, in pieces (`user`), what its tools
     returned (`tool`, always a part of its own: a fetched page's words never sit in the user's
-    part) and the assistant's reply when it says something (`model`). A short turn keeps the
+    part) and the assistant's reply when it states something (`model`; an acknowledgement or a
+    question back does not, `replies.adds_fact`). A short turn keeps the
     user's words and the reply together, each on its own labelled line ('user: …\nassistant: …');
-    that part is the user's, and its 'assistant:' line is labelled as the reply.
+    that part is the user's, and its 'assistant:' line is labelled as the reply. `user`: the
+    user's words when the caller has them already (without their stamp, `said_words`).
 
     A tool loop is one user turn over several calls: a call answered with tool calls is a step on
     the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
     """
     if calls_tools(entry):
         return []
-    parts = [("user", unlabelled(p)) for p in pieces(visible(user_text(entry)))]
+    user = said_words(entry)[0] if user is None else user
+    parts = [("user", unlabelled(p)) for p in pieces(user)]
     steps = tool_steps(entry)
     tools = ("tool", "tools: " + "; ".join(steps)) if steps else None
     reply = visible(assistant_text(entry))
-    if reply and _informative(reply):
+    if reply and _informative(reply) and adds_fact(reply, user):  # small talk is not remembered (replies.py)
         reply = _clip(reply, ASSISTANT_MAX_CHARS)
         if len(parts) == 1:
             return [("user", f"user: {parts[0][1]}\nassistant: {reply}"), *([tools] if tools else [])]
@@ -219,14 +189,10 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
     marked `tainted` (docs/DESIGN.md, "Memory poisoning")."""
     logged_at = _epoch(entry.get("ts"))
     out = []
-    parts = episode_parts(entry)
+    user, label, said_at = said_words(entry)  # the person's stamp, else when memplane saw the turn
+    parts = episode_parts(entry, user)
     tainted = any(origin == "tool" for origin, _ in parts)
     texts = [text for _, text in parts]
-    body, label, said_at = said_stamp(texts[0]) if texts else ("", None, None)
-    if said_at is None:  # no stamp on the message: a date the conversation states, else the ledger's
-        said_at = session_date(entry)
-    if label is not None:
-        texts[0] = body
     for n, raw in enumerate(texts):
         text, _ = redactor.text(raw)
         if not text.strip():

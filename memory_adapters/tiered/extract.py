@@ -78,7 +78,10 @@ def _with_statements(agent_id: str, entry: dict[str, Any], episodes: list[Stored
         meta["tainted"] = True
     user = " ".join(user_text(entry).split()) if user_text(entry) else ""
     out: list[StoredMemory] = list(episodes)
-    for slot, fact in profile_facts(user):
+    stated = profile_facts(user)
+    if stated:  # the values this turn stated, so that a later change marks it as past (updates.py)
+        episodes[0].metadata["profile"] = dict(stated)
+    for slot, fact in stated:
         out.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
                           importance=0.8, said_at=said, metadata={**meta, "slot": slot}, source_entry_ids=[eid]))
     whole = {" ".join(e.value.split()).casefold(): e for e in episodes}

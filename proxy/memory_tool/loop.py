@@ -15,8 +15,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from memplane_core.turn_text import carries_tool_results
-
 from ..ledger.entry import nests_safely
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
@@ -60,7 +58,7 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         if 200 <= upstream.status < 300:
             await finish(whole_record(fmt, data))
         return web.Response(status=upstream.status, body=data, headers=headers)
-    tainted = carries_tool_results(body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
     answers, final, note = await _rounds(
         fmt.name, body, doc, resend, lambda args: store(state, ctx, session_id, turn_id, args, tainted=tainted))
     final = hide_tool(fmt.name, final)

@@ -19,8 +19,6 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from memplane_core.turn_text import carries_tool_results
-
 from ..errors import stream_error_event
 from ..formats.base import usage_counts
 from ..ledger.entry import nests_safely
@@ -83,7 +81,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     await resp.prepare(request)
     relayed = _Relayed(fmt_name, resp)
     incomplete = None
-    tainted = carries_tool_results(body)
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
     try:
         await _rounds(relayed, upstream, body, reopen,
                       lambda args: store(state, ctx, session_id, turn_id, args, tainted=tainted))

@@ -1,6 +1,6 @@
 """One agent turn through the proxy, top to bottom: the steps, in order (docs/turn.md).
 
-read → scope → recall → inject → explain → offer → prepare → forward → relay → record → log.
+read → scope → recall → inject → note taint → explain → offer → prepare → forward → relay → record → log.
 Each step is `step(turn)` on one `Turn` value (value.py); the larger ones have a module of their name.
 """
 
@@ -45,6 +45,7 @@ async def run(turn: Turn) -> web.StreamResponse:
     await read(turn)  # who calls; the request, its thread expanded, checked
     await scope(turn)  # the coding read: the call's kind, its project, the person's words
     await recall_and_inject(turn)  # memories for this call, one block in the request
+    note_taint(turn)  # whether untrusted text is in play, for store_memory here and over /mcp
     explain(turn)  # the turn's explanation, before the provider is paid
     offer(turn)  # store_memory, for agents that opt in
     prepare(turn)  # the provider's body, address and headers
@@ -66,6 +67,12 @@ async def recall_and_inject(turn: Turn) -> None:
     with turn.state.tracing.step("memplane.recall"):
         await inject(turn, await recall(turn))
         coding_detail(turn.recall.detail, turn.coding)
+
+
+def note_taint(turn: Turn) -> None:
+    """The turn's taint (tool output in its request or conversation, bounded text in its block), noted
+    for the proxy's own store_memory and for MCP writes in the same conversation (turn_taint.py)."""
+    turn.state.turn_taint.note(turn.ctx, turn.session_id, turn.turn_id, turn.body, turn.block)
 
 
 def offer(turn: Turn) -> None:

@@ -177,7 +177,7 @@ def recall_curated_first(own: AgentIndex, shared: AgentIndex | None, q: RecallQu
     lead = lead_block(own, q, visible, shown)
     old_turns = _updates(own)[1]
     if old_turns:
-        q = replace(q, past=frozenset(old_turns))
+        q = replace(q, past=q.past | frozenset(old_turns))
     if lead is None:
         return recall_with_shared(own, shared, q, visible=rest_visible)
     if q.max_blocks <= 1:
