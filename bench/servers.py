@@ -89,6 +89,14 @@ def memplane_app(upstream: str, context_root: Path, history_root: Path, redis_ur
     return build_app(settings, Telemetry(make_logger(io.StringIO())) if not sys.stderr.isatty() else None)
 
 
+def embedded_app(data_dir: Path, shared: bool = False, first: bool = True) -> web.Application:
+    from memory_adapters.embedded.app import build_embedded_app
+    from memory_adapters.embedded.config import EmbeddedSettings
+    from memplane_core.telemetry import Telemetry, make_logger
+    return build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
+                              settings=EmbeddedSettings.from_env(), shared=shared, first=first)
+
+
 async def serve(app: web.Application, port: int) -> None:
     from memplane_cli.runner import Site
     from memplane_cli.runner import serve as serve_sites
@@ -110,12 +118,24 @@ def main() -> None:
     p.add_argument("--redis-url", default="")
     p.add_argument("--mongo-url", default="")
     p.add_argument("--ledger-prefix", default="memplane")
-    p.add_argument("--workers", type=int, default=1, help="memplane: forked workers on the Redis ledger")
+    p.add_argument("--workers", type=int, default=1,
+                   help="forked workers on one port: memplane (on the Redis ledger), provider, passthrough, embedded, reference")
     a = p.parse_args()
-    if a.role == "memplane" and a.workers > 1:
-        from memplane_cli.workers import Listener, serve_processes
-        listener = Listener(lambda: memplane_app(a.upstream, a.context_root, a.history_root, a.redis_url,
-                                                 a.ledger_prefix), "127.0.0.1", a.port)
+    if a.workers > 1 and a.role in ("memplane", "provider", "passthrough", "embedded", "reference"):
+        from memplane_cli.workers import Listener, first_worker, serve_processes
+
+        def build() -> web.Application:
+            if a.role == "provider":
+                return provider_app()
+            if a.role == "passthrough":
+                return passthrough_app(a.upstream)
+            if a.role == "embedded":
+                return embedded_app(a.data_dir, shared=True, first=first_worker())
+            if a.role == "reference":
+                from memory_adapters.reference.app import build_reference_app
+                return build_reference_app(a.data_dir, redactor=Redactor(), shared=True)
+            return memplane_app(a.upstream, a.context_root, a.history_root, a.redis_url, a.ledger_prefix)
+        listener = Listener(build, "127.0.0.1", a.port)
         raise SystemExit(serve_processes([[listener]] * a.workers, grace_s=2,
                                          on_ready=lambda: print(f"READY {listener.port}", flush=True)))
     if a.role == "provider":
@@ -128,11 +148,7 @@ def main() -> None:
         from memory_adapters.reference.app import build_reference_app
         app = build_reference_app(a.data_dir, redactor=Redactor())
     elif a.role == "embedded":
-        from memory_adapters.embedded.app import build_embedded_app
-        from memory_adapters.embedded.config import EmbeddedSettings
-        from memplane_core.telemetry import Telemetry, make_logger
-        app = build_embedded_app(a.data_dir, redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
-                                 settings=EmbeddedSettings.from_env())
+        app = embedded_app(a.data_dir)
     else:
         from memory_adapters.tiered.app import build_tiered_app
         from memory_adapters.tiered.config import TieredSettings

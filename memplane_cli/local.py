@@ -22,7 +22,14 @@ from proxy.config import (
 )
 
 from . import runner
-from .workers import auto_workers
+from .workers import auto_workers, worker_number
+
+MAX_MEMORY_WORKERS = 4  # each engine process holds its own encoder (~90 MB) and copy of the agents' indexes
+
+
+def auto_memory_workers(cpus: int | None = None) -> int:
+    """Engine processes for `memplane up`: one per core the proxy leaves, 1 to MAX_MEMORY_WORKERS."""
+    return max(1, min(MAX_MEMORY_WORKERS, auto_workers(cpus) - 1))
 
 
 @click.command()
@@ -37,8 +44,11 @@ from .workers import auto_workers
 @click.option("--workers", type=click.IntRange(0, 2), default=0, envvar="MEMPLANE_WORKERS",
               help="2: the proxy and the memory engine in a process each (both cores work); 1: one process; "
                    "0 (default): 2 on a machine with two cores or more.")
+@click.option("--memory-workers", type=click.IntRange(0, 16), default=0, envvar="MEMPLANE_MEMORY_WORKERS",
+              help="Processes serving the memory engine over its one store (with --workers 2); 0 (default): "
+                   f"one per core beside the proxy's, at most {MAX_MEMORY_WORKERS}.")
 def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin_token: str | None,
-       workers: int = 0) -> None:
+       workers: int = 0, memory_workers: int = 0) -> None:
     """Run the proxy and the embedded memory engine together, no Redis or MongoDB needed."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.embedded.config import EmbeddedSettings
@@ -84,17 +94,24 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
                    f"({'log in with MEMPLANE_ADMIN_TOKEN' if admin_token else 'loopback only, no token set'})",
                    err=True)
 
+    engines = memory_workers or auto_memory_workers()
+    shared = (workers or auto_workers()) > 1 and engines > 1
+
     def engine():
+        # with several engine processes (worker 1 is the first of them: worker 0 is the proxy), the
+        # first embeds what it finds unembedded and runs the curator (docs/scaling.md)
+        first = not shared or worker_number() == 1
         return build_embedded_app(data_dir, redactor=Redactor(), telemetry=Telemetry(), settings=memory_settings,
-                                  curator=curator)
+                                  curator=curator if first else None, shared=shared, first=first)
 
     if (workers or auto_workers()) > 1:
-        # one writer each still: the proxy's file ledger and the engine's SQLite file (docs/DESIGN.md, "Workers")
+        # one proxy process (its file ledger has one writer per agent, docs/DESIGN.md, "Workers"); the
+        # engine on the other cores, its processes in step through the store's change log
         from .workers import Listener, serve_processes
 
         listeners = [Listener(lambda: build_app(settings), host, port, "proxy"),
                      Listener(engine, "127.0.0.1", adapter_port, "embedded")]
-        raise SystemExit(serve_processes([[listeners[0]], [listeners[1]]],
+        raise SystemExit(serve_processes([[listeners[0]]] + [[listeners[1]]] * (engines if shared else 1),
                                          on_ready=lambda: ready([l.port for l in listeners])))
     sites = [runner.Site(build_app(settings), host, port, "proxy"),
              runner.Site(engine(), "127.0.0.1", adapter_port, "embedded")]

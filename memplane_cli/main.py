@@ -210,14 +210,24 @@ def adapter() -> None:
               show_default=True, envvar=["MEMPLANE_REFERENCE_DIR", "MEMORY_REF_DIR"])
 @click.option("--token", default=None, envvar="MEMPLANE_ADAPTER_TOKEN", help="Require this bearer token.")
 @REDACTION_RULES
-def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, redaction_rules: Path | None) -> None:
+@WORKERS
+def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, redaction_rules: Path | None,
+                      workers: int = 1) -> None:
     """The file-backed reference adapter."""
     from memory_adapters.reference.app import build_reference_app
 
     redactor = _redactor(redaction_rules)
     data_dir.mkdir(parents=True, exist_ok=True)
     _warn_if_open(host, token)
-    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    workers = _worker_count(workers, None)  # each reads what the others append (reference/store.py)
+    click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir}"
+               f"{f', {workers} workers' if workers > 1 else ''})", err=True)
+    if workers > 1:
+        from .workers import Listener, serve_processes
+
+        listener = Listener(lambda: build_reference_app(data_dir, token=token, redactor=redactor, shared=True),
+                            host, port, "reference")
+        raise SystemExit(serve_processes([[listener]] * workers))
     runner.run(runner.serve([runner.Site(build_reference_app(data_dir, token=token, redactor=redactor), host, port)]))
 
 
@@ -235,9 +245,10 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, r
               help="Retain calls worked on at once, shared fairly between agents (one holds at most half, "
                    "or its share when more are busy); the next is answered 503 with Retry-After.")
 @_curator_options
+@WORKERS
 def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, agent_tokens: str | None,
                      redaction_rules: Path | None, max_retains_in_flight: int, curator_base_url: str | None,
-                     curator_model: str | None) -> None:
+                     curator_model: str | None, workers: int = 1) -> None:
     """The memory engine over one SQLite file: no Redis or MongoDB (the default service)."""
     from memory_adapters.embedded.app import build_embedded_app
     from memory_adapters.embedded.config import EmbeddedSettings
@@ -253,7 +264,18 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
     except (RedactionConfigError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     _warn_if_open(host, token or tokens)
-    click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir})", err=True)
+    workers = _worker_count(workers, None)  # processes kept in step through the store's change log
+    click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir}"
+               f"{f', {workers} workers' if workers > 1 else ''})", err=True)
+    if workers > 1:
+        from .workers import Listener, first_worker, serve_processes
+
+        def build():  # in each worker: the first embeds what it finds unembedded and runs the curator
+            first = first_worker()
+            return build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token,
+                                      agent_tokens=tokens, settings=settings, shared=True, first=first,
+                                      max_retains_in_flight=max_retains_in_flight, curator=curator if first else None)
+        raise SystemExit(serve_processes([[Listener(build, host, port, "embedded")]] * workers))
     app = build_embedded_app(data_dir, redactor=redactor, telemetry=Telemetry(), token=token, agent_tokens=tokens,
                              settings=settings, max_retains_in_flight=max_retains_in_flight, curator=curator)
     runner.run(runner.serve([runner.Site(app, host, port)]))

@@ -8,8 +8,9 @@ accepts up to its backlog per wake-up). The parent only supervises: it waits unt
 listens, forwards SIGTERM/SIGINT, and starts again a worker that died (a crash loop stops all).
 
 What may run as several workers is the caller's decision (docs/DESIGN.md, "Workers"): proxies
-that share the Redis ledger, tiered replicas (kept coherent through Redis); never two writers of
-one file ledger or one SQLite store.
+that share the Redis ledger, tiered replicas (kept coherent through Redis), embedded engines over
+one SQLite store (kept in step through its change log, docs/scaling.md); never two writers of one
+file ledger.
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ def auto_workers(cpus: int | None = None) -> int:
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
     return max(1, min(8, cpus))
+
+
+def worker_number() -> int:
+    """In a worker: its number (0..N-1); 0 outside workers."""
+    try:
+        return int(os.environ.get(WORKER_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+def first_worker() -> bool:
+    """In a worker: whether it is worker 0 (the one that does a service's once-only background work)."""
+    return worker_number() == 0
 
 
 def _reserve(listener: Listener) -> None:

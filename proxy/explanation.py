@@ -6,20 +6,23 @@ Redis-shared explanation read one shape; a field that was never set is left out,
 from __future__ import annotations
 
 import dataclasses
-import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 _UNSET: Any = object()
 
 
-@functools.cache
-def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))  # dataclasses.fields() per turn was a hot-path cost
-
-
 def _set_fields(obj: Any) -> dict[str, Any]:
-    return {n: v for n in _names(type(obj)) if (v := getattr(obj, n)) is not _UNSET}
+    """The fields that were set, in field order (a dataclass's __init__ sets every field in that
+    order, so its __dict__ has them so; one pass over it, not a getattr per field)."""
+    return {n: v for n, v in obj.__dict__.items() if v is not _UNSET}
+
+
+def new_turn_id() -> str:
+    """A turn's id: `turn_` and 96 random bits in hex (what `uuid4().hex[:24]` gave, without
+    building a UUID on every turn)."""
+    return "turn_" + os.urandom(12).hex()
 
 
 @dataclass
@@ -35,6 +38,7 @@ class RecallDetail:
     placement_note: str | None = _UNSET
     tokens: int = _UNSET
     ranking: str | None = _UNSET
+    degraded: str = _UNSET  # the service answered with less than its usual ranking: lexical | shed | loading | other
     deadline_ms: int | None = _UNSET  # what the service was told it had (less after late answers)
     redactions: dict[str, int] = _UNSET
     memories: list[dict[str, Any]] = _UNSET  # per recalled item: kind, source, score, id, decision, text

@@ -113,3 +113,37 @@ async def test_a_turn_is_explained_by_its_id(stack, aiohttp_server):
     result = await asyncio.to_thread(CliRunner().invoke, main, ["explain", turn_id, "--url", stack.proxy_url])
     assert result.exit_code == 0 and "[transcript_kind]" in result.output and "Miso" in result.output
     assert doc["deadline_ms"] == 150 and "told 150 ms" in result.output  # what the service was told it had
+
+
+@pytest.mark.parametrize("said,header,reason", [
+    ("shed", "degraded", "shed"),
+    ({"nested": "<b>"}, "degraded", "other"),  # any other truthy value: a bounded label, never its text
+    ("x\r\nSet-Cookie: a=b " * 700, "degraded", "other"),  # header splitting, near the 16 KiB answer limit
+    (False, "succeeded", None), ("", "succeeded", None), (None, "succeeded", None),
+], ids=["shed", "object", "header-splitting", "false", "empty", "null"])
+async def test_a_service_that_says_its_answer_is_degraded_is_never_reported_as_a_success(
+        stack, aiohttp_server, said, header, reason):
+    from aiohttp import web
+
+    async def recall(request):
+        return web.json_response({"memories": [{"text": "My cat is called Miso.", "kind": "fact"}], "degraded": said})
+
+    app = web.Application()
+    app.router.add_post("/recall", recall)
+    server = await aiohttp_server(app)
+    token = stack.add_agent("told", url_of(server), retain=None)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(stack.proxy_url + "/v1/chat/completions", json=BODIES["/v1/chat/completions"],
+                          headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200
+            recalled = r.headers["X-Memplane-Recall"]
+        async with s.get(stack.proxy_url + "/metrics") as r:
+            text = await r.text()
+    assert recalled.startswith(f"{header}; blocks=1;") and "Set-Cookie" not in str(r.headers)
+    assert "Miso" in stack.provider.received[-1].memories_block  # degraded memories are still memories
+    event = stack.events("recall", claw_id="told")[-1]
+    assert event["memory_status"] == "succeeded" and event.get("degraded") == reason
+    if reason:
+        assert f'memplane_recalls_degraded_total{{reason="{reason}"}} 1.0' in text
+    else:
+        assert "memplane_recalls_degraded_total{" not in text

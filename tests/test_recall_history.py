@@ -50,3 +50,19 @@ def test_chart_labels_are_text_never_markup():
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     spark = str(charts.sparkline(RecallHistory().buckets("a"), 'agent "><img src=x>'))
     assert "<img" not in spark and 'role="img"' in spark
+
+
+def test_a_recall_the_service_answered_with_less_than_its_usual_ranking_counts_as_degraded():
+    history = RecallHistory()
+    history.observe(recall("a"))
+    history.observe(MemoryOp(agent_id="a", service="svc", op="recall", status="succeeded", latency_ms=150.0,
+                             extra={"ranking": "lexical: deadline", "degraded": "lexical"}))
+    history.observe(MemoryOp(agent_id="b", service="svc", op="recall", status="succeeded", latency_ms=1.0,
+                             extra={"degraded": "shed"}))
+    mine = history.buckets("a")
+    assert sum(b.counts["succeeded"] for b in mine) == 1 and sum(b.counts["degraded"] for b in mine) == 1
+    assert sum(len(b.latencies) for b in mine) == 2  # a degraded recall was timed like any other
+    assert sum(b.counts["degraded"] for b in history.buckets("b")) == 1  # per agent
+    svg = str(charts.recall_status(mine, 6))
+    assert "2 recalls: 1 succeeded, 1 degraded (words only or shed), 0 skipped" in svg
+    assert "1 degraded" in str(charts.sparkline(mine, "a"))

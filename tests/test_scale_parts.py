@@ -359,3 +359,31 @@ async def test_with_redis_away_a_turn_is_refused_clearly_never_answered_unrecord
     assert body["error"]["code"] == "ledger_unavailable" and "ledger" in body["error"]["message"]
     # the rate limit failed open (the warning says so), the ledger did not
     assert any(line.get("event") == "rate_limit_unavailable" for line in stack.log_lines())
+
+
+async def test_shared_state_writes_each_key_once_with_its_last_value_in_few_round_trips(own_redis):
+    """A turn's explanation is recorded, then updated when the ledger has it: Redis gets the last
+    version (never an update overwritten by its older record), in batches, not a SET per change."""
+    import io
+
+    import redis.asyncio as aredis
+
+    from memplane_core.telemetry import Telemetry, make_logger
+    from proxy.scale.shared_state import shared_writer
+
+    client = aredis.Redis.from_url(own_redis)
+    writer = shared_writer(client, Telemetry(make_logger(io.StringIO())))
+    prefix = f"w{uuid.uuid4().hex[:6]}"
+    for turn in range(300):  # 300 turns arriving together, each recorded then updated
+        writer.put(f"{prefix}:turn:{turn}", b'{"v": "recorded"}', 60)
+    for turn in range(300):
+        writer.put(f"{prefix}:turn:{turn}", b'{"v": "updated"}', 60)
+    writer.put(f"{prefix}:gone", b"x", 60)
+    writer.put(f"{prefix}:gone", None, 60)  # a delete after a set: the key ends up absent
+    await writer.drain(10)
+    values = await client.mget([f"{prefix}:turn:{t}" for t in range(300)])
+    assert values == [b'{"v": "updated"}'] * 300
+    assert await client.exists(f"{prefix}:gone") == 0
+    assert 0 < await client.ttl(f"{prefix}:turn:7") <= 60
+    assert writer.round_trips <= 3  # 301 keys, 256 a round trip
+    await client.aclose()

@@ -1,7 +1,9 @@
 """The embedded memory service: contract operations and the REST operations over the engine.
 
 Each agent's memories are loaded from SQLite into an engine `AgentIndex` on first use and kept
-current by every write. A retain is durable when it returns (one SQLite transaction per call or
+current by every write. Several processes may serve one store (`memplane adapter embedded --workers
+N`: SQLite in WAL mode has many readers beside one writer at a time): each logs its writes, and each
+applies the others' on its next call (`_catch_up`), so every process answers as one would. A retain is durable when it returns (one SQLite transaction per call or
 batch) and searchable by words at once; its embedding is computed in the background, in batches
 on a worker thread, so ingest keeps up with talk (a memory without a vector yet is ranked by its
 words alone).
@@ -10,6 +12,7 @@ words alone).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -47,8 +50,16 @@ RETAIN_STEP = 20  # a retain's new memories indexed between yields (a multi-mega
 
 class EmbeddedMemory:
     def __init__(self, store: SQLiteStore, redactor: Redactor, telemetry: Telemetry, *,
-                 max_memories_per_agent: int = 0, scheduler: RecallScheduler | None = None) -> None:
+                 max_memories_per_agent: int = 0, scheduler: RecallScheduler | None = None,
+                 embeds_loaded: bool = True) -> None:
         self.store = store
+        # whether memories found without a vector when an agent loads are embedded here: with several
+        # processes over one store only the first does it (the others get the vectors from its log)
+        self.embeds_loaded = embeds_loaded
+        self._position = 0  # in the store's change log (several processes): applied up to here
+        self._seen: int | None = None  # the store's data_version when last caught up
+        self._catching = asyncio.Lock()
+        self.caught_up = 0  # catch-ups that applied other processes' changes (health)
         store.on_bad_row = self.bad_row
         self.redactor = redactor
         self.telemetry = telemetry
@@ -74,6 +85,9 @@ class EmbeddedMemory:
             self.backlog = EmbeddingBacklog(embedder, self.scheduler)
             self.queries = QueryBatcher(embedder, on_encoded=self.backlog.encoded)
         await self.store.open()
+        if self.store.writer is not None:
+            self._seen = self.store.data_version()
+            self._position = await self.store.last_change()
         if self.backlog is not None:
             self.backlog.start(self._embed_batch, self._embedding_failed)
 
@@ -106,15 +120,20 @@ class EmbeddedMemory:
         async with self._loading.setdefault(agent_id, asyncio.Lock()):
             if agent_id not in self._indexes:
                 idx = self._new_index()
+                start = self._position
                 rows = [(m, np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None)
                         for m, vector in await self.store.load(agent_id)]
                 # a cold agent's load yields to the loop every LOAD_STEP rows: others' recalls go on
                 await idx.load_stepwise(rows, self.bad_row, LOAD_STEP)
-                if self.backlog is not None:
+                if self.backlog is not None and self.embeds_loaded:
                     for m, vec in rows:
                         if vec is None and m.id in idx.memories:
                             self.backlog.add((agent_id, m.id), m.value)
-                self._tombstones[agent_id] = await self.store.tombstones(agent_id)
+                tombs = await self.store.tombstones(agent_id)
+                if self._position != start:  # others' changes were applied meanwhile, without this agent
+                    got = await self.store.changes_since(start)
+                    self._apply(got.items, {agent_id: idx}, {agent_id: tombs})
+                self._tombstones[agent_id] = tombs
                 self._indexes[agent_id] = idx
         return self._indexes[agent_id]
 
@@ -125,6 +144,46 @@ class EmbeddedMemory:
         """A stored row that cannot be read or indexed is skipped, and said so (the store's
         `on_bad_row` too): the operator can find it by id and delete it."""
         self.telemetry.warning("memory_row_skipped", store="embedded", memory_id=memory_id, error=error)
+
+    async def _catch_up(self) -> None:
+        """Apply what other processes wrote to the indexes this one holds (several processes over
+        one store; a no-op otherwise). Asked on every call; costs a `data_version` read unless
+        someone wrote."""
+        if self._seen is None or self.store.data_version() == self._seen:
+            return
+        async with self._catching:
+            version = self.store.data_version()
+            if version == self._seen:
+                return
+            got = await self.store.changes_since(self._position)  # read after `version`: covers it
+            self._seen, self._position = version, got.position
+            if got.gap:  # the log was pruned past us: hold nothing, load afresh on the next call
+                self._indexes.clear()
+                self._tombstones.clear()
+                return
+            self._apply(got.items, self._indexes, self._tombstones)
+            if got.items:
+                await asyncio.sleep(0)
+
+    def _apply(self, items: list, indexes: dict[str, AgentIndex], tombstones: dict[str, set[str]]) -> None:
+        """Other processes' changes, to the agents in `indexes` (others load as they are now). Each
+        is idempotent (a put re-reads the row as it is now), so one applied twice does no harm."""
+        for kind, agent_id, item, memory, vector in items:
+            idx = indexes.get(agent_id)
+            if idx is None:
+                continue
+            if kind == "tomb":
+                tombstones.setdefault(agent_id, set()).add(item)
+            elif kind == "drop" or (kind == "put" and memory is None):
+                idx.drop(item)
+            elif kind == "put":
+                idx.put(memory, self._vector(vector))
+            elif kind == "vector" and vector is not None and item in idx.memories:
+                idx.add_vector(item, self._vector(vector))
+            self.caught_up += 1
+
+    def _vector(self, raw: bytes | None) -> Any:
+        return np.frombuffer(raw, dtype=np.float32) if raw and self.embedder is not None else None
 
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
@@ -158,6 +217,7 @@ class EmbeddedMemory:
         if not reqs:
             return []
         agent_id = reqs[0].agent_id
+        await self._catch_up()  # another process's forget: its tombstones
         idx = await self._index(agent_id)
         async with self._lock(agent_id):
             ids = [r.entry["id"] for r in reqs]
@@ -227,6 +287,7 @@ class EmbeddedMemory:
         """Answered before `deadline_ms` with the best the engine has (engine/schedule.py); the
         answer says which ranking answered."""
         deadline = Deadline(req.deadline_ms)
+        await self._catch_up()
         text = recall_query(req.query if req.query is not None else query_from(req.messages))
         if not text.strip():
             return RecallAnswer([], "none: no query")
@@ -256,6 +317,7 @@ class EmbeddedMemory:
                 "embedded": self.backlog.embedded if self.backlog is not None else 0,
                 "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "gc": HEAP.as_dict(), "evicted": self.evicted,
+                "pid": os.getpid(), "changes_applied": self.caught_up,
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
 
@@ -296,6 +358,7 @@ class EmbeddedMemory:
     async def search(self, agent_id: str, query: str, *, top_k: int, session_id: str | None = None,
                      type_filter: set[str] | None = None, min_importance: float | None = None
                      ) -> list[tuple[StoredMemory, float]]:
+        await self._catch_up()
         idx = await self._index(agent_id)
         vector = await query_vector(self.queries, query)
         return idx.search(query, vector, top_k=top_k, visible=visible_in(session_id, time.time()), type_filter=type_filter,

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,14 @@ CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, agent_i
   memory_id TEXT NOT NULL, ts REAL NOT NULL, doc BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS audit_agent ON audit(agent_id, seq);
 CREATE INDEX IF NOT EXISTS audit_memory ON audit(memory_id, seq);
+CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, writer TEXT NOT NULL,
+  agent_id TEXT NOT NULL, item TEXT NOT NULL, kind TEXT NOT NULL, ts REAL NOT NULL);
 """
+# The change log several processes over one store read to keep their indexes in step (`Changes`):
+# written only by a store opened with a `writer` name, pruned after CHANGES_KEPT_S (a process that
+# fell further behind reloads the agents it holds).
+CHANGES_KEPT_S = 600.0
+PRUNE_EVERY = 256  # writes between prunes of the change log
 # Version 1 added `sources` (entry id -> memories made from it), so that forget costs what it
 # forgets, not a scan of the agent's memories; a database from before is indexed once on open.
 SCHEMA_VERSION = 1
@@ -71,17 +80,33 @@ def _ignore(row_id: str, error: str) -> None:
     pass
 
 
+@dataclass
+class Changes:
+    """What other processes wrote after a position in the change log: `(kind, agent_id, item, memory,
+    vector)` in order — kind `put` (memory: the row as it is now, None if gone since), `vector`,
+    `drop`, `tomb` (item: a forgotten entry id) — and the new position. `gap`: the log no longer
+    reaches back that far; the reader reloads what it holds."""
+
+    position: int
+    gap: bool
+    items: list[tuple[str, str, str, StoredMemory | None, bytes | None]]
+
+
 class SQLiteStore:
     """Memories, retained entry ids and tombstones of every agent, in one file.
 
     `on_bad_row(memory_id, error)` hears of each stored row that is skipped because it cannot be
     read (written by an older version or by hand): one bad row never fails a load or a listing."""
 
-    def __init__(self, data_dir: Path, on_bad_row: Callable[[str, str], None] = _ignore) -> None:
+    def __init__(self, data_dir: Path, on_bad_row: Callable[[str, str], None] = _ignore,
+                 writer: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.on_bad_row = on_bad_row
+        self.writer = writer  # set when several processes share the store: each logs its changes (`Changes`)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memplane-sqlite")
         self._db: sqlite3.Connection | None = None
+        self._watch: sqlite3.Connection | None = None  # the event loop's own connection: `data_version` only
+        self._writes = 0
 
     def _rows(self, rows, decode: Callable[[bytes], StoredMemory]) -> list[tuple[StoredMemory, bytes | None]]:
         out = []
@@ -128,12 +153,79 @@ class SQLiteStore:
 
     async def open(self) -> None:
         await self._run(self._conn)
+        if self.writer is not None:
+            self._watch = sqlite3.connect(self.data_dir / DB_FILE, check_same_thread=False, isolation_level=None)
+
+    # -- several processes over one store --
+
+    async def last_change(self) -> int:
+        """The change log's position now: where a process that has loaded nothing yet starts."""
+        def read() -> int:
+            top = self._conn().execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+            return top[0] if top else 0
+        return await self._run(read)
+
+    def data_version(self) -> int | None:
+        """SQLite's `PRAGMA data_version` on the loop's own connection: it changes whenever another
+        connection (another process, or this one's worker thread) commits. A few microseconds, no
+        disk read: what lets every recall ask "did anyone write?" without a trip to the store's thread."""
+        return None if self._watch is None else self._watch.execute("PRAGMA data_version").fetchone()[0]
+
+    async def changes_since(self, seq: int) -> "Changes":
+        """Other writers' changes after `seq`, with the rows they touched as they are now."""
+        def read() -> Changes:
+            db = self._conn()
+            with db:
+                db.execute("BEGIN")  # one snapshot: the log and the rows agree
+                top = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+                top = top[0] if top else 0
+                first = db.execute("SELECT min(seq) FROM changes").fetchone()[0]
+                gap = top > seq and (first is None or first > seq + 1)
+                rows = [] if gap else db.execute(
+                    "SELECT c.kind, c.agent_id, c.item, m.doc, m.vector FROM changes c"
+                    " LEFT JOIN memories m ON m.id = c.item AND c.kind IN ('put', 'vector')"
+                    " WHERE c.seq > ? AND c.writer != ? ORDER BY c.seq", (seq, self.writer)).fetchall()
+            out = []
+            for kind, agent_id, item, doc, vector in rows:
+                memory = None
+                if doc is not None:
+                    try:
+                        memory = _checked(doc)
+                    except ValueError as exc:
+                        self.on_bad_row(str(item), str(exc).replace("\n", " ")[:300])
+                out.append((kind, agent_id, item, memory, vector))
+            return Changes(top, gap, out)
+        return await self._run(read)
+
+    def _log(self, db: sqlite3.Connection, kind: str, rows: list[tuple[str, str]]) -> None:
+        """Inside a write's transaction: (agent, item) pairs other processes must apply."""
+        if self.writer is None or not rows:
+            return
+        now = time.time()
+        db.executemany("INSERT INTO changes (writer, agent_id, item, kind, ts) VALUES (?,?,?,?,?)",
+                       [(self.writer, a, i, kind, now) for a, i in rows])
+        self._writes += 1
+        if self._writes % PRUNE_EVERY == 0:
+            db.execute("DELETE FROM changes WHERE ts < ?", (now - CHANGES_KEPT_S,))
+
+    def _agents_of(self, db: sqlite3.Connection, ids: list[str]) -> list[tuple[str, str]]:
+        if self.writer is None:
+            return []
+        out: list[tuple[str, str]] = []
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            out += db.execute(f"SELECT agent_id, id FROM memories WHERE id IN ({','.join('?' * len(part))})",
+                              part).fetchall()
+        return out
 
     async def close(self) -> None:
         def shut() -> None:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         await self._run(shut)
         self._pool.shutdown(wait=True)
 
@@ -179,6 +271,8 @@ class SQLiteStore:
                 db.executemany("INSERT OR IGNORE INTO sources (agent_id, entry_id, memory_id) VALUES (?,?,?)",
                                [(m.agent_id, e, m.id) for m in put for e in m.source_entry_ids])
                 db.executemany("INSERT OR IGNORE INTO retained (agent_id, entry_id) VALUES (?, ?)", list(retained))
+                self._log(db, "put", [(m.agent_id, m.id) for m in put])
+                self._log(db, "drop", self._agents_of(db, list(dropped)))
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in dropped])
                 db.executemany("DELETE FROM sources WHERE memory_id = ?", [(i,) for i in dropped])
         await self._run(tx)
@@ -189,6 +283,7 @@ class SQLiteStore:
             with db:
                 db.execute("BEGIN")
                 db.executemany("UPDATE memories SET vector = ? WHERE id = ?", [(v, i) for i, v in rows])
+                self._log(db, "vector", self._agents_of(db, [i for i, _ in rows]))
         await self._run(tx)
 
     async def by_key(self, agent_id: str, scope: str, session_id: str | None, key: str) -> StoredMemory | None:
@@ -271,6 +366,8 @@ class SQLiteStore:
                         " OR json_type(m.doc, '$.metadata.curator') IS NOT NULL)",
                         (agent_id, *part))]
                 removed = list(dict.fromkeys(removed))
+                self._log(db, "tomb", [(agent_id, e) for e in entry_ids])
+                self._log(db, "drop", [(agent_id, i) for i in removed])
                 db.executemany("DELETE FROM memories WHERE id = ?", [(i,) for i in removed])
                 db.executemany("DELETE FROM sources WHERE memory_id = ?", [(i,) for i in removed])
             return removed

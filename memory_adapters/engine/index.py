@@ -19,7 +19,7 @@ import numpy as np
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import character, context
+from . import character, context, schedule
 from .dates import indexed
 from .fused import RowLinks, fused, fused_rows
 from .heap import HEAP
@@ -96,6 +96,11 @@ class RecallAnswer(list):
     def __init__(self, items: Any = (), ranking: str | None = None) -> None:
         super().__init__(items)
         self.ranking = ranking
+
+    @property
+    def degraded(self) -> str | None:
+        """Why this answer is less than the usual ranking (`lexical`, `shed`, `loading`), or None."""
+        return schedule.degraded(self.ranking)
 
 
 @dataclass

@@ -36,6 +36,19 @@ FEWER_CANDIDATES = "; fewer candidates"
 NONE_BUSY = "none: agent busy"  # the agent's own earlier recalls held every slot until the deadline
 NONE_LOADING = "none: index loading"
 STALE_INDEX = "; index reloading"  # served from the index a reload will replace (tiered)  # the agent's memories were still loading at the deadline
+# CONTRACT §5 `degraded` (memplane's extension): a recall answered with less than the service's usual
+# ranking says so in one word, so the proxy can mark the turn instead of calling it a success
+DEGRADED = {LEXICAL_DEADLINE: "lexical", LEXICAL_ENCODER_FAILED: "lexical", NONE_BUSY: "shed",
+            NONE_LOADING: "loading"}
+
+
+def degraded(ranking: str | None) -> str | None:
+    """`lexical` (no dense ranking: the query vector was late or failed), `shed` (turned away to keep
+    the deadline), `loading` (the index was not there in time), or None: the usual ranking answered
+    (a service without vectors ranks by words by design: `lexical` alone is not degraded)."""
+    if not ranking:
+        return None
+    return DEGRADED.get(ranking.split(";", 1)[0])
 
 
 class Deadline:

@@ -93,6 +93,9 @@ async def recall(request: web.Request) -> web.Response:
     answer: dict[str, Any] = {"memories": [b.model_dump(exclude_none=True) for b in blocks]}
     if isinstance(getattr(blocks, "ranking", None), str):  # which ranking answered (engine/schedule.py)
         answer["ranking"] = blocks.ranking
+        why = getattr(blocks, "degraded", None)
+        if isinstance(why, str) and why:  # less than the usual ranking answered (CONTRACT §5 `degraded`): the proxy marks the turn
+            answer["degraded"] = why
     return json_response(answer)
 
 

@@ -16,8 +16,9 @@ REFERENCE_STORE = web.AppKey("reference_store", ReferenceStore)
 
 
 def build_reference_app(data_dir: Path, *, token: str | None = None,
-                        redactor: Redactor) -> web.Application:
-    store = ReferenceStore(Path(data_dir), redactor)
+                        redactor: Redactor, shared: bool = False) -> web.Application:
+    """`shared`: one of several processes serving `data_dir` (`--workers N`, store.py)."""
+    store = ReferenceStore(Path(data_dir), redactor, shared=shared)
     app = build_adapter_app(store, describe(retain_batch=True), token=token)
     app[REFERENCE_STORE] = store
 

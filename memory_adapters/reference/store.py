@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import heapq
 import itertools
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 from memplane_core.turn_text import assistant_text, calls_tools, query_from, session_of, tool_steps, user_text
 
+ENTRIES, TOMBSTONES = "entries.jsonl", "tombstones.jsonl"
 SUMMARY_CHARS = 280
 RECALL_LIMIT = 4
 COMMON_WORD_MIN_RECORDS = 50
@@ -89,6 +91,7 @@ class _Agent:
     order: list[str] = field(default_factory=list)  # ids by ts, oldest first
     rank: dict[str, tuple[str, int]] = field(default_factory=dict)  # id → (ts, when stored): `order`'s key
     stored: int = 0  # records added so far (the second half of a rank)
+    read_to: dict[str, int] = field(default_factory=dict)  # file name → bytes read (several processes: `follow`)
 
     def add(self, rec: dict[str, Any]) -> None:
         eid = rec["id"]
@@ -115,9 +118,14 @@ class _Agent:
 
 
 class ReferenceStore:
-    def __init__(self, data_dir: Path, redactor: Redactor) -> None:
+    """`shared`: one of several processes over these files (`memplane adapter reference --workers
+    N`). Each appends its records in one write (O_APPEND: whole lines, never interleaved) and, on
+    each call for an agent, reads what the others appended since it last looked (`_follow`)."""
+
+    def __init__(self, data_dir: Path, redactor: Redactor, shared: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.redactor = redactor
+        self.shared = shared
         self._agents: dict[str, _Agent] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._files: dict[tuple[str, str], Any] = {}  # open append handles
@@ -125,6 +133,8 @@ class ReferenceStore:
     async def _agent(self, agent_id: str) -> _Agent:
         agent = self._agents.get(agent_id)
         if agent is not None:
+            if self.shared:
+                self._follow(agent_id, agent)
             return agent
         lock = self._loading.setdefault(agent_id, asyncio.Lock())
         async with lock:
@@ -135,14 +145,39 @@ class ReferenceStore:
     def _load(self, agent_id: str) -> _Agent:
         agent = _Agent()
         base = self.data_dir / agent_id
-        for rec in _read_jsonl(base / "tombstones.jsonl"):
+        tombs, agent.read_to[TOMBSTONES] = _read_jsonl(base / TOMBSTONES, torn=not self.shared)
+        for rec in tombs:
             agent.tombstones.add(rec.get("entry_id"))
-        rows = [r for r in _read_jsonl(base / "entries.jsonl") if r.get("id") and r["id"] not in agent.tombstones]
+        entries, agent.read_to[ENTRIES] = _read_jsonl(base / ENTRIES, torn=not self.shared)
+        rows = [r for r in entries if r.get("id") and r["id"] not in agent.tombstones]
         rows.sort(key=lambda r: r.get("ts", ""))
         for rec in rows:
             if rec["id"] not in agent.records:
                 agent.add(rec)
         return agent
+
+    def _follow(self, agent_id: str, agent: _Agent) -> None:
+        """What other processes appended for the agent since this one last read: their forgets
+        first, then their records (in file order; one this process holds already is skipped). A stat
+        per file when nothing changed; the new lines are a few KB from the page cache."""
+        for name in (TOMBSTONES, ENTRIES):
+            path = self.data_dir / agent_id / name
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
+            start = agent.read_to.get(name, 0)
+            if size <= start:
+                continue
+            rows, used = _read_jsonl(path, start, torn=False)
+            agent.read_to[name] = start + used
+            for rec in rows:
+                if name == TOMBSTONES:
+                    eid = rec.get("entry_id")
+                    agent.tombstones.add(eid)
+                    agent.drop(eid)
+                elif rec.get("id") and rec["id"] not in agent.tombstones and rec["id"] not in agent.records:
+                    agent.add(rec)
 
     def _append(self, agent_id: str, name: str, rows: list[dict[str, Any]]) -> None:
         """One unbuffered write per call, so every record is in the file when retain returns;
@@ -184,7 +219,7 @@ class ReferenceStore:
                     taken.add(record["id"])
             if records:
                 # One short write into the page cache: cheaper inline than a hop to a thread.
-                self._append(agent_id, "entries.jsonl", records)
+                self._append(agent_id, ENTRIES, records)
                 for record in records:
                     agent.add(record)
             return outcomes
@@ -240,7 +275,7 @@ class ReferenceStore:
         async with agent.lock:
             ts = now_rfc3339()
             rows = [{"entry_id": eid, "reason": req.reason, "ts": ts} for eid in req.entry_ids]
-            self._append(req.agent_id, "tombstones.jsonl", rows)
+            self._append(req.agent_id, TOMBSTONES, rows)
             removed = 0
             for eid in req.entry_ids:
                 agent.tombstones.add(eid)
@@ -289,15 +324,25 @@ def _most_shared(agent: _Agent, overlap: Counter[str], limit: int) -> list[tuple
     return [(n, eid) for n, _, eid in top] + [(least, eid) for eid in equals]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
+def _read_jsonl(path: Path, start: int = 0, torn: bool = True) -> tuple[list[dict[str, Any]], int]:
+    """The records from byte `start` on, and how many bytes of whole lines they took. A last line
+    without its newline is a torn line from a crash when `torn` (one process: passed over, as
+    before); with several processes it may be one being written, read next time."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], 0
+    used = data.rfind(b"\n") + 1
+    if torn:
+        used = len(data)
     out = []
-    for raw in path.read_bytes().splitlines():
+    for raw in data[:used].splitlines():
         try:
             rec = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue  # a torn last line from a crash
         if isinstance(rec, dict):
             out.append(rec)
-    return out
+    return out, used

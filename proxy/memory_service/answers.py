@@ -43,6 +43,20 @@ class RecallOutcome:
     latency_ms: float = 0.0
     ranking: str | None = None  # which ranking the service says answered (e.g. "lexical: deadline")
     deadline_ms: int | None = None  # what the service was told it had (deadlines.py)
+    degraded: str | None = None  # the service answered with less than its usual ranking, and why (CONTRACT §5)
+
+    @property
+    def said(self) -> str:
+        """The turn's `X-Memplane-Recall` status: `degraded` for an answer the service says is less
+        than its usual ranking (words only at the deadline, shed), so it never passes for a success."""
+        return "degraded" if self.status == "succeeded" and self.degraded else self.status
+
+    def event_fields(self) -> dict[str, Any]:
+        """What the recall's memory_op event adds about the service's answer: ranking, degraded."""
+        out: dict[str, Any] = {"ranking": self.ranking} if self.ranking else {}
+        if self.degraded:
+            out["degraded"] = self.degraded
+        return out
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -84,7 +98,19 @@ def read_recall(status: int, body: bytes | None) -> RecallOutcome:
         return RecallOutcome("failed", status_code=status, error="no memories list")
     ranking = doc.get("ranking")
     return RecallOutcome("succeeded", recalled_memories(memories), status_code=status,
-                         ranking=_UNPRINTABLE.sub("?", ranking[:80]) if isinstance(ranking, str) else None)
+                         ranking=_UNPRINTABLE.sub("?", ranking[:80]) if isinstance(ranking, str) else None,
+                         degraded=degraded_reason(doc.get("degraded")))
+
+
+DEGRADED_REASONS = frozenset({"lexical", "shed", "loading"})
+
+
+def degraded_reason(value: Any) -> str | None:
+    """A service's `degraded` (CONTRACT §5) as a closed set, since it becomes a metric label: its
+    known words, `other` for any other truthy value, None for absent, empty, false or null."""
+    if not value:
+        return None
+    return value if isinstance(value, str) and value in DEGRADED_REASONS else "other"
 
 
 def retry_after(value: str | None) -> float | None:

@@ -29,12 +29,14 @@ class Row:
     ops: int = 0
     statuses: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATUSES})
     latencies: list[float] = field(default_factory=list)
+    degraded: int = 0  # of succeeded: answered with less than the service's usual ranking (event `degraded`)
     blocks: int = 0
     bytes: int = 0
     removed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"agent": self.agent, "service": self.service, "op": self.op, "ops": self.ops, **self.statuses,
+                "degraded": self.degraded,
                 "latency_p50_ms": percentile(self.latencies, 50), "latency_p95_ms": percentile(self.latencies, 95),
                 "latency_max_ms": max(self.latencies) if self.latencies else None,
                 "blocks": self.blocks, "bytes": self.bytes, "removed": self.removed}
@@ -90,6 +92,8 @@ def summarize(lines: Iterable[bytes | str], *, agent: str | None = None,
             status = ev.get("memory_status")
             if isinstance(status, str) and status in row.statuses:
                 row.statuses[status] += 1
+            if ev.get("degraded"):
+                row.degraded += 1
             if isinstance(ev.get("latency_ms"), (int, float)):
                 row.latencies.append(float(ev["latency_ms"]))
             row.blocks += int(_num(ev.get("memory_blocks")))
@@ -120,9 +124,9 @@ def _fmt(v: Any) -> str:
 
 
 def render_table(summary: dict[str, Any]) -> str:
-    cols = ["agent", "service", "op", "ops", "succeeded", "failed", "timed_out", "skipped",
+    cols = ["agent", "service", "op", "ops", "succeeded", "degraded", "failed", "timed_out", "skipped",
             "latency_p50_ms", "latency_p95_ms", "latency_max_ms", "blocks", "bytes", "removed"]
-    heads = ["AGENT", "SERVICE", "OP", "OPS", "OK", "FAILED", "TIMED_OUT", "SKIPPED", "P50_MS", "P95_MS",
+    heads = ["AGENT", "SERVICE", "OP", "OPS", "OK", "DEGRADED", "FAILED", "TIMED_OUT", "SKIPPED", "P50_MS", "P95_MS",
              "MAX_MS", "BLOCKS", "BYTES", "REMOVED"]
     body = [[_fmt(r[c]) for c in cols] for r in summary["memory"]]
     out = [_grid(heads, body) if body else "no memory_op events"]

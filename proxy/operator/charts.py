@@ -16,8 +16,10 @@ from markupsafe import Markup, escape
 
 from .recall_history import STATUSES, Bucket
 
-COLORS = {"succeeded": "#2e7d32", "skipped": "#8a8f98", "timed_out": "#e07000", "failed": "#c62828"}
-LABELS = {"succeeded": "succeeded", "skipped": "skipped", "timed_out": "timed out", "failed": "failed"}
+COLORS = {"succeeded": "#2e7d32", "degraded": "#b8860b", "skipped": "#8a8f98", "timed_out": "#e07000",
+          "failed": "#c62828"}
+LABELS = {"succeeded": "succeeded", "degraded": "degraded (words only or shed)", "skipped": "skipped",
+          "timed_out": "timed out", "failed": "failed"}
 W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 200, 52, 14, 30, 32
 
 
@@ -191,8 +193,10 @@ def sparkline(buckets: Sequence[Bucket], label: str) -> Markup:
     p50 = [b.percentile(0.5) for b in buckets]
     seen = [v for v in p50 if v is not None]
     bad = sum(b.counts["failed"] + b.counts["timed_out"] for b in buckets)
+    degraded = sum(b.counts["degraded"] for b in buckets)
     n = sum(b.total for b in buckets)
-    desc = (f"{n} recalls, median latency from {min(seen):.0f} to {max(seen):.0f} ms, {bad} failed or timed out."
+    desc = (f"{n} recalls, median latency from {min(seen):.0f} to {max(seen):.0f} ms, {bad} failed or timed out"
+            + (f", {degraded} degraded." if degraded else ".")
             if seen else f"{n} recalls, none timed." if n else "No recalls.")
     top = max(seen, default=1) or 1
     slot = w / len(buckets)

@@ -84,7 +84,8 @@ def render_text(doc: dict[str, Any]) -> str:
     lines = [f"turn {doc['turn_id']}  agent {doc['agent_id']}  {doc['ts']}  {doc['format']}",
              f"recall: {doc['recall']['status']}  latency {doc['recall'].get('latency_ms', 0):.1f} ms"
              f"  service {doc.get('service') or '-'}" + (f"  ranking {doc['ranking']}" if doc.get("ranking") else "")
-             + (f"  told {doc['deadline_ms']} ms" if isinstance(doc.get("deadline_ms"), int) else "")]
+             + (f"  told {doc['deadline_ms']} ms" if isinstance(doc.get("deadline_ms"), int) else "")
+             + (f"  degraded: {doc['degraded']}" if doc.get("degraded") else "")]
     if doc.get("query"):
         lines.append(f"query: {doc['query'][:200]!r}")
     for i, m in enumerate(doc.get("memories", []), 1):

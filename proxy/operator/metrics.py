@@ -36,6 +36,10 @@ class ProxyMetrics:
                                           buckets=LATENCY_BUCKETS, registry=r)
         self.memory_ops = Counter("memplane_memory_ops", "Memory operations, by op and status.", ["op", "status"],
                                   registry=r)
+        self.recalls_degraded = Counter("memplane_recalls_degraded",
+                                        "Recalls a service answered with less than its usual ranking, by reason: "
+                                        "lexical (no dense ranking in time), shed, loading, other; each is also "
+                                        "a succeeded recall in memplane_memory_ops.", ["reason"], registry=r)
         self.recall_latency = Histogram("memplane_recall_latency_seconds", "Recall round trips to memory services.",
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.injected_blocks = Counter("memplane_injected_blocks", "Memory blocks injected into prompts.", registry=r)
@@ -84,6 +88,8 @@ class ProxyMetrics:
             return
         if event.latency_ms is not None:
             self.recall_latency.observe(event.latency_ms / 1000)
+        if event.degraded:
+            self.child(self.recalls_degraded, event.degraded).inc()
         self.injected_blocks.inc(event.blocks or 0)
         self.injected_tokens.inc(event.tokens)
         for reason, n in event.policy_reasons.items():

@@ -18,7 +18,10 @@ from memplane_core.telemetry import MemoryOp
 
 PER_AGENT = 4096  # ~ a recall a minute for three days, or a busy agent's last hours
 MAX_AGENTS = 2048
-STATUSES = ("succeeded", "skipped", "timed_out", "failed")  # CONTRACT §11; `reused` counts as skipped
+# CONTRACT §11, and `degraded`: succeeded with less than the service's usual ranking (the event's
+# `degraded` field: words only at the deadline, shed); `reused` counts as skipped
+STATUSES = ("succeeded", "degraded", "skipped", "timed_out", "failed")
+TIMED = frozenset({"succeeded", "degraded", "failed", "timed_out"})  # a service call was made and timed
 
 
 class Outcome(NamedTuple):
@@ -64,7 +67,9 @@ class RecallHistory:
         else:
             self._agents.move_to_end(event.agent_id)
         status = event.status if event.status in STATUSES else "skipped"
-        latency = event.latency_ms if status in ("succeeded", "failed", "timed_out") else None
+        if status == "succeeded" and event.degraded:
+            status = "degraded"
+        latency = event.latency_ms if status in TIMED else None
         ring.append(Outcome(time.time(), latency, status))
 
     def buckets(self, agent_id: str | None, *, hours: float = 6, slices: int = 24,

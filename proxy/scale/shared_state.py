@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from typing import Any
 
 import orjson
@@ -72,37 +73,59 @@ class RedisRateLimiter:
 
 
 class _Writer:
-    """One task that writes keys in the order they were set, so an update never lands before its record."""
+    """One task that writes keys in the order they were first set, so an update never lands before
+    its record. A key set again before it was written is written once, with its last value (a
+    turn's explanation is recorded, then updated when the ledger has the turn: usually one SET, not
+    two), and what is waiting goes out in one pipelined round trip (a busy proxy's turns share them)."""
+
+    BATCH = 256  # keys a round trip carries at most
 
     def __init__(self, client: aredis.Redis, telemetry: Telemetry, max_queued: int = 10_000) -> None:
         self.client = client
         self.telemetry = telemetry
-        self.queue: asyncio.Queue[tuple[str, bytes | None, int]] = asyncio.Queue(max_queued)
+        self.max_queued = max_queued
+        self.pending: dict[str, tuple[bytes | None, int]] = {}  # in first-set order, the last value
+        self.writing = False
+        self._wake = asyncio.Event()
         self.task: asyncio.Task | None = None
+        self.round_trips = 0
 
     def put(self, key: str, value: bytes | None, ttl_s: float) -> None:
         """Set `key` (or delete it: `value` None), in order with every other write."""
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run())
-        try:
-            self.queue.put_nowait((key, value, max(1, int(ttl_s))))
-        except asyncio.QueueFull:  # Redis is behind: the local copy still answers on this replica
+        if key not in self.pending and len(self.pending) >= self.max_queued:
+            # Redis is behind: the local copy still answers on this replica
             self.telemetry.warning("shared_state_dropped", key=key.rsplit(":", 2)[-2])
+            return
+        self.pending[key] = (value, max(1, int(ttl_s)))
+        self._wake.set()
 
     async def _run(self) -> None:
         while True:
-            key, value, ttl = await self.queue.get()
-            try:
-                if value is None:
-                    await self.client.delete(key)
-                else:
-                    await self.client.set(key, value, ex=ttl)
-            except redis.RedisError as exc:
-                self.telemetry.warning("shared_state_not_written", error=type(exc).__name__)
+            await self._wake.wait()
+            self._wake.clear()
+            while self.pending:
+                keys = list(itertools.islice(self.pending, self.BATCH))
+                batch = [(k, self.pending.pop(k)) for k in keys]
+                pipe = self.client.pipeline(transaction=False)
+                for key, (value, ttl) in batch:
+                    if value is None:
+                        pipe.delete(key)
+                    else:
+                        pipe.set(key, value, ex=ttl)
+                self.writing = True
+                try:
+                    await pipe.execute()
+                except redis.RedisError as exc:
+                    self.telemetry.warning("shared_state_not_written", error=type(exc).__name__)
+                finally:
+                    self.writing = False
+                    self.round_trips += 1
 
     async def drain(self, timeout: float = 2.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
-        while not self.queue.empty() and asyncio.get_running_loop().time() < deadline:
+        while (self.pending or self.writing) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.005)
         if self.task is not None:
             self.task.cancel()

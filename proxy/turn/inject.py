@@ -69,7 +69,7 @@ async def inject_recalled(turn: Turn, found: Recalled) -> None:
     turn.block = TurnBlock(block or "", tuple(memories), placement or "", note, question,
                            detail.as_dict() if found.tools else {})  # the detail is for a continuation's replay
     keep(turn, found)
-    turn.recall = RecallSummary("succeeded", len(memories), removed, found.outcome.latency_ms, detail)
+    turn.recall = RecallSummary(found.outcome.said, len(memories), removed, found.outcome.latency_ms, detail)
 
 
 def keep(turn: Turn, found: Recalled) -> None:

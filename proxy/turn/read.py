@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
@@ -10,6 +9,7 @@ from aiohttp import web
 
 from ..context_store import AgentContext
 from ..errors import ProxyError
+from ..explanation import new_turn_id
 from ..forward_policy import require_model_allowed
 from ..ledger.entry import nests_safely
 from ..rate_limit import retry_after_header
@@ -31,7 +31,7 @@ async def read(turn: Turn) -> None:
     turn.fmt.validate(turn.body)
     require_model_allowed(turn.ctx.metadata.allowed_models, turn.body.get("model"))
     turn.session_id = session_id_of(turn.request, turn.body)
-    turn.turn_id = "turn_" + uuid.uuid4().hex[:24]
+    turn.turn_id = new_turn_id()
     state.tracing.agent(turn.agent_id, turn.turn_id)
     turn.effective = turn.body
 

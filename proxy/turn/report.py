@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def report_recall(turn: Turn, found: Recalled, block: str | None, tokens: int, removed: int) -> None:
     """The recall's memory_op event (CONTRACT §11)."""
     outcome, policy = found.outcome, found.policy
-    extra: dict[str, Any] = {"memory_tokens": tokens, **({"ranking": outcome.ranking} if outcome.ranking else {})}
+    extra: dict[str, Any] = {"memory_tokens": tokens, **outcome.event_fields()}
     if policy.redactions:
         extra["redactions"] = dict(policy.redactions)
     if policy.reasons:
@@ -51,6 +51,8 @@ def explain_recall(state: ProxyState, service: str, query: str, found: Recalled,
                   for m, decision in zip(outcome.memories, policy.decisions)])
     if note:
         detail.placement_note = note
+    if outcome.degraded:
+        detail.degraded = outcome.degraded
     if found.repeated:
         detail.repeated_lines_dropped = found.repeated
     return detail

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class RecallSummary:
     """What memory did for one turn: the `X-Memplane-Recall` header."""
 
-    status: str = "off"  # succeeded | failed | timed_out | skipped | reused | off
+    status: str = "off"  # succeeded | degraded | failed | timed_out | skipped | reused | off
     blocks: int = 0
     removed: int = 0
     latency_ms: float = 0.0
