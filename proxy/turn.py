@@ -118,13 +118,7 @@ def _replay(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[st
 
 def _coding_detail(detail: RecallDetail, coding: CodingTurn) -> RecallDetail:
     """The coding read's part of the explanation: what was set aside, the call's kind, the project."""
-    if coding.set_aside.parts:
-        detail.set_aside = coding.set_aside.as_dict()
-    if coding.kind.value != "turn":
-        detail.call_kind = coding.kind.value
-    if coding.project:
-        detail.project = coding.project
-    return detail
+    return coding.explain(detail)
 
 
 async def recall_and_inject(state: ProxyState, ctx: AgentContext, fmt: WireFormat, body: dict[str, Any],

@@ -145,24 +145,38 @@ class Recurrence:
         return recurring
 
 
-def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:
-    """Which client session a request belongs to, for counting sessions: the session id the client
-    names (memplane's `X-Session-Id`, `metadata.session_id`, Claude Code's `…_session_<id>` in
-    `metadata.user_id`, Codex's `session_id` header or `prompt_cache_key`), else the conversation's
-    first message (a new session starts a new conversation)."""
+def named_session(headers: Any, body: dict[str, Any], session_id: str | None) -> str | None:
+    """The session id the client names, if any: memplane's `X-Session-Id`, `metadata.session_id`, a
+    `…_session_<id>` tail of `metadata.user_id`, a `session_id` / `conversation_id` header or one
+    ending in `-session-id`, the request's `prompt_cache_key`. Read by shape: any client that names
+    its session one of these ways is grouped by it."""
     if session_id:
         return session_id
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     user = meta.get("user_id")
     if isinstance(user, str) and "_session_" in user:
         return user.rsplit("_session_", 1)[1]
-    for name in ("session_id", "conversation_id", "x-claude-code-session-id"):
-        value = headers.get(name) if headers is not None else None
-        if value:
-            return value
+    if headers is not None:
+        for name in ("session_id", "session-id", "conversation_id", "conversation-id"):
+            value = headers.get(name)
+            if value:
+                return value
+        for name, value in headers.items():
+            if value and name.lower().endswith(("-session-id", "_session_id")):
+                return value
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and key:
         return key
+    return None
+
+
+def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:
+    """Which client session a request belongs to, for counting sessions: the session the client
+    names (`named_session`), else the conversation's first message (a new session starts a new
+    conversation)."""
+    named = named_session(headers, body, session_id)
+    if named:
+        return named
     items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
     first = items[0] if isinstance(items, list) and items else items
     return digest(orjson.dumps(first, option=orjson.OPT_SORT_KEYS).decode())
