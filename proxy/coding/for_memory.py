@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import re2
 
-from .scaffolding import digest, is_compaction_summary, sift_messages
+from .scaffolding import digest, is_compaction_summary, sift_messages, system_text
 from .side_calls import SideCall, classify
 
 HEAD_CHARS = 160
@@ -181,7 +181,7 @@ def _request_for_memory(request: Any, recurring: set[str]) -> Any:
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
         return request
-    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None)
+    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None, system_text(request))
     return {**request, key: compact_tools(_without_summaries(sifted))}
 
 

@@ -43,7 +43,7 @@ import re2
 from memplane_core.memo import TextMemo
 from memplane_core.turn_text import text_of
 
-from .scaffolding import digest
+from .scaffolding import digest, system_text
 from .sessions import AgentSeen
 
 TINY_MAX_TOKENS = 32
@@ -102,17 +102,6 @@ def _items(body: dict[str, Any]) -> list[Any]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     return items if isinstance(items, list) else []
-
-
-def system_text(body: dict[str, Any]) -> str:
-    system = body.get("system")
-    texts = [system if isinstance(system, str) else text_of(system)]
-    if isinstance(body.get("instructions"), str):
-        texts.append(body["instructions"])
-    for m in _items(body):
-        if isinstance(m, dict) and m.get("role") in ("system", "developer"):
-            texts.append(text_of(m.get("content")))
-    return "\n".join(t for t in texts if t)
 
 
 def _last_user_text(items: list[Any]) -> str:
