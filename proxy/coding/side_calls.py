@@ -17,11 +17,12 @@ agent's main calls (`sessions.py`):
   and this one's system prompt or model is not theirs — decisive alone;
 * `task-instruction`: the system prompt asks for a title, a commit message, a branch name, a
   summary, a label or a classification — decisive alone;
-* `tiny-max-tokens`: at most `TINY_MAX_TOKENS` tokens of answer — decisive alone;
 * `system-unlike-agent` / `model-unlike-agent`: the agent's main calls used other system prompts
   or other models; `quoted-material`: the request is mostly text it quotes (a fenced block, a
-  diff, a transcript, a quoted string) or asks for such an errand over it; `small-max-tokens`
-  (at most `SMALL_MAX_TOKENS`) — two of these together decide.
+  diff, a transcript, a quoted string) or asks for such an errand over it; `tiny-max-tokens`
+  (at most `TINY_MAX_TOKENS` tokens of answer) — two of these together decide, one of them a
+  difference from the agent's main calls. None of them alone: a person's first message may have
+  any of them (a pasted diff, a terse client setting, a new system prompt).
 
 A call with a conversation but without tools, in a session whose main calls offer tools, with
 another system prompt or model than theirs, is a side call too (`tool-less-unlike-session`: a
@@ -47,7 +48,6 @@ from .scaffolding import digest, system_text
 from .sessions import AgentSeen
 
 TINY_MAX_TOKENS = 32
-SMALL_MAX_TOKENS = 256
 QUOTED_SHARE = 0.6  # share of the request's characters that are quoted for `quoted-material`
 ASK_QUOTED_SHARE = 0.3  # ...when its own words ask for an errand (a title, a commit message) over them
 SCAN_CHARS = 8000
@@ -220,8 +220,6 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
         return Decision(SideCall.SIDE, "model-unlike-session")
     if shape.errand:
         return Decision(SideCall.SIDE, "task-instruction")
-    if shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS:
-        return Decision(SideCall.SIDE, "tiny-max-tokens")
     signals: list[str] = []
     if main is None and seen is not None and seen.has_mains:
         if shape.system not in seen.systems:
@@ -230,9 +228,9 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             signals.append("model-unlike-agent")
     if shape.quoted >= QUOTED_SHARE or shape.asks_over_quoted:
         signals.append("quoted-material")
-    if shape.max_tokens is not None and shape.max_tokens <= SMALL_MAX_TOKENS:
-        signals.append("small-max-tokens")
-    if len(signals) >= 2:
+    if shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS:
+        signals.append("tiny-max-tokens")
+    if len(signals) >= 2 and signals[0].endswith("-unlike-agent"):
         return Decision(SideCall.SIDE, "+".join(signals))
     return Decision(SideCall.TURN, "one-shot")
 
