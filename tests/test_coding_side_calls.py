@@ -250,3 +250,28 @@ def test_hostile_requests_are_read_without_harm(text):
     assert found is None or len(found) <= 512
     assert 0.0 <= quoted_share(text) <= 1.0
     assert len(without_echoes(text, text)) <= len(text)
+
+
+def test_a_default_project_is_set_by_the_cli_and_by_the_pod_file(tmp_path):
+    from click.testing import CliRunner
+
+    from manifests.compiler import CompileError, compile_pod
+    from manifests.models import AgentMetadata
+    from memplane_cli.main import main
+    from tests.test_compiler import BASE, pod
+
+    ctx = tmp_path / "ctx"
+    assert CliRunner().invoke(main, ["agent", "add", "aider", "--context-root", str(ctx),
+                                     "--project", "billing"]).exit_code == 0
+    assert CliRunner().invoke(main, ["agent", "add", "other", "--context-root", str(ctx)]).exit_code == 0
+    meta = lambda d, a: AgentMetadata.from_doc(json.loads((d / a / "metadata.json").read_text()))  # noqa: E731
+    assert meta(ctx, "aider").project == "billing" and meta(ctx, "other").project is None
+    bad = CliRunner().invoke(main, ["agent", "add", "x", "--context-root", str(ctx), "--project", "  "])
+    assert bad.exit_code != 0 and "--project needs a name" in bad.output
+
+    out = tmp_path / "out"
+    compile_pod(pod(tmp_path, BASE.replace("x-claw: {agent: ./r.md}", "x-claw: {agent: ./r.md, project: search}")), out)
+    assert meta(out, "researcher").project == "search" and meta(out, "analyst").project is None
+    with pytest.raises(CompileError, match="project must be a non-empty name"):
+        compile_pod(pod(tmp_path, BASE.replace("x-claw: {agent: ./r.md}", "x-claw: {agent: ./r.md, project: 7}")),
+                    tmp_path / "bad")

@@ -115,13 +115,15 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
             turn.project, turn.project_from = known.project, "session"
         elif default:
             turn.project, turn.project_from = default, "agent-default"
+        elif turn.kind in (SideCall.SIDE, SideCall.SUBAGENT):
+            pass  # leaves no memory: nothing to scope
         elif seen.declared_recently():
             turn.unscoped, turn.note = True, UNSCOPED
-        elif turn.kind in (SideCall.TURN, SideCall.COMPACTION):
+        else:
             turn.note = NO_PROJECT
             if not seen.told:
                 seen.told = True
-                state.telemetry.warning("coding_no_project", agent_id=ctx.agent_id, fix=NO_PROJECT)
+                state.telemetry.info("coding_no_project", agent_id=ctx.agent_id, fix=NO_PROJECT)
     if turn.kind is SideCall.TURN and (shape.tools or shape.history):
         book.main_call(ctx.agent_id, session, shape.system, shape.model, shape.first,
                        turn.project if turn.project_from in ("declared", "agent-default") else None)
