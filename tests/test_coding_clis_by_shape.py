@@ -160,41 +160,47 @@ async def test_aider_is_told_how_to_scope_then_its_commit_messages_leave_nothing
         aider, coding, tmp_path):
     stack, memory_url = coding
     alpha, beta = repos(tmp_path / "m")
+    # The same client as a second agent with nothing set, in a third repository, at the same time.
+    bare = "aider-bare"
+    stack.add_agent(bare, memory_url, service="embedded")
+    gamma = make_repo(tmp_path / "m", "gamma", {"README.md": "# gamma\nThe mailer.\n"})
     cli = CodingCli("aider", aider, tmp_path / "home", stack.proxy_url, stack.tokens[AGENT])
-    clis = {alpha: cli, beta: cli}
-
-    # unscoped: aider declares no directory; memplane says so, with the fix
-    first = await run_rounds(clis, stack, [
-        [dict(repo=alpha, say=f"Hi, {NAME_FACT[0]}. Please create notes/hello.md saying `hello`.")]])
-    assert (alpha / "notes" / "hello.md").exists(), "aider applied the model's edit"
-    entries = stack.ledger(AGENT)
-    turn = next(e for e in entries if not e.get("scaffolding", {}).get("side_call"))
-    doc = await explanation(stack, turn["turn_id"])
-    assert doc["project_note"] == NO_PROJECT and "X-Memplane-Project" in NO_PROJECT and "--project" in NO_PROJECT
-    told = [line for line in stack.log_lines() if line.get("event") == "coding_no_project"]
-    assert len(told) == 1 and told[0]["fix"] == NO_PROJECT
-
+    clis = {alpha: cli, beta: cli,
+            gamma: CodingCli("aider", aider, tmp_path / "home-bare", stack.proxy_url, stack.tokens[bare])}
     # scoped through the client's own config: each repository keeps its work
     scope_aider(alpha, "alpha")
     scope_aider(beta, "beta")
+    hello = dict(repo=gamma, say=f"Hi, {NAME_FACT[0]}. Please create notes/hello.md saying `hello`.")
     rounds = [
         [dict(repo=alpha, say=f"By the way, {ALPHA_FACT[0]}. Please create docs/db.md saying `staging db`."),
-         dict(repo=beta, say=f"Note that {BETA_FACT[0]}. Please create docs/schedule.md saying `nightly`.")],
+         dict(repo=beta, say=f"Note that {BETA_FACT[0]}. Please create docs/schedule.md saying `nightly`."), hello],
         [dict(repo=alpha, say="Which port does alpha's staging database listen on?",
               needs=ALPHA_FACT[1], not_other=BETA_FACT[1]),
          dict(repo=beta, say="When does the beta indexer run?", needs=BETA_FACT[1], not_other=ALPHA_FACT[1])],
     ]
-    results = first + await run_rounds(clis, stack, rounds)
-    assert (alpha / "docs" / "db.md").exists() and (beta / "docs" / "schedule.md").exists()
+    results = await run_rounds(clis, stack, rounds)
+    for path in (alpha / "docs" / "db.md", beta / "docs" / "schedule.md", gamma / "notes" / "hello.md"):
+        assert path.exists(), f"aider applied the model's edit: {path}"
+
+    # unscoped: aider declares no directory; memplane says so, with the fix
+    turn = next(e for e in stack.ledger(bare) if not e.get("scaffolding", {}).get("side_call"))
+    doc = await explanation(stack, turn["turn_id"])
+    assert doc["project_note"] == NO_PROJECT and "X-Memplane-Project" in NO_PROJECT and "--project" in NO_PROJECT
+    told = [line for line in stack.log_lines() if line.get("event") == "coding_no_project"]
+    assert [t["claw_id"] for t in told] == [bare] and told[0]["fix"] == NO_PROJECT
+
+    scoped = [r for r in results if r["repo"] != gamma]
     memories = await stored_memories(memory_url, AGENT)
-    report, problems = check(results, memories, is_commit_call, 1 + sum(map(len, rounds)))
-    text = "\n".join(json.dumps(m) for m in memories)
+    report, problems = check(results, memories, is_commit_call, len(scoped))
+    text = "\n".join(json.dumps(m) for m in memories + await stored_memories(memory_url, bare))
     for mark in ("diff --git", "# Diffs", "commit message"):
         if mark in text:
             problems.append(f"a commit-message call left a memory ({mark!r})")
-    if "get_factorial" in text:
-        problems.append("aider's few-shot examples were stored as the person's words")
+    if "get_factorial" in text or "SEARCH/REPLACE block* Rules" in text:
+        problems.append("aider's few-shot examples or appended rules were stored as the person's words")
     projects = {m.get("metadata", {}).get("project") for m in memories}
     report["projects"] = sorted(p or "-" for p in projects)
+    if "-" in report["projects"]:
+        problems.append("a scoped session left an agent-wide memory")
     print(f"\naider story: {report}")
     assert problems == [], "\n".join(problems)

@@ -22,6 +22,8 @@ generic rules recognise it, not one client's strings:
   request's system text carries verbatim: a client that appends its rules to the person's message
   (a reminder of its edit format after the request) repeats them from its system prompt, and a
   person does not retype the system prompt. Only those paragraphs go; the rest of the part stays.
+  Read in the newest user message only (where such rules are appended, and what the query and
+  the memory take), so a long conversation costs no more per call.
 
 A compaction summary ("This session is being continued from a previous conversation…") is the
 session's own memory and is never set aside. The decision is recorded on the turn's ledger line
@@ -275,7 +277,7 @@ def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None =
                 aside.add("recurring", text)
                 aside.recurring.append(digest(text))
                 continue
-            trimmed = without_echoes(text, system)
+            trimmed = without_echoes(text, system) if i == newest else text  # the request: one message a call
             if trimmed != text:
                 aside.add("echoes-system", text[len(trimmed):] if text.startswith(trimmed) else text)
                 if trimmed:

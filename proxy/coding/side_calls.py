@@ -163,7 +163,7 @@ def quoted_share(text: str) -> float:
     return quoted / total if total else 0.0
 
 
-_SHAPES: TextMemo[tuple[bool, float, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2)
+_SHAPES: TextMemo[tuple[bool, float, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
 
 
 def _text_signals(system: str, request: str) -> tuple[bool, float, bool]:
