@@ -77,6 +77,9 @@ class RecalledMemory(BaseModel):
     # them) and, for shared memories, the agents that wrote them
     origin: str | None = None
     writer: str | None = None
+    # memplane's extension: whether a block only a model or a tool wrote is held to its share of the
+    # budget (memplane_core/provenance.py); `false` only for a model's untainted writes, left out otherwise
+    bounded: bool | None = None
 
 
 def _date_shaped(text: str) -> bool:

@@ -1,7 +1,7 @@
 """A turn's explanation as a typed record: what recall did for one call (`RecallDetail`, built by
-turn.py) and the whole turn (`TurnExplanation`). Stored and served as the same JSON document as
-before (`as_dict`), so `/memplane/turns/{id}`, `memplane explain`, the inspector and a Redis-shared
-explanation read one shape; a field that was never set is left out, not sent as null."""
+proxy/turn/report.py) and the whole turn (`TurnExplanation`). Stored and served as the same JSON
+document as before (`as_dict`), so `/memplane/turns/{id}`, `memplane explain`, the inspector and a
+Redis-shared explanation read one shape; a field that was never set is left out, not sent as null."""
 
 from __future__ import annotations
 

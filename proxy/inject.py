@@ -2,8 +2,9 @@
 
 Text and attributes are escaped so a memory can never close the block or forge another one; the
 block opens with one fixed line saying what it is (data, not instructions), every memory says
-where its words came from (`origin`), and a line that begins like a speaker's label is quoted
-(docs/DESIGN.md, "Memory poisoning"). Same memories, same bytes: the block stays cacheable.
+where its words came from (`origin`), a line that begins like a speaker's label is quoted
+(docs/DESIGN.md, "Memory poisoning"), and so is a heading posing as a prompt section
+(docs/provenance.md). Same memories, same bytes: the block stays cacheable.
 """
 
 from __future__ import annotations
@@ -55,16 +56,86 @@ def quoted_roles(text: str) -> str:
     return _ROLE_MARK.sub(_quote_role, text) if ":" in text else text
 
 
+# A line that poses as a section of the prompt: a heading (`# SYSTEM PROMPT`, `### Instructions`,
+# `=== system ===`, `[INST]`, `**Developer message**`, `<|im_start|>system`) naming one of these words
+# among its first three, or a short label of plain words (`System prompt:`, `New instructions:`; not a
+# service's own `model-written fact (key):`) — quoted like a speaker's label. Plain
+# string operations, one pass over each line's start: linear on any input.
+_SECTION_WORDS = frozenset({
+    "system", "developer", "instruction", "instructions", "prompt", "directive", "directives", "rules",
+    "guidelines", "policy", "override", "sys", "inst", "im_start", "user", "human", "assistant", "ai", "model",
+    "tool", "tools", "function"})
+_DECOR = "#=*[<"  # what opens a heading (markdown, a banner, bold, a bracketed or chat-template tag)
+_LABEL_WORDS = 3  # a label is at most this many words before its colon
+_LABEL_CHARS = 48  # and this many characters
+_WORDS_READ = 160  # characters of a line's head read for its words
+_ROLE_WORDS = frozenset({"system", "developer", "human", "ai", "model", "function", "tool", "tools", "user",
+                         "assistant"})  # a label that is one of these is quoted_roles' (or a part's label)
+
+
+def _head_words(text: str) -> list[str]:
+    """The first words of `text` (letters, digits and '_'), case-folded, at most three."""
+    words: list[str] = []
+    word = ""
+    for c in text[:_WORDS_READ]:
+        if c.isalnum() or c == "_":
+            word += c
+        elif word:
+            words.append(word.casefold())
+            word = ""
+            if len(words) == 3:
+                return words
+    if word:
+        words.append(word.casefold())
+    return words[:3]
+
+
+def _poses_as_section(line: str) -> int:
+    """Where the heading starts (after the line's indent) when `line` poses as a prompt section, else -1."""
+    rest = line.lstrip(" \t")
+    if not rest:
+        return -1
+    indent = len(line) - len(rest)
+    if rest[0] in _DECOR:
+        if not _SECTION_WORDS.intersection(_head_words(rest.lstrip(_DECOR + " \t"))):
+            return -1
+        return indent
+    colon = rest.find(":", 0, _LABEL_CHARS)
+    if colon <= 0:
+        return -1
+    label = rest[:colon]
+    if (label.rstrip(" \t").casefold() in _ROLE_WORDS or len(label.split()) > _LABEL_WORDS
+            or not label.replace(" ", "").replace("\t", "").replace("_", "").isalnum()
+            or not _SECTION_WORDS.intersection(_head_words(label))):
+        return -1
+    return indent
+
+
+def quoted_headings(text: str) -> str:
+    """`text` with every line that poses as a prompt section's heading quoted with '> ' (a line that
+    begins like a speaker's label is `quoted_roles`' to quote, or keep as a turn's part label)."""
+    if not any(c in text for c in _DECOR + ":"):
+        return text
+    lines = text.split("\n")
+    changed = False
+    for n, line in enumerate(lines):
+        at = _poses_as_section(line)
+        if at >= 0 and not line.startswith("> ", at) and not _ROLE_MARK.match(line):
+            lines[n] = f"{line[:at]}> {line[at:]}"
+            changed = True
+    return "\n".join(lines) if changed else text
+
+
 _SHOWN: TextMemo[str] = TextMemo(entries=2048, key_chars=2000)  # a memory's text -> as shown: a few MB at most
 
 
 def memory_text(m: InjectedMemory) -> str:
-    """A memory's text as every placement shows it: role labels quoted, escaped. Remembered per
-    text: a service hands the same memories back on many recalls (with another score each time),
-    and quoting and escaping them again was a tenth of the recall step."""
+    """A memory's text as every placement shows it: speaker labels and prompt-section headings
+    quoted, escaped. Remembered per text: a service hands the same memories back on many recalls
+    (with another score each time), and quoting and escaping them again was a tenth of the recall step."""
     shown = _SHOWN.get(m.text)
     if shown is None:
-        shown = escape(quoted_roles(m.text))
+        shown = escape(quoted_headings(quoted_roles(m.text)))
         _SHOWN.put(m.text, shown)
     return shown
 

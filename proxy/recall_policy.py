@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS, RecalledMemory
+from memplane_core.contract import ORIGINS, RecalledMemory
 from memplane_core.memo import TextMemo
+from memplane_core.provenance import BoundedShare, bounded_block, lead_order
 from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 
 BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})
-# At most this share of the block's budget for memories a model or a tool wrote (whatever the
-# service packed): one poisoned source cannot fill the block (docs/DESIGN.md, "Memory poisoning").
-UNTRUSTED_SHARE = 0.25
+# Bounded blocks (what a tool wrote, a model's tainted writes; memplane_core/provenance.py) take at most
+# UNTRUSTED_SHARE of the block's budget whatever the service packed, and never lead: one poisoned
+# source cannot fill the block (docs/provenance.md). Dropped ones are `untrusted_share` in the explanation.
 
 
 _CLOSED: TextMemo[str | None] = TextMemo(entries=256, key_chars=200)  # an origin as written -> as kept
@@ -33,8 +34,8 @@ def closed_origin(origin: str | None) -> str | None:
     return out  # type: ignore[return-value]
 
 
-def untrusted_origin(origin: str | None) -> bool:
-    return origin is not None and set(origin.split()) <= UNTRUSTED_ORIGINS
+def _bounded(item: RecalledMemory) -> bool:
+    return bounded_block(closed_origin(item.origin), item.bounded)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class InjectedMemory:
     id: str | None = None
     title: str | None = None
     origin: str | None = None  # where its words came from (ORIGINS, space-separated); None: the service did not say
-    writer: str | None = None  # the agents that wrote its shared memories
+    writer: str | None = None  # the agents that wrote its memories
+    bounded: bool = False  # only bounded text (memplane_core/provenance.py): the turn that shows it is tainted
 
 
 @dataclass
@@ -67,9 +69,13 @@ class PolicyResult:
 
 def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: int,
                  budget_tokens: int) -> PolicyResult:
-    """Drop transcripts and blanks, redact secrets, keep the service's order within limits."""
+    """Drop transcripts and blanks, redact secrets, keep the service's order within limits — but a
+    block of only bounded text never leads: `raw` is put in that order in place, so the turn's
+    explanation lists the answer in the order policy read it."""
+    raw[:] = lead_order(raw, _bounded)
     result = PolicyResult([])
-    used = untrusted_used = 0
+    used = 0
+    share = BoundedShare.of(budget_tokens)
     seen: set[str] = set()
 
     def drop(reason: str) -> None:
@@ -99,14 +105,14 @@ def apply_policy(raw: list[RecalledMemory], redactor: Redactor, *, max_blocks: i
             drop("over_budget")
             continue
         origin = closed_origin(item.origin)
-        if untrusted_origin(origin):
-            if untrusted_used + cost > budget_tokens * UNTRUSTED_SHARE:
-                drop("untrusted_share")
-                continue
-            untrusted_used += cost
+        bounded = _bounded(item)
+        if bounded and not share.admit(cost):
+            drop("untrusted_share")
+            continue
         used += cost
         result.decisions.append("injected")
         writer = " ".join(item.writer.split())[:200] if item.writer else None
         result.memories.append(InjectedMemory(text=text, kind=kind, source=source, ts=item.ts, score=item.score,
-                                              id=item.id, title=item.title, origin=origin, writer=writer or None))
+                                              id=item.id, title=item.title, origin=origin, writer=writer or None,
+                                              bounded=bounded))
     return result

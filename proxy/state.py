@@ -27,6 +27,7 @@ from .retain.delivery import RetainDelivery
 from .threads import Threads
 from .tracing import Tracing
 from .turn_blocks import TurnBlocks
+from .turn_taint import TurnTaint
 
 
 @dataclass
@@ -51,6 +52,7 @@ class ProxyState:
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry spans; off (no-ops) unless OTEL_* asks
     scaffolding: Recurrence = field(default_factory=Recurrence)  # client text that recurs across sessions
     coding_sessions: SessionBook = field(default_factory=SessionBook)  # agents' main calls (coding/sessions.py)
+    turn_taint: TurnTaint = field(default_factory=TurnTaint)  # whether an agent's recent turn carried tool text
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None
     active_turns: int = 0

@@ -52,6 +52,8 @@ SUBSYSTEMS = {  # a newcomer finds each sub-system by its folder name (issue 26)
     "proxy/operator": {"ui.py", "explain.py", "metrics.py", "admin.py", "audit.py", "memory_ops.py"},
     "proxy/ledger": {"files.py", "redis_streams.py", "entry.py"},
     "memplane_cli": {"main.py", "runner.py"},
+    "proxy/turn": {"steps.py", "value.py", "read.py", "recall.py", "inject.py", "forward.py", "relay.py",
+                   "record.py"},  # one turn's named steps (docs/turn.md)
 }
 
 

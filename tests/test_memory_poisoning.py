@@ -297,7 +297,7 @@ async def test_a_model_cannot_forge_the_heading_claim_the_users_origin_or_pin_it
         async with s.get(f"{stack.proxy_url}/memplane/ui/agents/victim") as r:
             page = await r.text()
         row = next(line for line in page.split("<tr") if "standing_instructions" in line)
-        assert 'class="origin">model <b class="tainted">tainted</b></td>' in row
+        assert 'class="origin">model by victim <b class="tainted">tainted</b></td>' in row  # its writer, as listed
         # an origin outside the closed set is never kept: the write is the operator's
         async with s.post(f"{url}/api/memories", json={"agent_id": "victim", "key": "claimed",
                                                        "value": "The user loves ferries.",
@@ -327,7 +327,8 @@ async def test_a_model_cannot_forge_the_heading_claim_the_users_origin_or_pin_it
 
 async def test_thirty_poisoned_turns_take_at_most_a_quarter_of_a_later_block(aiohttp_server, tmp_path):
     """The same injected paragraph in thirty turns' tool results: the user's own fact is still in
-    the block, and the tools' words take at most their share of it."""
+    the block and leads it, and the tools' words take at most their share of the block's budget
+    (memplane_core/provenance.py), so they can never fill it."""
     app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(make_logger(io.StringIO())),
                              embeddings="off")
     server = await aiohttp_server(app)
@@ -355,7 +356,8 @@ async def test_thirty_poisoned_turns_take_at_most_a_quarter_of_a_later_block(aio
     lines = [line for m in recalled for line in m["text"].split("\n") if line.strip() and not line.startswith("[")]
     tool_chars = sum(len(line) for line in lines if line.startswith("tools: "))
     assert any("never share them" in line for line in lines)
-    assert 0 < tool_chars <= 0.25 * sum(len(line) for line in lines) + 2 * len(lines)
+    assert 0 < tool_chars <= 0.25 * 1500 * 4  # a quarter of the budget (1500 tokens, ~4 characters each)
+    assert recalled[0]["origin"] != "tool"  # a block of only the page's words never leads
     assert all(m["origin"] for m in recalled)
 
 

@@ -24,6 +24,7 @@ from memplane_core.contract import (
     RetainRequest,
 )
 from memplane_core.instants import epoch_ok
+from memplane_core.provenance import wire_bounded
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
@@ -244,7 +245,9 @@ class EmbeddedMemory:
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)),
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
-                                            id=p.id, origin=p.origin, writer=p.writer) for p in packed], packed.ranking)
+                                            id=p.id, origin=p.origin, writer=p.writer,
+                                            bounded=wire_bounded(p.origin, p.bounded)) for p in packed],
+                            packed.ranking)
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "adapter": "embedded", "data_dir": str(self.store.data_dir),

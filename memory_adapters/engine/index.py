@@ -26,7 +26,7 @@ from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
-from .record import StoredMemory, is_pinned, iso, origin_attr, untrusted, writer_attr
+from .record import StoredMemory, bounded, is_pinned, iso, origin_attr, writer_attr
 from .rowfacts import RowFacts, best_first
 from .sittings import Sittings, lift
 from .speakers import Speakers
@@ -438,9 +438,9 @@ def recall_with_shared(own: AgentIndex, shared: AgentIndex | None, q: RecallQuer
     if shared is not None and len(shared):
         for m, score in shared.rank(q.text, q.vector, k=q.candidates, visible=visible, limit=SHARED_FIRST):
             if score > 0 and len(first) + len(later) < q.max_blocks:
-                (later if untrusted(m) else first).append(
+                (later if bounded(m) else first).append(
                     Packed(text=memory_line(m), score=round(score, 4), kind=m.type, ts=iso(said_time(m)), id=m.id,
-                           memory_ids=[m.id], origin=origin_attr([m]), writer=writer_attr([m])))
+                           memory_ids=[m.id], origin=origin_attr([m]), writer=writer_attr([m]), bounded=bounded(m)))
     blocks_left = q.max_blocks - len(first) - len(later)
     if blocks_left <= 0:
         return first + later

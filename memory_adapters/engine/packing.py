@@ -20,19 +20,21 @@ from typing import NamedTuple
 
 import orjson
 
-from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
+from memplane_core.contract import ORIGINS
+from memplane_core.provenance import BoundedShare, lead_order
 from memplane_core.tokens import estimate_tokens
 
 from .dates import note
-from .record import StoredMemory, iso, joined_origins, joined_writers, origin_of, origins_of, untrusted, writer_of
+from .record import (StoredMemory, bounded, iso, joined_origins, joined_writers, origin_of, origins_of, untrusted,
+                     writer_of)
 
 MAX_ANSWER_BYTES = 15_000  # the proxy refuses answers over 16 KiB; leave room for the JSON around blocks
 BLOCK_OVERHEAD_BYTES = 160  # kind, source, ts, score, id and punctuation of one block
 MAX_HITS = 200  # ranked hits considered for one recall
 NEIGHBOURS_FOR = 10  # the best hits bring their neighbours; past them, breadth beats depth (bench/README.md)
-# At most this share of a recall's room goes to what a model or a tool wrote: thirty turns that carry
-# the same injected page cannot crowd the user's own words out of the block (docs/DESIGN.md, "Memory poisoning").
-UNTRUSTED_SHARE = 0.25
+# At most provenance.UNTRUSTED_SHARE of a recall's room goes to bounded text (what a tool wrote, writes
+# from tainted turns): thirty turns that carry the same injected page cannot crowd the user's own words
+# out of the block, and one such memory still fits an empty one (docs/provenance.md).
 
 
 @dataclass
@@ -44,7 +46,8 @@ class Packed:
     id: str
     memory_ids: list[str] = field(default_factory=list)
     origin: str | None = None  # its memories' origins (record.origin_attr)
-    writer: str | None = None  # the agents that wrote its shared memories
+    writer: str | None = None  # the agents that wrote its memories (record.writer_of)
+    bounded: bool = False  # only bounded text (record.bounded): capped by the proxy too, never leading
 
 
 def said_time(m: StoredMemory) -> float:
@@ -86,14 +89,14 @@ class Snippet:
     line: str  # memory_line()
     day: str  # the date its run is filed under
     norm: str  # casefolded, whitespace-collapsed text: two memories that say the same thing
-    doubtful: bool = False  # a model or a tool wrote it (record.untrusted): capped in a block
+    doubtful: bool = False  # bounded (record.bounded): what a tool wrote, a tainted write; capped in a block
     origin: str = "user"  # record.origin_of: a block's `origin` names its memories' (read once, not per recall)
-    writer: str | None = None  # record.writer_of: the agent that wrote a shared memory
+    writer: str | None = None  # record.writer_of: the agent that wrote it (a model's write, a shared memory)
 
 
 def snippet_of(m: StoredMemory) -> Snippet:
     return Snippet(line=memory_line(m), day=_day(m), norm=" ".join(m.value.casefold().split()),
-                   doubtful=untrusted(m), origin=origin_of(m), writer=writer_of(m))
+                   doubtful=bounded(m), origin=origin_of(m), writer=writer_of(m))
 
 
 PAST_MARK = "[since changed, see Current facts] "
@@ -147,7 +150,8 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
     # characters for text, leaving each block's date header and separators some room
     room = budget_tokens * 4 - max_blocks * 16
     chosen: dict[str, Chosen] = {}
-    used = untrusted_used = 0
+    used = 0
+    share = BoundedShare.of(room)  # bounded text: a share of the room, not of what the block holds
     for rank, (hit, score) in enumerate(islice(ranked, MAX_HITS)):
         for m in (hit, *(neighbours(hit) if rank < neighbours_for else ())):
             if m.id in chosen:
@@ -156,21 +160,12 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
             cost = len(sn.line) + 2
             if used + cost > room:
                 continue
-            if sn.doubtful:
-                if untrusted_used + cost > room * UNTRUSTED_SHARE:
-                    continue
-                untrusted_used += cost
+            if sn.doubtful and not share.admit(cost):
+                continue
             chosen[m.id] = Chosen(position(m), m.id, m, score, rank, sn)
             used += cost
         if room - used < 40:
             break
-    doubt = sum(len(c.snippet.line) + 2 for c in chosen.values() if c.snippet.doubtful)
-    for worst in sorted((c for c in chosen.values() if c.snippet.doubtful), key=lambda c: (-c.rank, c.score)):
-        if doubt <= UNTRUSTED_SHARE * used:
-            break  # what a model or a tool wrote takes at most its share of the block itself
-        del chosen[worst.id]
-        doubt -= len(worst.snippet.line) + 2
-        used -= len(worst.snippet.line) + 2
     while chosen:  # a pass over a limit builds no blocks: only their texts are measured
         groups = _group(sorted(chosen.values()), max_blocks)  # in time order
         texts = [_render([[c.snippet for c in run] for run in group]) for group in groups]
@@ -178,9 +173,8 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
         tokens = sum(estimate_tokens(text) for text in texts)
         if size <= max_bytes and tokens <= budget_tokens:
             blocks = [_block(group, text) for group, text in zip(groups, texts)]
-            # best first; a block of only what a model or a tool wrote never leads
-            blocks.sort(key=lambda b: (_untrusted_only(b), -b.score))
-            return blocks
+            blocks.sort(key=lambda b: -b.score)  # best first; a block of only bounded text never leads
+            return lead_order(blocks, lambda b: b.bounded)
         # over a limit (wide characters, date headers): drop the lowest-ranked snippets that cover
         # the excess, then pack again
         excess = max((tokens - budget_tokens) * 4, size - max_bytes, 1)
@@ -193,11 +187,6 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
 
 
 _block_time = lru_cache(maxsize=4096)(iso)  # a block's date: the same memories lead block after block (~3 µs each)
-
-
-def _untrusted_only(b: Packed) -> bool:
-    said = set((b.origin or "").split())
-    return bool(said) and said <= UNTRUSTED_ORIGINS
 
 
 def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
@@ -234,4 +223,5 @@ def _block(group: list[list[Chosen]], text: str) -> Packed:
                   kind="episode" if all(c.memory.type == "episode" for c in members) else best.memory.type,
                   ts=_block_time(said_time(members[0].memory)), id=best.id, memory_ids=[c.id for c in members],
                   origin=joined_origins(c.snippet.origin for c in members),
-                  writer=joined_writers(c.snippet.writer for c in members))
+                  writer=joined_writers(c.snippet.writer for c in members),
+                  bounded=all(c.snippet.doubtful for c in members))

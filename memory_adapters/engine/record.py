@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter
 
 from memplane_core.contract import ORIGINS, UNTRUSTED_ORIGINS
 from memplane_core.instants import MAX_EPOCH, MIN_EPOCH
+from memplane_core.provenance import bounded_memory
 
 GLOBAL_AGENT = "*"  # global memories are shared: stored under this agent id
 NEVER = 1e18  # live_until of a memory without TTL: one range query serves both kinds
@@ -73,12 +74,32 @@ def untrusted(m: "StoredMemory") -> bool:
     return origins_of(m) <= UNTRUSTED_ORIGINS
 
 
+def shared(m: "StoredMemory") -> bool:
+    return m.scope == "global" or m.agent_id == GLOBAL_AGENT
+
+
+def tainted(m: "StoredMemory") -> bool:
+    """Written in a turn (or MCP call) whose context carried a tool's output, fetched text or another
+    agent's words, or drawn from such a memory."""
+    return isinstance(m.metadata, dict) and bool(m.metadata.get("tainted"))
+
+
+def bounded(m: "StoredMemory") -> bool:
+    """Held to its share of the budget and never leading (memplane_core/provenance.py): what a tool
+    wrote, a model's reply, a shared write, and any model write from a tainted turn. A model's own
+    untainted `store_memory` write is recalled like the person's facts (still labelled the model's)."""
+    deliberate = (origin_of(m) == "model" and m.type != "episode" and not shared(m))
+    return bounded_memory(origins_of(m), tainted=tainted(m), deliberate=deliberate)
+
+
 def writer_of(m: "StoredMemory") -> str | None:
-    """The agent that wrote a shared (global) memory; None for an agent's own."""
+    """The agent that wrote it: a model's write names its agent (own or shared), a shared memory its
+    writer or author; None for what the person or the operator said in an agent's own memory. Every
+    view (listing, export, search, recall) reads this one answer."""
     meta = m.metadata if isinstance(m.metadata, dict) else {}
-    if m.scope != "global" and m.agent_id != GLOBAL_AGENT:
-        return None
-    writer = meta.get("writer") or meta.get("author")
+    writer = meta.get("writer")
+    if not (isinstance(writer, str) and writer) and shared(m):
+        writer = meta.get("author")
     return writer if isinstance(writer, str) and writer else None
 
 
@@ -178,7 +199,7 @@ class StoredMemory:
             "expires_at": iso(self.expires_at), "said_at": iso(self.said_at), "metadata": self.metadata,
             "source_entry_ids": self.source_entry_ids, "origin": origin_of(self),
             "origins": sorted(origins_of(self), key=ORIGINS.index) if origin_of(self) == "curator" else None,
-            "writer": writer_of(self), "tainted": bool(isinstance(self.metadata, dict) and self.metadata.get("tainted")),
+            "writer": writer_of(self), "tainted": tainted(self),
         }
 
 

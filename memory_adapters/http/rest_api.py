@@ -127,8 +127,9 @@ async def store(request: web.Request) -> web.Response:
 def provenance(said: dict[str, Any], *, admin: bool, author: str, shared: bool) -> dict[str, Any]:
     """The provenance the store gives a REST write: `operator` unless the caller declares a less
     trusted origin (the proxy writes the model's `store_memory` as `model`); only the admin token
-    may restore another (an export's origin, the curator's). A shared memory names its writer: an
-    agent token's own identity, or the agent the admin token writes for."""
+    may restore another (an export's origin, the curator's). A shared memory, and a model's or a
+    tool's, names its writer: an agent token's own identity, or the agent the admin token writes for
+    (so the listing's `writer` is the same whichever token the proxy's manifest holds)."""
     declared = said.get("origin")
     if declared not in ORIGINS or not (admin or declared in UNTRUSTED_ORIGINS):
         declared = "operator"
@@ -139,7 +140,7 @@ def provenance(said: dict[str, Any], *, admin: bool, author: str, shared: bool) 
     if said.get("tainted") is True:
         out["tainted"] = True  # a caller may only ever add the mark
     writer = said.get("writer") if admin else author
-    if shared and isinstance(writer, str) and writer:
+    if (shared or declared in UNTRUSTED_ORIGINS) and isinstance(writer, str) and writer:
         out["writer"] = writer[:200]
     return out
 

@@ -24,13 +24,16 @@ import orjson
 
 from memplane_core.clock import now_rfc3339
 from memplane_core.contract import (
+    DEFAULT_BUDGET_TOKENS,
     ForgetRequest,
     RecalledMemory,
     RecallRequest,
     RetainRequest,
 )
 from memplane_core.private_files import open_append
+from memplane_core.provenance import BoundedShare, bounded_block, lead_order
 from memplane_core.redact import Redactor
+from memplane_core.tokens import estimate_tokens
 from memplane_core.turn_text import assistant_text, calls_tools, query_from, session_of, tool_steps, user_text
 
 SUMMARY_CHARS = 280
@@ -53,6 +56,15 @@ def _origin(rec: dict[str, Any]) -> str:
     """A summary holds the user's words and the reply, labelled; one that holds what a tool
     returned says so (docs/DESIGN.md, "Memory poisoning")."""
     return "user tool" if rec.get("tools") or "[tools: " in str(rec.get("summary", "")) else "user"
+
+
+def provenance_rule(memories: list[RecalledMemory], budget_tokens: int) -> list[RecalledMemory]:
+    """The one provenance policy every memplane service applies (memplane_core/provenance.py): bounded
+    summaries within their share of the budget, never leading. A summary holds the user's words, so
+    none is bounded today; a summary a tool alone wrote would be."""
+    share = BoundedShare.of(budget_tokens)
+    kept = [m for m in memories if not bounded_block(m.origin, None) or share.admit(estimate_tokens(m.text))]
+    return lead_order(kept, lambda m: bounded_block(m.origin, None))
 
 
 def summarize(user: str, assistant: str) -> str:
@@ -219,8 +231,9 @@ class ReferenceStore:
                 break
             if eid not in seen:
                 picked.append((0.0, agent.records[eid]))
-        return [RecalledMemory(text=rec["summary"], score=score, kind="episode", source="reference",
-                            ts=rec["ts"], id=rec["id"], origin=_origin(rec)) for score, rec in picked]
+        out = [RecalledMemory(text=rec["summary"], score=score, kind="episode", source="reference",
+                              ts=rec["ts"], id=rec["id"], origin=_origin(rec)) for score, rec in picked]
+        return provenance_rule(out, req.budget_tokens or DEFAULT_BUDGET_TOKENS)
 
     async def forget(self, req: ForgetRequest) -> int:
         agent = await self._agent(req.agent_id)

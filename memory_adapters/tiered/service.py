@@ -19,6 +19,7 @@ from memplane_core.contract import (
     RecallRequest,
     RetainRequest,
 )
+from memplane_core.provenance import wire_bounded
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from memplane_core.turn_text import query_from
@@ -308,7 +309,7 @@ class TieredMemory:
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)), stale=stale,
                                      recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
         blocks = [RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="tiered", ts=p.ts, id=p.id,
-                                 origin=p.origin, writer=p.writer)
+                                 origin=p.origin, writer=p.writer, bounded=wire_bounded(p.origin, p.bounded))
                   for p in packed]
         picked = [ix.memories[i] for p in packed for i in p.memory_ids for ix in loaded if i in ix.memories]
         if picked:

@@ -1,4 +1,4 @@
-"""The turn's coding read, one named step of `proxy/turn.py`: what kind of call it is (and which
+"""The turn's coding read, the scope step of the turn (`proxy/turn/steps.py`): what kind of call it is (and which
 rule said so), the project it works in (declared, inherited from its session, or the agent's
 default), the person's words with the scaffolding set aside, and the request's own text (what
 recall must not hand back).

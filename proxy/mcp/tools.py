@@ -5,7 +5,9 @@ one agent whose token came with the request, through the same memory-service cli
   bounded by the agent's recall deadline (memory.json `recall.timeout_ms`); the query is scrubbed
   before it leaves and each memory's text is scrubbed before the agent reads it.
 * `store_memory` is the proxy's own tool (`memory_tool/write.py`): the same arguments, the same
-  scrubbing, the same `memory_op: store` event, the same grant rule for scope `global`.
+  scrubbing, the same `memory_op: store` event, the same grant rule for scope `global`, and the same
+  taint: `tainted` when the conversation it is called from (`X-Session-Id`, else the agent's latest
+  proxied turn) carried a tool's output, or when the proxy saw no such turn (`turn_taint.py`).
 * `forget_memory` deletes one memory by id only after reading it back as this agent's (another
   agent's id is "not found", exactly like an id that does not exist), with the reason in the
   service's audit trail; one `memory_op: forget` event.
@@ -118,8 +120,9 @@ class MemoryTools:
         if name == "search_memory":
             return await self.search(args)
         if name == "store_memory":
+            tainted = self.state.turn_taint.tainted(self.ctx.agent_id, self.session_id)
             ok, text = await store(self.state, self.ctx, self.session_id, "mcp_" + uuid.uuid4().hex[:24], args,
-                                   via="mcp")
+                                   via="mcp", tainted=tainted)
             return _result(text, error=not ok)
         if name == "forget_memory":
             return await self.forget(args)

@@ -55,7 +55,10 @@ def _lenient(item: dict[str, Any]) -> RecalledMemory:
         text=text if isinstance(text, str) else "",  # policy drops it as blank
         score=float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
         kind=_str_or_none(item.get("kind")), source=_str_or_none(item.get("source")),
-        ts=_str_or_none(item.get("ts")), id=_str_or_none(item.get("id")), title=_str_or_none(item.get("title")))
+        ts=_str_or_none(item.get("ts")), id=_str_or_none(item.get("id")), title=_str_or_none(item.get("title")),
+        # provenance survives an odd answer: a tool's words read leniently are still a tool's
+        origin=_str_or_none(item.get("origin")), writer=_str_or_none(item.get("writer")),
+        bounded=item.get("bounded") if isinstance(item.get("bounded"), bool) else None)
 
 
 def recalled_memories(items: list[Any]) -> list[RecalledMemory]:

@@ -15,8 +15,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from memplane_core.turn_text import carries_tool_results
-
 from ..ledger.entry import nests_safely
 from ..transport_errors import TransportError
 from ..upstream import returned_headers
@@ -55,39 +53,14 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
                       session_id: str | None, turn_id: str, read: Callable[[], Awaitable[bytes]]) -> web.Response:
     data = await read()
     headers = {**returned_headers(upstream.headers), **said}
-    try:
-        doc = orjson.loads(data) if 200 <= upstream.status < 300 else None
-    except orjson.JSONDecodeError:
-        doc = None
-    if not isinstance(doc, dict) or not nests_safely(doc):  # too deep to send back: relayed as it came
+    doc = _sendable(data) if 200 <= upstream.status < 300 else None
+    if doc is None:  # an error, not JSON, or too deep to send back: relayed as it came
         if 200 <= upstream.status < 300:
             await finish(whole_record(fmt, data))
         return web.Response(status=upstream.status, body=data, headers=headers)
-
-    answers, final, note = [doc], doc, None
-    tainted = carries_tool_results(body)
-    for extra in range(MAX_EXTRA_CALLS + 1):
-        mine, others = calls(fmt.name, final)
-        if not mine:
-            break
-        results = {c.id: await store(state, ctx, session_id, turn_id, c.arguments, tainted=tainted)
-                   for c in mine}
-        if others or extra == MAX_EXTRA_CALLS:
-            final = without_calls(fmt.name, final)
-            note = None if others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
-            break
-        body = follow_up(fmt.name, body, final, results)
-        try:
-            status, raw = await resend(body)
-            nxt = orjson.loads(raw) if 200 <= status < 300 else None
-        except (TransportError, orjson.JSONDecodeError) as exc:
-            status, nxt, raw = 0, None, str(exc).encode()
-        if not isinstance(nxt, dict) or not nests_safely(nxt):  # the stores are done; the agent still gets an answer, without our calls
-            final = without_calls(fmt.name, final)
-            note = f"follow-up call failed (status {status}): {raw[:300].decode('utf-8', 'replace')}"
-            break
-        answers.append(nxt)
-        final = nxt
+    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
+    answers, final, note = await _rounds(
+        fmt.name, body, doc, resend, lambda args: store(state, ctx, session_id, turn_id, args, tainted=tainted))
     final = hide_tool(fmt.name, final)
     if final is doc:
         await finish(whole_record(fmt, data))
@@ -101,3 +74,50 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         record["response"]["memory_tool_note"] = note
     await finish(record)
     return web.Response(status=upstream.status, body=out, headers=headers)
+
+
+def _sendable(data: bytes) -> dict[str, Any] | None:
+    """The answer as a JSON object memplane can send back to the provider, or None."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and nests_safely(doc) else None
+
+
+async def _rounds(fmt_name: str, body: dict[str, Any], doc: dict[str, Any],
+                  resend: Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]],
+                  store_one: Callable[[Any], Awaitable[tuple[bool, str]]]
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """Store, hand the results back, again while an answer holds only store_memory calls: every
+    provider answer, the final one, and why memplane stopped handing results back, if it did."""
+    answers, final, note = [doc], doc, None
+    for extra in range(MAX_EXTRA_CALLS + 1):
+        mine, others = calls(fmt_name, final)
+        if not mine:
+            break
+        results = {c.id: await store_one(c.arguments) for c in mine}
+        if others or extra == MAX_EXTRA_CALLS:
+            final = without_calls(fmt_name, final)
+            note = None if others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
+            break
+        body = follow_up(fmt_name, body, final, results)
+        status, nxt, raw = await _again(resend, body)
+        if nxt is None:  # the stores are done; the agent still gets an answer, without our calls
+            final = without_calls(fmt_name, final)
+            note = f"follow-up call failed (status {status}): {raw[:300].decode('utf-8', 'replace')}"
+            break
+        answers.append(nxt)
+        final = nxt
+    return answers, final, note
+
+
+async def _again(resend: Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]], body: dict[str, Any]
+                 ) -> tuple[int, dict[str, Any] | None, bytes]:
+    """One more provider call with the results: (status, the answer if it can be sent on, raw bytes)."""
+    try:
+        status, raw = await resend(body)
+        nxt = orjson.loads(raw) if 200 <= status < 300 else None
+    except (TransportError, orjson.JSONDecodeError) as exc:
+        return 0, None, str(exc).encode()
+    return status, nxt if isinstance(nxt, dict) and nests_safely(nxt) else None, raw

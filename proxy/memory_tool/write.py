@@ -53,7 +53,8 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     """(ok, the text the model gets back), and a `memory_op: store` event either way. `via` says who
     asked: the proxy's tool in a turn, or an MCP client (`proxy/mcp/`; `turn_id` is then its call's id).
     Either way the memory is the model's (`origin: model`, written by this agent; `tainted` when the
-    turn carried tool results): the store never takes it for the user's words."""
+    turn carried tool results, `turn_taint.py`): the store never takes it for the user's words, and
+    recalls an untainted one like the person's facts, a tainted one within its share (docs/provenance.md)."""
     manifest = ctx.memory
     started = time.perf_counter()
     status_code: int | None = None

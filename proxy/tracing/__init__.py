@@ -5,7 +5,7 @@
 imported (`proxy/tracing/otel.py`). Off, each span is one shared object whose enter and exit do
 nothing, so a proxy without a collector pays neither the SDK's import nor its per-span work.
 
-The turn (`memplane.turn`) is the root; its children are the named steps turn.py wraps
+The turn (`memplane.turn`) is the root; its children are the named steps proxy/turn/ wraps
 (`memplane.recall`, the provider call `chat {model}` with GenAI semantic-convention attributes,
 `memplane.ledger.write`, `memplane.retain.enqueue`). See DESIGN.md, "Traces".
 """

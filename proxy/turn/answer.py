@@ -1,0 +1,86 @@
+"""What the ledger keeps of a provider's answer: a whole answer read as JSON (or kept as text), a
+streamed one assembled from its events. Parsing is best effort: an answer of an unexpected shape is
+still relayed and ledgered as it came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..formats import StreamState, WireFormat
+from ..formats.base import event_json
+from ..ledger.entry import nests_safely
+from ..sse import SSESplitter, parse_event
+
+
+def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
+    """Parsing for the ledger is best effort: an event of an unexpected shape is relayed as it is."""
+    try:
+        return fmt.feed_event(state, event, data, hidden_usage)
+    except Exception:
+        state.extra["unparsed_events"] = state.extra.get("unparsed_events", 0) + 1
+        return True
+
+
+def whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
+    """A whole answer as the ledger keeps it: its JSON, usage, model, response id, reply, citations."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = data
+    if doc is data or not nests_safely(doc):  # not JSON, or deeper than the ledger can write: kept as text
+        return {"response": {"format": "text", "text": data.decode("utf-8", "replace")}, "usage": None, "model": None}
+    usage = None
+    try:  # an answer of an unexpected shape is still ledgered, whole, as the JSON it was
+        usage = fmt.usage(doc) if isinstance(doc, dict) else None
+    except Exception:
+        usage = None
+    model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
+    record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
+                              "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and hasattr(fmt, "reply"):
+        record["reply"] = fmt.reply(doc)
+    if isinstance(doc, dict):
+        try:
+            cites = fmt.citations(doc)
+        except Exception:
+            cites = None
+        if cites:
+            record["citations"] = cites
+    return record
+
+
+def first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:
+    """The response id an event of the stream carries (Responses: `response.created` comes first)."""
+    for raw in events:
+        ev = event_json(parse_event(raw)[1])
+        if ev is not None and isinstance(ev.get("response"), dict):
+            rid = fmt.response_id(ev["response"])
+            if rid:
+                return rid
+    return None
+
+
+def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
+                  incomplete: str | None) -> dict[str, Any]:
+    """A streamed answer as the ledger keeps it, assembled from the events relayed."""
+    st = StreamState()
+    body = b"".join(received)
+    for raw in SSESplitter().feed(body + b"\n\n"):
+        safe_feed(fmt, st, *parse_event(raw), hidden_usage)
+    response: dict[str, Any] = {"format": "sse", "text": st.text}
+    if not st.text and not st.extra.get("tool_calls"):
+        response["raw"] = body.decode("utf-8", "replace")  # nothing could be read out: keep what was relayed
+    if st.extra.get("tool_calls"):
+        response["tool_calls"] = list(st.extra["tool_calls"].values())
+    if incomplete:
+        response["incomplete"] = incomplete
+    record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
+                              "response_id": st.extra.get("response_id")}
+    if hasattr(fmt, "streamed_reply") and not incomplete:
+        record["reply"] = fmt.streamed_reply(st)
+    if st.extra.get("citations"):
+        record["citations"] = st.extra["citations"]
+    return record
+

@@ -1,0 +1,82 @@
+"""Whether an agent's recent turn carried untrusted text, so that a memory its model writes is marked
+`tainted` the same way whether it is written with the proxy's `store_memory` tool or over `/mcp`
+(docs/provenance.md).
+
+A turn is tainted when its request hands the model text a tool returned (a tool result, a fetched
+page, another agent's output: `carries_tool_results`), or when the block memplane injected into it
+shows such text (a tool's words, a tainted write, another agent's: `provenance.puts_in_play`; a
+model that copies a recalled page into `store_memory` does not make it trusted). The proxy notes each turn of an agent
+with memory, per turn and per agent and conversation (`X-Session-Id` or `metadata.session_id`),
+for `TTL_S`:
+
+* a conversation that carried such text stays tainted: Chat Completions and Messages resend it on
+  every call, and a Responses chain or conversation keeps it at the provider;
+* an MCP call (stateless: it carries no turn) asks for its `X-Session-Id`'s conversation, else the
+  agent's latest turn; when the proxy saw neither (no proxied turn within `TTL_S`, a turn another
+  proxy served, an MCP client whose model is not proxied) the write is tainted: the proxy vouches
+  only for a context it saw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cachetools import TTLCache
+
+from memplane_core.provenance import puts_in_play
+from memplane_core.turn_text import carries_tool_results
+
+TTL_S = 900.0
+MAX_KEYS = 100_000
+
+
+def _chains(body: dict[str, Any]) -> bool:
+    """The call continues context the provider holds (Responses `previous_response_id`, `conversation`)."""
+    return bool(body.get("previous_response_id")) or bool(body.get("conversation"))
+
+
+class TurnTaint:
+    def __init__(self, ttl_s: float = TTL_S, max_keys: int = MAX_KEYS) -> None:
+        self._seen: TTLCache[tuple[str, str | None], bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
+        self._turns: TTLCache[str, bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
+
+    def note(self, ctx: Any, session_id: str | None, turn_id: str, body: Any, turn: Any = None) -> bool:
+        """Note one turn of an agent with memory (`ctx`): its request, and `turn`, the block injected
+        into it (turn_blocks.TurnBlock), if any. Returns whether the turn is tainted."""
+        if getattr(ctx, "memory", None) is None:
+            return False
+        recalled = getattr(turn, "memories", ())
+        here = self._note(ctx.agent_id, session_id, body, any(puts_in_play(m.origin, m.bounded) for m in recalled))
+        self._turns[turn_id] = here
+        return here
+
+    def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
+        here = shown_bounded or carries_tool_results(body)
+        latest = (agent_id, None)
+        if session_id:
+            here = here or self._seen.get((agent_id, session_id), False)  # the conversation still holds it
+            self._seen[(agent_id, session_id)] = here
+        elif isinstance(body, dict) and _chains(body):
+            here = here or self._seen.get(latest, False)
+        self._seen[latest] = here
+        return here
+
+    def of_turn(self, agent_id: str, session_id: str | None, turn_id: str, body: Any) -> bool:
+        """Whether the turn `turn_id` that sends `body` is tainted (the proxy's own `store_memory`): as
+        noted, else its own tool results or its conversation's."""
+        noted = self._turns.get(turn_id)
+        if noted is not None:
+            return noted
+        if carries_tool_results(body):
+            return True
+        if session_id:
+            return self._seen.get((agent_id, session_id), False)
+        return isinstance(body, dict) and _chains(body) and self._seen.get((agent_id, None), False)
+
+    def tainted(self, agent_id: str, session_id: str | None) -> bool:
+        """Whether a write now, in `session_id`'s conversation (else the agent's latest turn), may carry
+        untrusted text: True when the proxy saw no such turn."""
+        said = self._seen.get((agent_id, session_id)) if session_id else None
+        if said is None:
+            said = self._seen.get((agent_id, None))
+        return True if said is None else said
