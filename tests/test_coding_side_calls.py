@@ -234,6 +234,14 @@ def test_the_shape_rules_need_two_weak_signals_and_no_client_name():
         "+tiny-max-tokens"
     with_tools = {**one_shot, "tools": TOOLS}
     assert decide(shape_of(with_tools)).rule == "offers-tools"
+    # a chat agent whose own system prompt asks for a summary is not on an errand once it has talked
+    summarising = {"model": "m", "messages": [{"role": "system", "content": "Answer, then write a short summary."},
+                                              {"role": "user", "content": "What is a monad?"}]}
+    assert decide(shape_of(summarising)).rule == "task-instruction"  # a new agent's first call: by shape alone
+    talked = shape_of({**summarising, "messages": [*summarising["messages"], {"role": "assistant", "content": "…"},
+                                                   {"role": "user", "content": "And a functor?"}]})
+    book.main_call("chat", None, talked.system, talked.model, talked.first, None)
+    assert decide(shape_of(summarising), book.of("chat")).rule == "one-shot"
 
 
 @pytest.mark.parametrize("text", [

@@ -16,7 +16,8 @@ agent's main calls (`sessions.py`):
 * `system-unlike-session` / `model-unlike-session`: the session the client names has main calls,
   and this one's system prompt or model is not theirs — decisive alone;
 * `task-instruction`: the system prompt asks for a title, a commit message, a branch name, a
-  summary, a label or a classification — decisive alone;
+  summary, a label or a classification, and is not a system prompt of the agent's main calls (a
+  chat agent told to end with a summary is not on an errand) — decisive alone;
 * `system-unlike-agent` / `model-unlike-agent`: the agent's main calls used other system prompts
   or other models; `quoted-material`: the request is mostly text it quotes (a fenced block, a
   diff, a transcript, a quoted string) or asks for such an errand over it; `tiny-max-tokens`
@@ -218,7 +219,7 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
         return Decision(SideCall.SIDE, "system-unlike-session")
     if main is not None and shape.model and main.model and shape.model != main.model:
         return Decision(SideCall.SIDE, "model-unlike-session")
-    if shape.errand:
+    if shape.errand and (seen is None or shape.system not in seen.systems):  # not the agent's main prompt
         return Decision(SideCall.SIDE, "task-instruction")
     signals: list[str] = []
     if main is None and seen is not None and seen.has_mains:
