@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from cachetools import LRUCache
 
 MAX_AGENTS = 10_000
-MAX_SESSIONS = 256  # per agent
+MAX_SESSIONS = 50_000  # (agent, session) pairs across agents, ~20 MB at most
 MAX_MAINS = 16  # system prompts / models per agent
 RECENT_S = 3600.0  # an agent's latest declared project stays its "recent" one this long
 
@@ -32,11 +32,24 @@ class SessionSeen:
     project: str | None = None
 
 
+class Sessions:
+    """One agent's view of the book's sessions (one bounded store for every agent)."""
+
+    def __init__(self, store: LRUCache[tuple[str, str], SessionSeen], agent_id: str) -> None:
+        self._store, self._agent = store, agent_id
+
+    def get(self, session: str) -> SessionSeen | None:
+        return self._store.get((self._agent, session))
+
+    def __setitem__(self, session: str, seen: SessionSeen) -> None:
+        self._store[(self._agent, session)] = seen
+
+
 @dataclass
 class AgentSeen:
+    sessions: Sessions
     systems: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
     models: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
-    sessions: LRUCache[str, SessionSeen] = field(default_factory=lambda: LRUCache(MAX_SESSIONS))
     declared_at: float = 0.0  # when a main call last declared a project (monotonic)
     told: bool = False  # the "declares no project" notice was logged
 
@@ -51,13 +64,14 @@ class AgentSeen:
 class SessionBook:
     """Every agent's `AgentSeen`, bounded."""
 
-    def __init__(self, max_agents: int = MAX_AGENTS) -> None:
+    def __init__(self, max_agents: int = MAX_AGENTS, max_sessions: int = MAX_SESSIONS) -> None:
         self._agents: LRUCache[str, AgentSeen] = LRUCache(maxsize=max_agents)
+        self._sessions: LRUCache[tuple[str, str], SessionSeen] = LRUCache(maxsize=max_sessions)
 
     def of(self, agent_id: str) -> AgentSeen:
         seen = self._agents.get(agent_id)
         if seen is None:
-            seen = self._agents[agent_id] = AgentSeen()
+            seen = self._agents[agent_id] = AgentSeen(Sessions(self._sessions, agent_id))
         return seen
 
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
