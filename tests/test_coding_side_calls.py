@@ -283,3 +283,12 @@ def test_a_default_project_is_set_by_the_cli_and_by_the_pod_file(tmp_path):
     with pytest.raises(CompileError, match="project must be a non-empty name"):
         compile_pod(pod(tmp_path, BASE.replace("x-claw: {agent: ./r.md}", "x-claw: {agent: ./r.md, project: 7}")),
                     tmp_path / "bad")
+
+
+def test_the_book_of_main_calls_is_bounded_across_agents():
+    from proxy.coding.sessions import SessionBook
+    book = SessionBook(max_agents=2, max_sessions=3)
+    for n in range(5):
+        book.main_call(f"agent-{n % 3}", f"s{n}", "sys", "m", "first", None)
+    assert sum(book.of(f"agent-{n % 3}").sessions.get(f"s{n}") is not None for n in range(5)) <= 3
+    assert book.of("agent-1").sessions.get("s4") is not None  # the newest stays
