@@ -26,13 +26,15 @@ $(TEST_STAMP): pyproject.toml constraints.txt tools/install_venv.py
 	$(PYTHON) tools/install_venv.py $(VENV) constraints.txt -e ".[test,speed]"
 	touch $(STAMP) $(TEST_STAMP)
 
-# The coding-agent CLIs the suite drives (Claude Code, Codex, Qwen Code; tests/clients/package-lock.json)
-# go into ~/.cache/memplane/npm-clis/<lock digest> once, from the npm registry (MEMPLANE_CLI_CACHE moves
-# it): every clone on the machine shares that install, and a changed lock file gets its own. When it is
-# there this step only checks its stamp. Without npm it says so and their tests skip with that reason.
+# The coding-agent CLIs the suite drives: from npm Claude Code, Codex, Qwen Code and opencode
+# (tests/clients/package-lock.json) go into ~/.cache/memplane/npm-clis/<lock digest> once
+# (MEMPLANE_CLI_CACHE moves it): every clone on the machine shares that install, and a changed lock file
+# gets its own. From PyPI aider (tests/clients/pypi-clients.txt) goes into a venv of its own under
+# ~/.cache/memplane/py-clis/<digest> (MEMPLANE_PY_CLI_CACHE), so its pinned dependencies never meet
+# memplane's. When they are there this step only checks their stamps. Without npm, or without a Python
+# aider runs on, it says so and those tests skip with that reason.
 clients: $(TEST_STAMP)
-	@if command -v npm >/dev/null 2>&1; then $(BIN)/python -m tests.clients.install >/dev/null; \
-	else echo "make: npm not found; the coding-agent CLI tests (tests/test_coding_clis.py) will be skipped"; fi
+	@$(BIN)/python -m tests.clients.install >/dev/null
 
 run: $(STAMP)
 	$(BIN)/memplane up

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,7 +211,8 @@ def _agent_id(claw: dict[str, Any], name: str, seen: dict[str, str], pod_file: P
 def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path, where: str) -> dict[str, Any]:
     """What metadata.json carries besides the id: the service, type, timezone, allowed models, whose
     provider key goes upstream (`provider-key: client`: the agent's own, CONTRACT §1) and whether a
-    coding agent's work is scoped to its project (`project-scope`, default on)."""
+    coding agent's work is scoped to its project (`project-scope`, default on) and its default project
+    when the client declares none (`project`)."""
     extra: dict[str, Any] = {"service": name}
     for key in ("type", "timezone"):
         if claw.get(key):
@@ -220,6 +222,14 @@ def _agent_extra(claw: dict[str, Any], name: str, agent_id: str, pod_file: Path,
         if not isinstance(scope, bool):
             raise _fail(pod_file, f"{where}.project-scope", f"agent '{agent_id}': project-scope must be true or false")
         extra["project_scope"] = scope
+    project = claw.get("project")
+    if project is not None:
+        name = " ".join(project.split())[:512] if isinstance(project, str) else ""
+        if name.startswith("/"):
+            name = posixpath.normpath(name)
+        if not name:
+            raise _fail(pod_file, f"{where}.project", f"agent '{agent_id}': project must be a non-empty name")
+        extra["project"] = name
     models = claw.get("models", claw.get("allowed-models"))
     if models is not None:
         if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):

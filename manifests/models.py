@@ -87,6 +87,7 @@ class AgentMetadata:
     def client_provider_key(self) -> bool:
         return self.provider_key == "client"
     project_scope: bool = True  # coding agents: work memories scoped to the declared project
+    project: str | None = None  # coding agents: the project when the client declares none
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> "AgentMetadata":
@@ -100,4 +101,5 @@ class AgentMetadata:
             allowed_models=tuple(doc.get("allowed_models") or ()),
             provider_key=doc.get("provider_key") or "operator",
             project_scope=doc.get("project_scope", True) is not False,
+            project=doc["project"] if isinstance(doc.get("project"), str) and doc["project"] else None,
         )

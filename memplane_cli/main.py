@@ -390,8 +390,12 @@ def agent() -> None:
                    "the agent by its X-Memplane-Agent header (metadata.json \"provider_key\": \"client\").")
 @click.option("--no-project-scope", is_flag=True,
               help="Coding agents: keep all memories agent-wide instead of scoping work to the declared project.")
+@click.option("--project", "project", default=None, metavar="NAME",
+              help="Coding agents: the project a call belongs to when the client declares none (no working "
+                   "directory, no X-Memplane-Project header): metadata.json \"project\".")
 def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memory: bool, memory_service: str,
-              memory_token: str | None, pod: str, client_provider_key: bool, no_project_scope: bool = False) -> None:
+              memory_token: str | None, pod: str, client_provider_key: bool, no_project_scope: bool = False,
+              project: str | None = None) -> None:
     """Create (or update) an agent and print its token once."""
     from manifests.validate import ManifestError, validate
 
@@ -409,6 +413,12 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
     extra: dict[str, object] = {"provider_key": "client"} if client_provider_key else {}
     if no_project_scope:
         extra["project_scope"] = False
+    if project is not None:
+        from proxy.coding.project import normalise
+        name = normalise(project)
+        if not name:
+            raise click.ClickException("--project needs a name")
+        extra["project"] = name
     token, created = write_agent(context_root, agent_id, pod=pod, memory=memory, extra=extra or None)
     if created:
         click.echo(token)

@@ -46,7 +46,10 @@ class RecallDetail:
     reused: str = _UNSET  # a continuation got its user turn's first block again
     set_aside: dict[str, Any] = _UNSET  # client scaffolding left out of the query and the retain (coding/)
     call_kind: str = _UNSET  # side | subagent | compaction: not an ordinary turn (coding/side_calls.py)
+    call_rule: str = _UNSET  # the rule that decided the call's kind (coding/side_calls.py)
     project: str = _UNSET  # the project recall was scoped to (CONTRACT §5 metadata.project)
+    project_from: str = _UNSET  # declared | session | agent-default (coding/reading.py)
+    project_note: str = _UNSET  # no project: how to set one, or why this call leaves no memory
     already_in_request: int = _UNSET  # recalled lines left out: the request already carries them
 
     def as_dict(self) -> dict[str, Any]:

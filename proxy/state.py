@@ -12,6 +12,7 @@ from memplane_core.telemetry import Telemetry
 
 from .agent_shares import REQUEST_WORK, REQUEST_WORK_PER_AGENT, AgentShares
 from .coding.scaffolding import Recurrence
+from .coding.sessions import SessionBook
 from .config import ProxySettings
 from .context_store import ContextStore
 from .forward_policy import DEFAULT_PASSTHROUGH, Rule, parse_allow_list
@@ -50,6 +51,7 @@ class ProxyState:
     recall_history: RecallHistory = field(default_factory=RecallHistory)  # the inspector's recall charts
     tracing: Tracing = field(default_factory=Tracing)  # OpenTelemetry spans; off (no-ops) unless OTEL_* asks
     scaffolding: Recurrence = field(default_factory=Recurrence)  # client text that recurs across sessions
+    coding_sessions: SessionBook = field(default_factory=SessionBook)  # agents' main calls (coding/sessions.py)
     turn_taint: TurnTaint = field(default_factory=TurnTaint)  # whether an agent's recent turn carried tool text
     session: aiohttp.ClientSession | None = None
     retain: RetainDelivery | None = None

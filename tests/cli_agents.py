@@ -1,4 +1,4 @@
-"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code) headless through memplane.
+"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code, opencode, aider) headless through memplane.
 
 Each CLI gets a private HOME (and CODEX_HOME), is pointed at the proxy with the agent's token as
 its API key, and is kept offline: no telemetry, no auto-update, no other traffic. The fake
@@ -23,10 +23,14 @@ import orjson
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5-codex"
 QWEN_MODEL = "qwen3-coder-plus"
+OPENCODE_MODEL = "qwen3-coder-plus"  # opencode and aider speak OpenAI chat completions to "memplane"
+AIDER_MODEL = "openai/qwen3-coder-plus"  # litellm's name: the OpenAI-compatible API at OPENAI_API_BASE
 QUIET = {  # every CLI: nothing but the model calls
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1", "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "NO_UPDATE_NOTIFIER": "1", "CI": "1", "NO_COLOR": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # aider's litellm: its bundled model list, not a download
 }
 
 
@@ -34,7 +38,7 @@ QUIET = {  # every CLI: nothing but the model calls
 class CodingCli:
     """One CLI, one agent identity, its own home; `run` is one headless session."""
 
-    name: str  # claude | codex | qwen
+    name: str  # claude | codex | qwen | opencode | aider
     binary: Path
     home: Path
     base_url: str  # where the CLI sends its model calls (memplane, or the provider for a baseline)
@@ -63,6 +67,15 @@ base_url = "{self.base_url}/v1"
 env_key = "MEMPLANE_AGENT_KEY"
 wire_api = "responses"
 ''')
+        if self.name == "opencode":  # a provider of its own for memplane, OpenAI chat completions
+            config = self.home / ".config" / "opencode"
+            config.mkdir(parents=True, exist_ok=True)
+            (config / "opencode.json").write_text(orjson.dumps({
+                "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+                "model": f"memplane/{OPENCODE_MODEL}",
+                "provider": {"memplane": {"npm": "@ai-sdk/openai-compatible", "name": "memplane",
+                                          "options": {"baseURL": f"{self.base_url}/v1", "apiKey": self.api_key},
+                                          "models": {OPENCODE_MODEL: {"name": OPENCODE_MODEL}}}}}).decode())
 
     def env(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
@@ -71,6 +84,10 @@ wire_api = "responses"
             env.update(ANTHROPIC_BASE_URL=self.base_url, ANTHROPIC_API_KEY=self.api_key)
         elif self.name == "codex":
             env.update(CODEX_HOME=str(self.home / ".codex"), MEMPLANE_AGENT_KEY=self.api_key)
+        elif self.name == "opencode":
+            pass  # its config file names memplane and the key
+        elif self.name == "aider":
+            env.update(OPENAI_API_BASE=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key)
         else:
             # QWEN_CODE_NO_RELAUNCH: the CLI runs in this node process instead of re-spawning itself with a
             # larger heap (a second start of its bundle, ~1.3 s of CPU per session)
@@ -89,6 +106,13 @@ wire_api = "responses"
             if compact:
                 head += ["-c", "model_auto_compact_token_limit=2000"]
             return [*head, "--skip-git-repo-check", prompt]
+        if self.name == "opencode":
+            return [str(self.binary), "run", prompt, *(["--continue"] if resume else [])]
+        if self.name == "aider":  # one message, then exit; edits committed with a message the model writes
+            return [str(self.binary), "--model", AIDER_MODEL, "--edit-format", "diff", "--no-check-update",
+                    "--analytics-disable", "--no-show-model-warnings", "--no-show-release-notes", "--yes-always",
+                    "--no-pretty", "--no-stream", "--no-gitignore", "--no-auto-lint", "--no-fancy-input",
+                    *(["--restore-chat-history"] if resume else []), "--message", prompt]
         return [str(self.binary), "-p", prompt, *(["-c"] if resume else [])]
 
     async def run(self, prompt: str, cwd: Path, *, resume: bool = False, compact: bool = False,

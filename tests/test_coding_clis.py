@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import io
 import resource
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,11 @@ async def test_twenty_sessions_of_a_coding_agent_remember_the_person_and_the_wor
     memories = await stored_memories(memory_url, AGENT)
     report = {"sessions": len(sessions), "memories": len(memories), "cpu_s": round(cpu_story, 1)}
     problems: list[str] = []
+    # which calls memplane read as not the person's turns, and by which rule (coding/side_calls.py)
+    marks = [e["scaffolding"] for e in stack.ledger(AGENT) if isinstance(e.get("scaffolding"), dict)]
+    report["not_turns"] = dict(Counter(f"{m['side_call']}:{m.get('rule')}" for m in marks if m.get("side_call")))
+    if name == "claude" and not any(m.get("side_call") == "subagent" for m in marks):
+        problems.append("session 8's subagent calls were read as the person's turns")
     if name == "claude":  # session 8's subagent: a conversation of its own that starts with its task
         asked = [own_words(_said(r.body["messages"][0])) for r in results[7]["calls"]]
         report["subagent_requests"] = sum(a.startswith("read ") and "index.py" in a and "ask a subagent" not in a

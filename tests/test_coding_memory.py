@@ -298,9 +298,10 @@ async def test_side_calls_subagents_and_compaction_do_not_multiply_memories(codi
     assert stack.provider.received[-1].memories_block is None
     # count_tokens is a pass-through: never a block
     await session.client.messages.count_tokens(model="claude-sonnet-4-6", messages=session.messages)
-    # a subagent (the Agent tool): recalls like a turn, leaves no memory of its own
-    sub = ClaudeCode(stack, "cc", "/home/ana/parser")
-    sub.system = [*CLAUDE_SYSTEM, {"type": "text", "text": "You are a subagent. cc_is_subagent=true"}]
+    # a subagent (the Agent tool): a conversation of its own, with its own system prompt, in the same
+    # session (the client names it): recalls like a turn, leaves no memory of its own
+    sub = ClaudeCode(stack, "cc", "/home/ana/parser", session=session.user_id.rsplit("_session_", 1)[1])
+    sub.system = [*CLAUDE_SYSTEM, {"type": "text", "text": "You are a subagent: do the task you are given."}]
     model.answer = "The migration test uses the staging database pelican-7."
     await sub.ask("Find which database the migration test uses.")
     assert "pelican-7" in last_block(stack)

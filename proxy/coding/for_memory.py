@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import re2
 
-from .scaffolding import digest, is_compaction_summary, sift_messages
+from .scaffolding import digest, is_compaction_summary, sift_messages, system_text
 from .side_calls import SideCall, classify
 
 HEAD_CHARS = 160
@@ -181,7 +181,7 @@ def _request_for_memory(request: Any, recurring: set[str]) -> Any:
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
         return request
-    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None)
+    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None, system_text(request))
     return {**request, key: compact_tools(_without_summaries(sifted))}
 
 
@@ -195,10 +195,12 @@ def _summary_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def leaves_no_memory(entry: dict[str, Any]) -> bool:
-    """A side call or a subagent's call: retain acknowledges it without sending it (a subagent's
-    work is in its parent's tool line; a title or a topic check is nothing to remember)."""
+    """A side call, a subagent's call, or a call memplane could not place in a project while the
+    agent works in projects: retain acknowledges it without sending it (a subagent's work is in its
+    parent's tool line; a title or a commit message is nothing to remember; an agent-wide copy of
+    one repository's work would show in every other's block)."""
     marks = entry.get("scaffolding") if isinstance(entry.get("scaffolding"), dict) else {}
-    return marks.get("side_call") in (SideCall.SIDE, SideCall.SUBAGENT)
+    return marks.get("side_call") in (SideCall.SIDE, SideCall.SUBAGENT) or marks.get("unscoped") is True
 
 
 def for_memory(entry: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,13 @@
-"""The turn's coding read, the scope step of the turn (`proxy/turn/steps.py`): what kind of call it is, the project
-it works in, the person's words with the scaffolding set aside, and the request's own text (what
-recall must not hand back)."""
+"""The turn's coding read, the scope step of the turn (`proxy/turn/steps.py`): what kind of call it is (and which
+rule said so), the project it works in (declared, inherited from its session, or the agent's
+default), the person's words with the scaffolding set aside, and the request's own text (what
+recall must not hand back).
+
+A call that declares no project, of an agent whose main calls declared one within the last hour,
+in a session memplane cannot place, leaves no memory: stored agent-wide it would show in every
+repository's block. An agent that declares none at all is told once (a log line; every such turn's
+explanation and the inspector say it) how to scope it: `NO_PROJECT`.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +19,17 @@ from memplane_core.turn_text import text_of
 
 from .already_said import request_shingles
 from .project import project_of
-from .scaffolding import RECUR_MIN_CHARS, SetAside, digest, session_of_request, sift_body, user_texts
-from .side_calls import SideCall, classify
+from .scaffolding import RECUR_MIN_CHARS, SetAside, digest, named_session, session_of_request, sift_body, user_texts
+from .sessions import SessionBook
+from .side_calls import Decision, Shape, SideCall, decide, shape_of
 
 LARGE_CHARS = 200_000  # a request this large is read in a worker thread
+NO_PROJECT = ("this agent's client declares no working directory or repository, so its work memories are "
+              "agent-wide (every repository's block can show them). Scope them: send the header "
+              "`X-Memplane-Project: NAME` from the client, or give the agent a default project: "
+              "`memplane agent add ID --project NAME` (pod file: `x-claw: {project: NAME}`).")
+UNSCOPED = ("this call declares no project while the agent's recent calls did, and its session names none: "
+            "it leaves no memory rather than an agent-wide one")
 
 
 @dataclass
@@ -25,6 +39,10 @@ class CodingTurn:
     body: dict[str, Any] = field(default_factory=dict)  # the request with the scaffolding set aside
     set_aside: SetAside = field(default_factory=SetAside)
     carried: set[tuple[str, ...]] = field(default_factory=set)  # word shingles of the person's words sent
+    rule: str = ""  # which rule decided the kind (side_calls.py)
+    project_from: str = ""  # header-or-declared | session | agent-default
+    note: str = ""  # NO_PROJECT or UNSCOPED, for the explanation
+    unscoped: bool = False  # leaves no memory (UNSCOPED)
 
     @property
     def recalls(self) -> bool:
@@ -40,7 +58,27 @@ class CodingTurn:
             marks["set_aside"] = self.set_aside.parts
         if self.kind is not SideCall.TURN:
             marks["side_call"] = self.kind.value
+            marks["rule"] = self.rule
+        if self.unscoped:
+            marks["unscoped"] = True
         return marks
+
+    def explain(self, detail: Any) -> Any:
+        """The coding read's part of a turn's explanation (`RecallDetail`): what was set aside, the
+        call's kind and the rule that decided it, the project and where it came from."""
+        if self.set_aside.parts:
+            detail.set_aside = self.set_aside.as_dict()
+        if self.kind is not SideCall.TURN:
+            detail.call_kind = self.kind.value
+        if self.rule:
+            detail.call_rule = self.rule
+        if self.project:
+            detail.project = self.project
+            if self.project_from:
+                detail.project_from = self.project_from
+        if self.note:
+            detail.project_note = self.note
+        return detail
 
 
 def _conversation_texts(body: dict[str, Any]) -> list[str]:
@@ -52,18 +90,50 @@ def _conversation_texts(body: dict[str, Any]) -> list[str]:
             for m in items or () if isinstance(m, dict) and m.get("role") == "user"]
 
 
-def _read(headers: Any, body: dict[str, Any], recurring: set[str], project_scope: bool) -> CodingTurn:
+def _read(headers: Any, body: dict[str, Any], recurring: set[str], project_scope: bool
+          ) -> tuple[Shape, str | None, dict[str, Any], SetAside, set[tuple[str, ...]]]:
     """The pure part: no shared state is touched, so a large request can be read in a thread."""
-    kind = classify(headers, body)
+    shape = shape_of(body)
     project = project_of(headers, body, project_scope)
     sifted, aside = sift_body(body, (lambda t: digest(t) in recurring) if recurring else None)
-    return CodingTurn(kind, project, sifted, aside, request_shingles(_conversation_texts(sifted)))
+    return shape, project, sifted, aside, request_shingles(_conversation_texts(sifted))
+
+
+def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Shape, session: str | None,
+          scope: bool) -> None:
+    """The call's kind and project against what the agent's main calls were (`sessions.py`); a main
+    call becomes part of that yardstick."""
+    book: SessionBook = state.coding_sessions
+    seen = book.of(ctx.agent_id)
+    turn.kind, turn.rule = decision.kind, decision.rule
+    if turn.project:
+        turn.project_from = "declared"
+    elif scope:
+        known = seen.sessions.get(session) if session else None
+        default = getattr(ctx.metadata, "project", None)
+        if known is not None and known.project:
+            turn.project, turn.project_from = known.project, "session"
+        elif default:
+            turn.project, turn.project_from = default, "agent-default"
+        elif turn.kind in (SideCall.SIDE, SideCall.SUBAGENT):
+            pass  # leaves no memory: nothing to scope
+        elif seen.declared_recently():
+            turn.unscoped, turn.note = True, UNSCOPED
+        else:
+            turn.note = NO_PROJECT
+            if not seen.told:
+                seen.told = True
+                state.telemetry.info("coding_no_project", agent_id=ctx.agent_id, fix=NO_PROJECT)
+    if turn.kind is SideCall.TURN and (shape.tools or shape.history):
+        book.main_call(ctx.agent_id, session, shape.system, shape.model, shape.first,
+                       turn.project if turn.project_from in ("declared", "agent-default") else None)
 
 
 async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],
                     session_id: str | None) -> CodingTurn:
     """The coding read of a call to an agent with memory (a large request off the event loop).
-    Which parts recur is decided here, on the loop, where the recurrence counts live."""
+    Which parts recur, which kind the call is and where it belongs are decided here, on the loop,
+    where the recurrence counts and the agents' main calls live."""
     items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
     texts = user_texts(items if isinstance(items, list) else [])
     recurrence = state.scaffolding
@@ -72,12 +142,18 @@ async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],
     recurring = {digest(t) for t in texts if len(t.strip()) >= RECUR_MIN_CHARS and is_recurring(t)}
     scope = getattr(ctx.metadata, "project_scope", True)
     large = sum(len(t) for t in texts) > LARGE_CHARS
-    turn = (await asyncio.to_thread(_read, headers, body, recurring, scope) if large
-            else _read(headers, body, recurring, scope))
+    shape, project, sifted, aside, carried = (
+        await asyncio.to_thread(_read, headers, body, recurring, scope) if large
+        else _read(headers, body, recurring, scope))
+    session = named_session(headers, body, session_id)
+    decision = decide(shape, state.coding_sessions.of(ctx.agent_id), session)
+    turn = CodingTurn(decision.kind, project, sifted, aside, carried)
+    place(state, ctx, turn, decision, shape, session, scope)
     metrics = state.metrics
     for rule, n in turn.set_aside.by_rule.items():
         metrics.scaffolding_parts.labels(rule).inc(n)
     if turn.set_aside.chars:
         metrics.scaffolding_chars.inc(turn.set_aside.chars)
     metrics.child(metrics.calls_by_kind, turn.kind.value).inc()
+    metrics.child(metrics.calls_by_rule, turn.kind.value, turn.rule).inc()
     return turn

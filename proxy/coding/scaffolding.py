@@ -18,6 +18,13 @@ generic rules recognise it, not one client's strings:
   message's last text part is never set aside by this rule: that is the request itself, and a
   person may well ask the same thing every morning.
 
+* echoes the system prompt — a paragraph (≥ `ECHO_MIN_CHARS`) of a user text part that the same
+  request's system text carries verbatim: a client that appends its rules to the person's message
+  (a reminder of its edit format after the request) repeats them from its system prompt, and a
+  person does not retype the system prompt. Only those paragraphs go; the rest of the part stays.
+  Read in the newest user message only (where such rules are appended, and what the query and
+  the memory take), so a long conversation costs no more per call.
+
 A compaction summary ("This session is being continued from a previous conversation…") is the
 session's own memory and is never set aside. The decision is recorded on the turn's ledger line
 (`scaffolding.recurring`, the digests of recurring parts), so retain — live or backfilled — sets
@@ -37,7 +44,7 @@ import re2
 from cachetools import LRUCache
 
 from memplane_core.memo import TextMemo
-from memplane_core.turn_text import latest_user_index
+from memplane_core.turn_text import latest_user_index, text_of
 
 RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as scaffolding
 RECUR_MIN_CHARS = 64  # shorter parts ("run the tests") are too likely to be the person's own words
@@ -45,6 +52,7 @@ RECUR_MAX_PARTS = 200_000  # (agent, digest) pairs remembered, least recently se
 TEXT_TYPES = ("text", "input_text")
 PLAIN_CONTEXT_TAGS = frozenset({"context", "instructions", "env", "environment", "reminder"})
 COMPACTION_LEAD = "This session is being continued from a previous conversation"
+ECHO_MIN_CHARS = 40  # a shorter paragraph ("Done.", a file name) may well be in a system prompt by chance
 
 _OPENER = re2.compile(r"^<([A-Za-z][A-Za-z0-9_.:-]{0,63})(?:\s[^<>]{0,512})?>")
 
@@ -145,24 +153,38 @@ class Recurrence:
         return recurring
 
 
-def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:
-    """Which client session a request belongs to, for counting sessions: the session id the client
-    names (memplane's `X-Session-Id`, `metadata.session_id`, Claude Code's `…_session_<id>` in
-    `metadata.user_id`, Codex's `session_id` header or `prompt_cache_key`), else the conversation's
-    first message (a new session starts a new conversation)."""
+def named_session(headers: Any, body: dict[str, Any], session_id: str | None) -> str | None:
+    """The session id the client names, if any: memplane's `X-Session-Id`, `metadata.session_id`, a
+    `…_session_<id>` tail of `metadata.user_id`, a `session_id` / `conversation_id` header or one
+    ending in `-session-id`, the request's `prompt_cache_key`. Read by shape: any client that names
+    its session one of these ways is grouped by it."""
     if session_id:
         return session_id
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     user = meta.get("user_id")
     if isinstance(user, str) and "_session_" in user:
         return user.rsplit("_session_", 1)[1]
-    for name in ("session_id", "conversation_id", "x-claude-code-session-id"):
-        value = headers.get(name) if headers is not None else None
-        if value:
-            return value
+    if headers is not None:
+        for name in ("session_id", "session-id", "conversation_id", "conversation-id"):
+            value = headers.get(name)
+            if value:
+                return value
+        for name, value in headers.items():
+            if value and name.lower().endswith(("-session-id", "_session_id")):
+                return value
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and key:
         return key
+    return None
+
+
+def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:
+    """Which client session a request belongs to, for counting sessions: the session the client
+    names (`named_session`), else the conversation's first message (a new session starts a new
+    conversation)."""
+    named = named_session(headers, body, session_id)
+    if named:
+        return named
     items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
     first = items[0] if isinstance(items, list) and items else items
     return digest(orjson.dumps(first, option=orjson.OPT_SORT_KEYS).decode())
@@ -188,10 +210,40 @@ def user_texts(messages: list[Any]) -> list[str]:
     return out
 
 
-def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None = None
+def system_text(body: dict[str, Any]) -> str:
+    """The request's system text: `system`, `instructions`, and its system and developer messages."""
+    system = body.get("system")
+    texts = [system if isinstance(system, str) else text_of(system)]
+    if isinstance(body.get("instructions"), str):
+        texts.append(body["instructions"])
+    items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
+    for m in items if isinstance(items, list) else ():
+        if isinstance(m, dict) and m.get("role") in ("system", "developer"):
+            texts.append(text_of(m.get("content")))
+    return "\n".join(t for t in texts if t)
+
+
+def without_echoes(text: str, system: str) -> str:
+    """`text` without its paragraphs the system text carries verbatim (see the module docstring)."""
+    if not system or "\n\n" not in text:
+        return text
+    paragraphs = text.split("\n\n")
+    inside = [bool(p.strip()) and p.strip() in system for p in paragraphs]
+    echo = [e and len(p.strip()) >= ECHO_MIN_CHARS for p, e in zip(paragraphs, inside)]
+    if not any(echo):
+        return text
+    for order in (range(len(echo)), range(len(echo) - 1, -1, -1)):  # a short heading beside an echo goes too
+        for i in order:
+            if inside[i] and not echo[i] and any(0 <= j < len(echo) and echo[j] for j in (i - 1, i + 1)):
+                echo[i] = True
+    return "\n\n".join(p for p, e in zip(paragraphs, echo) if not e).strip()
+
+
+def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None = None, system: str = ""
                   ) -> tuple[list[Any], SetAside]:
     """The messages with scaffolding parts set aside (a message left with nothing is left out);
-    `recurring` says which long parts the recurring rule applies to."""
+    `recurring` says which long parts the recurring rule applies to; `system` is the request's
+    system text (paragraphs that echo it are set aside)."""
     aside = SetAside()
     newest = latest_user_index(messages, skip_tool_results=True)
     out: list[Any] = []
@@ -210,6 +262,7 @@ def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None =
         texts = [n for n, p in enumerate(parts) if isinstance(p, dict) and p.get("type") in TEXT_TYPES]
         request_part = texts[-1] if i == newest and texts else None
         kept = []
+        trimmed_any = False
         for n, p in enumerate(parts):
             text = p.get("text") if isinstance(p, dict) and p.get("type") in TEXT_TYPES else None
             if not isinstance(text, str) or is_compaction_summary(text):
@@ -224,11 +277,19 @@ def sift_messages(messages: list[Any], recurring: Callable[[str], bool] | None =
                 aside.add("recurring", text)
                 aside.recurring.append(digest(text))
                 continue
+            trimmed = without_echoes(text, system) if i == newest else text  # the request: one message a call
+            if trimmed != text:
+                aside.add("echoes-system", text[len(trimmed):] if text.startswith(trimmed) else text)
+                if trimmed:
+                    kept.append({**p, "text": trimmed})
+                    trimmed_any = True
+                continue
             kept.append(p)
-        if len(kept) == len(parts):
+        if len(kept) == len(parts) and not trimmed_any:
             out.append(m)
         elif kept:
-            out.append({**m, "content": kept})
+            out.append({**m, "content": trimmed if trimmed_any and isinstance(content, str) and len(kept) == 1
+                        else kept})
     return out, aside
 
 
@@ -241,5 +302,5 @@ def sift_body(body: dict[str, Any], recurring: Callable[[str], bool] | None = No
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
         return body, SetAside()
-    sifted, aside = sift_messages(items, recurring)
+    sifted, aside = sift_messages(items, recurring, system_text(body))
     return ({**body, key: sifted} if aside.parts else body), aside

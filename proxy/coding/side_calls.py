@@ -1,22 +1,42 @@
-"""Which calls of a coding agent are not the person's turns, and what each gets (DESIGN.md,
-"Coding agents: side calls and continued sessions").
+"""Which calls of an agent are not the person's turns, read from what the request is (DESIGN.md,
+"Coding agents: side calls and continued sessions"; docs/coding-agents-by-shape.md).
 
 | call                                   | block | memory                          |
 |----------------------------------------|-------|---------------------------------|
 | `count_tokens` (a pass-through path)   | no    | no                              |
-| a coding client's tool-less call       | no    | no (titles, topic checks, summaries of a line) |
-| subagent (`cc_is_subagent=true`)       | yes   | no (the parent's tool line has it) |
+| side call: a one-shot errand           | no    | no (titles, commit messages, topic checks, summaries of a line) |
+| subagent: its own conversation, with tools, inside a session | yes | no (the parent's tool line has it) |
 | compaction request                     | no    | the session's summary, once     |
 
-A coding client is known by its `User-Agent` (`claude-cli/…`, `codex_…`, `QwenCode/…`,
-`GeminiCLI/…`) or by a subagent marker; other agents' tool-less calls are turns like any other.
-A compaction request is recognised by what it asks: a summary of the conversation so far (Claude
-Code's "create a detailed summary of the conversation", Codex's "CONTEXT CHECKPOINT COMPACTION",
-Gemini-family clients' "generate the <state_snapshot>").
+No rule names a client. A *one-shot* call offers no tools and carries no conversation (no earlier
+answer, no tool result): a system prompt and one request. Whether it is the person's first
+message or the client's errand is told by signals every request carries, measured against the
+agent's main calls (`sessions.py`):
+
+* `system-unlike-session` / `model-unlike-session`: the session the client names has main calls,
+  and this one's system prompt or model is not theirs — decisive alone;
+* `task-instruction`: the system prompt asks for a title, a commit message, a branch name, a
+  summary, a label or a classification, and is not a system prompt of the agent's main calls (a
+  chat agent told to end with a summary is not on an errand) — decisive alone;
+* `system-unlike-agent` / `model-unlike-agent`: the agent's main calls used other system prompts
+  or other models; `quoted-material`: the request is mostly text it quotes (a fenced block, a
+  diff, a transcript, a quoted string) or asks for such an errand over it; `tiny-max-tokens`
+  (at most `TINY_MAX_TOKENS` tokens of answer) — two of these together decide, one of them a
+  difference from the agent's main calls. None of them alone: a person's first message may have
+  any of them (a pasted diff, a terse client setting, a new system prompt).
+
+A call with a conversation but without tools, in a session whose main calls offer tools, with
+another system prompt or model than theirs, is a side call too (`tool-less-unlike-session`: a
+check the client runs over the conversation). A call that offers tools, in a named session whose
+main calls have another system prompt *and* another first message, is a subagent
+(`own-conversation-in-session`). A compaction request is recognised by what it asks: a summary of
+the conversation so far. Each decision names its rule (the turn's explanation, `/metrics`
+`memplane_calls_by_rule_total{kind,rule}`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -25,71 +45,198 @@ import re2
 from memplane_core.memo import TextMemo
 from memplane_core.turn_text import text_of
 
-_CODING_CLIENT = re2.compile(r"(?i)^(claude-cli|claude-code|codex[_ -]|codex/|qwen-?code|geminicli|gemini-cli)")
-_SUBAGENT = "cc_is_subagent=true"
+from .scaffolding import digest, system_text
+from .sessions import AgentSeen
+
+TINY_MAX_TOKENS = 32
+QUOTED_SHARE = 0.6  # share of the request's characters that are quoted for `quoted-material`
+ASK_QUOTED_SHARE = 0.3  # ...when its own words ask for an errand (a title, a commit message) over them
+SCAN_CHARS = 8000
+
 _COMPACT = re2.compile(
     r"(?i)((create|write|provide|produce|generate)\s+an?\s+([a-z]+\s+){0,3}summary\s+of\s+(the|this|our)\s+"
     r"([a-z]+\s+){0,2}conversation|context\s+checkpoint\s+compaction|summari[sz]e\s+(the|this|our)\s+"
     r"([a-z]+\s+){0,2}conversation\s+so\s+far|generate\s+the\s+<state_snapshot>)")
+# An errand: a verb of making or judging, then (within the sentence) what it makes.
+_ERRAND = re2.compile(
+    r"(?i)(\b(generat|writ|creat|produc|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
+    r"determin|detect|decid|pick|choos|nam)\w*\b[^.\n]{0,80}?\b(titles?|commit\s+messages?|branch\s+names?|"
+    r"summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?)\b"
+    r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
+    r"(generator|writer|maker|classifier)\b"
+    r"|\bsummari[sz]e\s+(this|the|following|these)\b)")
+_TRANSCRIPT = re2.compile(r"^\s*(USER|ASSISTANT|User|Assistant|Human|AI|user|assistant|human)\s*:")
+_DIFF = re2.compile(r"^(diff --git |--- a/|\+\+\+ b/|@@ -\d)")
 
 
 class SideCall(str, Enum):
     TURN = "turn"
-    SIDE = "side"  # a coding client's tool-less call
+    SIDE = "side"
     SUBAGENT = "subagent"
     COMPACTION = "compaction"
 
 
-def _system_text(body: dict[str, Any]) -> str:
-    system = body.get("system")
-    texts = [system if isinstance(system, str) else text_of(system)]
-    if isinstance(body.get("instructions"), str):
-        texts.append(body["instructions"])
-    items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
-    for m in items if isinstance(items, list) else ():
-        if isinstance(m, dict) and m.get("role") in ("system", "developer"):
-            texts.append(text_of(m.get("content")))
-    return "\n".join(t for t in texts if t)
+@dataclass(frozen=True)
+class Decision:
+    kind: SideCall
+    rule: str  # which rule decided (for a turn: why it is one)
 
 
-def _last_user_text(body: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Shape:
+    """What a request is, read from the request alone (no state): the pure part, for a worker thread."""
+
+    tools: bool
+    history: bool  # an earlier answer or a tool result
+    system: str  # digest of the system text ("" without one)
+    model: str | None
+    max_tokens: int | None
+    first: str  # digest of the conversation's first message
+    errand: bool  # the system prompt asks for a title, a commit message, …
+    quoted: float  # share of the request's characters that quote material
+    asks_over_quoted: bool  # the request's own words ask for an errand over the text it quotes
+    compaction: bool
+
+
+def _items(body: dict[str, Any]) -> list[Any]:
     items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
     if isinstance(items, str):
-        return items
-    for m in reversed(items if isinstance(items, list) else []):
+        return [{"role": "user", "content": items}]
+    return items if isinstance(items, list) else []
+
+
+def _last_user_text(items: list[Any]) -> str:
+    """The request: the newest user message's text (every text part of it, in order)."""
+    for m in reversed(items):
         if isinstance(m, dict) and m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, list):
-                texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-                return texts[-1] if texts else ""
-            return content if isinstance(content, str) else ""
+            return text_of(m.get("content"))
     return ""
 
 
-# User-Agent -> a coding client? (an agent sends the same one every call)
-_CLIENTS: TextMemo[bool] = TextMemo(entries=1024, key_chars=512)
+def _has_history(body: dict[str, Any], items: list[Any]) -> bool:
+    if body.get("previous_response_id") or body.get("conversation"):
+        return True
+    for m in items:
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") in ("assistant", "tool", "function", "model") or \
+                m.get("type") in ("function_call", "function_call_output", "custom_tool_call",
+                                  "custom_tool_call_output", "reasoning"):
+            return True
+        content = m.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "tool_result" for p in content):
+            return True
+    return False
 
 
-def is_coding_client(user_agent: str | None) -> bool:
-    if not user_agent:
-        return False
-    known = _CLIENTS.get(user_agent)
-    if known is None:
-        known = _CODING_CLIENT.search(user_agent) is not None
-        _CLIENTS.put(user_agent, known)
-    return known
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
-def classify(headers: Any, body: dict[str, Any]) -> SideCall:
-    """What kind of call this is (see the module docstring)."""
-    last = _last_user_text(body)[-4000:]
+def quoted_share(text: str) -> float:
+    """How much of `text` (by characters) is material it quotes: fenced blocks, a diff, a
+    transcript (`USER:` / `assistant:` lines and what follows them), `>` lines, or the whole text
+    in quotation marks."""
+    body = text.strip()
+    if not body:
+        return 0.0
+    if len(body) >= 2 and body[0] == body[-1] and body[0] in "\"'`" or body[:1] + body[-1:] in ("“”", "«»"):
+        return 1.0
+    quoted = total = 0
+    fenced = diff = transcript = False
+    for line in body.split("\n"):
+        n = len(line) + 1
+        total += n
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            quoted += n
+            continue
+        if not fenced and not diff and _DIFF.search(line):
+            diff = True
+        if not fenced and not transcript and _TRANSCRIPT.search(line):
+            transcript = True
+        if fenced or diff or transcript or line.startswith(">"):
+            quoted += n
+    return quoted / total if total else 0.0
+
+
+_SHAPES: TextMemo[tuple[bool, float, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+
+
+def _text_signals(system: str, request: str) -> tuple[bool, float, bool]:
+    key = system[:SCAN_CHARS] + "\x00" + request[:SCAN_CHARS]
+    hit = _SHAPES.get(key)
+    if hit is None:
+        share = quoted_share(request[:SCAN_CHARS])
+        own = "\n".join(line for line in request[:2000].split("\n")[:10])
+        hit = (_ERRAND.search(system[:SCAN_CHARS]) is not None, share,
+               share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None)
+        _SHAPES.put(key, hit)
+    return hit
+
+
+def is_compaction(request: str) -> bool:
+    last = request[-4000:]
     folded = last.casefold()  # every compaction ask holds these words: a cheap test first
-    if (("summar" in folded and "conversation" in folded) or "compaction" in folded or "state_snapshot" in folded) \
-            and _COMPACT.search(last) is not None:
-        return SideCall.COMPACTION
-    if _SUBAGENT in _system_text(body):
-        return SideCall.SUBAGENT
-    tools = body.get("tools") or body.get("functions")
-    if not tools and is_coding_client(headers.get("User-Agent") if headers is not None else None):
-        return SideCall.SIDE
-    return SideCall.TURN
+    return (("summar" in folded and "conversation" in folded) or "compaction" in folded
+            or "state_snapshot" in folded) and _COMPACT.search(last) is not None
+
+
+def shape_of(body: dict[str, Any]) -> Shape:
+    """The request's shape (see the module docstring)."""
+    items = _items(body)
+    system = system_text(body)
+    request = _last_user_text(items)
+    conversation = [m for m in items if not (isinstance(m, dict) and m.get("role") in ("system", "developer"))]
+    first = text_of(conversation[0].get("content")) if conversation and isinstance(conversation[0], dict) else ""
+    errand, quoted, asks = _text_signals(system, request)
+    model = body.get("model")
+    return Shape(tools=bool(body.get("tools") or body.get("functions")), history=_has_history(body, items),
+                 system=digest(system) if system else "", model=model if isinstance(model, str) else None,
+                 max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
+                 asks_over_quoted=asks, compaction=is_compaction(request))
+
+
+def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
+    """What kind of call this is, and the rule that said so (see the module docstring)."""
+    if shape.compaction:
+        return Decision(SideCall.COMPACTION, "compaction-request")
+    main = seen.sessions.get(session) if seen is not None and session else None
+    if shape.tools:
+        if main is not None and shape.first != main.first and shape.system != main.system:
+            return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
+        return Decision(SideCall.TURN, "offers-tools")
+    if shape.history:
+        if main is not None and (shape.system != main.system or (shape.model and shape.model != main.model)):
+            return Decision(SideCall.SIDE, "tool-less-unlike-session")
+        return Decision(SideCall.TURN, "conversation")
+    # a one-shot: the person's first words, or the client's errand?
+    if main is not None and shape.system != main.system:
+        return Decision(SideCall.SIDE, "system-unlike-session")
+    if main is not None and shape.model and main.model and shape.model != main.model:
+        return Decision(SideCall.SIDE, "model-unlike-session")
+    if shape.errand and (seen is None or shape.system not in seen.systems):  # not the agent's main prompt
+        return Decision(SideCall.SIDE, "task-instruction")
+    signals: list[str] = []
+    if main is None and seen is not None and seen.has_mains:
+        if shape.system not in seen.systems:
+            signals.append("system-unlike-agent")
+        if shape.model and len(seen.models) and shape.model not in seen.models:
+            signals.append("model-unlike-agent")
+    if shape.quoted >= QUOTED_SHARE or shape.asks_over_quoted:
+        signals.append("quoted-material")
+    if shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS:
+        signals.append("tiny-max-tokens")
+    if len(signals) >= 2 and signals[0].endswith("-unlike-agent"):
+        return Decision(SideCall.SIDE, "+".join(signals))
+    return Decision(SideCall.TURN, "one-shot")
+
+
+def classify(headers: Any, body: dict[str, Any], seen: AgentSeen | None = None,
+             session: str | None = None) -> SideCall:
+    """The call's kind (`decide` over `shape_of`); `headers` are not read: no rule names a client."""
+    return decide(shape_of(body), seen, session).kind

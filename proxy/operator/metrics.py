@@ -63,6 +63,9 @@ class ProxyMetrics:
         self.calls_by_kind = Counter("memplane_calls_by_kind",
                                      "Calls of agents with memory by kind: turn, side, subagent, compaction.",
                                      ["kind"], registry=r)
+        self.calls_by_rule = Counter("memplane_calls_by_rule",
+                                     "Calls of agents with memory by kind and the rule that decided it "
+                                     "(coding/side_calls.py).", ["kind", "rule"], registry=r)
 
     def child(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, remembered: prometheus_client looks a child up under a lock

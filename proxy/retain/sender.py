@@ -57,7 +57,7 @@ class RetainSender:
         for entry, s in zip(entries, sends):
             if not s:
                 self._log(lane, manifest, entry.get("id"), "skipped",
-                          error="a side call or a subagent's call leaves no memory")
+                          error="a side call, a subagent's call or a call of no known project leaves no memory")
         done = iter(await self._send(lane, ctx, manifest, [e for e, s in zip(entries, sends) if s]))
         return [next(done) if s else True for s in sends]
 

@@ -59,14 +59,9 @@ def explain_recall(state: ProxyState, service: str, query: str, found: Recalled,
 
 
 def coding_detail(detail: RecallDetail, coding: CodingTurn) -> RecallDetail:
-    """The coding read's part of the explanation: what was set aside, the call's kind, the project."""
-    if coding.set_aside.parts:
-        detail.set_aside = coding.set_aside.as_dict()
-    if coding.kind.value != "turn":
-        detail.call_kind = coding.kind.value
-    if coding.project:
-        detail.project = coding.project
-    return detail
+    """The coding read's part of the explanation: what was set aside, the call's kind and its rule,
+    the project and where it came from (coding/reading.py)."""
+    return coding.explain(detail)
 
 
 def explain(turn: Turn) -> None:

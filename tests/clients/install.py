@@ -1,11 +1,18 @@
-"""Install the coding-agent CLIs pinned in tests/clients/package-lock.json into a cache directory.
+"""Install the coding-agent CLIs pinned in tests/clients/package-lock.json (npm) and
+tests/clients/pypi-clients.txt (PyPI) into cache directories.
 
 `python -m tests.clients.install` (the Makefile's `clients` step) and the suite's session fixture
 both call `ensure()`. The install is cached outside the checkout, one directory per lock file
 (`$MEMPLANE_CLI_CACHE`, else `$XDG_CACHE_HOME/memplane/npm-clis`, else `~/.cache/memplane/npm-clis`):
 a fresh clone reuses it instead of installing ~900 MB again, and a changed lock file gets a directory
 of its own. A file lock keeps two pytest-xdist workers from installing at once. Only the npm registry
-is contacted.
+is contacted for those.
+
+The PyPI clients (aider) go into a venv of their own, `~/.cache/memplane/py-clis/<digest>/venv`
+(`$MEMPLANE_PY_CLI_CACHE` moves it), made with the uv memplane's own venv is made with
+(tools/install_venv.py), from the package sources pip is configured with; their pinned
+dependencies never meet memplane's. `ensure_pypi()` raises FileNotFoundError when that cannot be done
+(this Python is outside the client's range, no venv), and the tests skip with its reason.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen"}
+BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen", "opencode": "opencode"}
+PYPI_BINS = {"aider": "aider"}
+PYPI_PYTHON = ((3, 10), (3, 13))  # aider-chat 0.86: Requires-Python >=3.10,<3.13
 
 
 def _lock_digest() -> str:
@@ -74,8 +83,85 @@ def ensure() -> dict[str, Path]:
     return found
 
 
+def _pypi_digest() -> str:
+    return hashlib.sha256((HERE / "pypi-clients.txt").read_bytes()).hexdigest()
+
+
+def pypi_cache_dir() -> Path:
+    base = os.environ.get("MEMPLANE_PY_CLI_CACHE")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = str(Path(xdg) / "memplane" / "py-clis")
+    return Path(base) / _pypi_digest()[:16]
+
+
+def pypi_installed() -> dict[str, Path] | None:
+    cache = pypi_cache_dir()
+    stamp = cache / ".installed"
+    if not stamp.exists() or stamp.read_text().strip() != _pypi_digest():
+        return None
+    paths = {name: cache / "venv" / "bin" / b for name, b in PYPI_BINS.items()}
+    return paths if all(p.exists() for p in paths.values()) else None
+
+
+def _python() -> str:
+    """A Python the PyPI clients run on: this one when it is in their range, else python3.12…3.10."""
+    low, high = PYPI_PYTHON
+    if low <= sys.version_info[:2] < high:
+        return sys.executable
+    for minor in range(high[1] - 1, low[1] - 1, -1):
+        found = shutil.which(f"python3.{minor}")
+        if found:
+            return found
+    raise FileNotFoundError(f"no Python {low[0]}.{low[1]}-{high[0]}.{high[1] - 1} for the PyPI coding clients "
+                            f"(tests/clients/pypi-clients.txt)")
+
+
+def ensure_pypi() -> dict[str, Path]:
+    """The PyPI clients' paths, installing them first if needed (see the module docstring)."""
+    found = pypi_installed()
+    if found:
+        return found
+    sys.path.insert(0, str(ROOT / "tools"))
+    from install_venv import cached_uv, pip_settings, uv_argv
+
+    python = _python()
+    cache = pypi_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    requirements = str(HERE / "pypi-clients.txt")
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = pypi_installed()
+        if found:
+            return found
+        venv = cache / "venv"
+        shutil.rmtree(venv, ignore_errors=True)
+        made = subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+        if made.returncode != 0:
+            raise FileNotFoundError(f"cannot make a venv for the PyPI coding clients: {made.stderr.strip()[-300:]}")
+        uv = cached_uv(str(ROOT / "constraints.txt"))
+        target = str(venv / "bin" / "python")
+        done = None
+        if uv is not None:
+            argv = uv_argv(uv, target, requirements, ["-r", requirements], pip_settings(sys.executable))
+            done = subprocess.run(argv, stdout=sys.stderr)
+        if done is None or done.returncode != 0:
+            subprocess.run([target, "-m", "ensurepip"], stdout=subprocess.DEVNULL, check=True)
+            subprocess.run([target, "-m", "pip", "install", "--quiet", "--no-compile", "-r", requirements],
+                           stdout=sys.stderr, check=True)
+        (cache / ".installed").write_text(_pypi_digest())
+    found = pypi_installed()
+    if found is None:
+        raise RuntimeError(f"the PyPI coding clients installed but are missing under {cache}")
+    return found
+
+
 if __name__ == "__main__":
     try:
         print("\n".join(f"{k}: {v}" for k, v in ensure().items()))
+    except FileNotFoundError as exc:
+        print(f"skipped: {exc}", file=sys.stderr)
+    try:
+        print("\n".join(f"{k}: {v}" for k, v in ensure_pypi().items()))
     except FileNotFoundError as exc:
         print(f"skipped: {exc}", file=sys.stderr)

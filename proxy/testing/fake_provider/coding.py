@@ -7,7 +7,9 @@ not a memory block — and plans from plain phrases in it:
 * ``read /abs/path`` — read that file (Claude Code's ``Read``, Codex's ``exec_command`` with
   ``cat``, Qwen Code's ``read_file``);
 * ``run `cmd``` — run a shell command (``Bash`` / ``exec_command`` / ``run_shell_command``);
-* ``ask a subagent to …`` — hand the rest of the sentence to a subagent (Claude Code's ``Agent``).
+* ``ask a subagent to …`` — hand the rest of the sentence to a subagent (Claude Code's ``Agent``);
+* ``create path/name saying `text``` — for a client without tools that tells the model to answer
+  with *SEARCH/REPLACE* edit blocks (aider's edit format), one block that creates the file.
 
 One tool call per step, then a short final answer. A compaction request (the client asks for a
 summary of the conversation) is answered with a summary of what the person asked so far.
@@ -24,6 +26,7 @@ from .model import Answer, ToolCall, View, _text_of
 _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
 _RUN = re.compile(r"\brun `([^`]+)`")
+_CREATE = re.compile(r"\bcreate ([\w.-]+(?:/[\w.-]+)*) saying `([^`]+)`")
 _SUBAGENT = re.compile(r"\bask a subagent to ([^\n]+?)(?:\.(?=\s|$)|\n|$)")  # the sentence: a path keeps its dots
 # Claude Code's `/compact` ("Please provide your summary based on the conversation so far … an
 # <analysis> block followed by a <summary> block") and Codex's ("You are performing a CONTEXT
@@ -73,6 +76,8 @@ def _read(tools: list[str], path: str) -> ToolCall | None:
         return ToolCall("exec_command", {"cmd": f"cat {path}"})
     if "read_file" in tools:
         return ToolCall("read_file", {"file_path": path})
+    if "read" in tools:
+        return ToolCall("read", {"filePath": path})
     return None
 
 
@@ -83,6 +88,8 @@ def _run(tools: list[str], command: str) -> ToolCall | None:
         return ToolCall("exec_command", {"cmd": command})
     if "run_shell_command" in tools:
         return ToolCall("run_shell_command", {"command": command, "description": "Run the requested command"})
+    if "bash" in tools:
+        return ToolCall("bash", {"command": command})
     return None
 
 
@@ -101,6 +108,16 @@ def plan(view: View) -> list[ToolCall]:
     found += [(m.start(), _run(view.tools, m.group(1))) for m in _RUN.finditer(said)]
     found += [(m.start(), _subagent(view.tools, m.group(1))) for m in _SUBAGENT.finditer(said)]
     return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
+
+
+def _edit_block(view: View) -> str | None:
+    """A file the person asked to create, as the edit block a tool-less client's system prompt asks for."""
+    system = "\n".join(_text_of(m.get("content")) for m in view.body.get("messages") or ()
+                       if isinstance(m, dict) and m.get("role") == "system")
+    m = _CREATE.search(own_words(view.user_text))
+    if m is None or "SEARCH/REPLACE" not in system:
+        return None
+    return f"{m.group(1)}\n```\n<<<<<<< SEARCH\n=======\n{m.group(2)}\n>>>>>>> REPLACE\n```\n\nDone."
 
 
 def _latest_user_text(body: dict[str, Any]) -> str:
@@ -129,5 +146,9 @@ class CodingModel:
         calls = plan(view)
         if view.steps < len(calls):
             return Answer(tool_calls=[calls[view.steps]])
+        if not view.tools:
+            edit = _edit_block(view)
+            if edit:
+                return Answer(text=edit)
         return Answer(text=self.done)
 

@@ -1,0 +1,92 @@
+"""What memplane has seen of an agent's main calls, per session: the yardstick side calls are told by.
+
+A coding agent's *main* calls carry its conversation with the person: they offer tools or resend
+an earlier answer. Per agent (and per session the client names) memplane remembers their system
+prompts (digests), their models, the project they declared and the first message of their
+conversation. A later call is read against that (`side_calls.py`): a one-shot with another system
+prompt or another model in the same session is the client's own errand, not the person's turn;
+a call of a declared project's session that declares nothing still belongs to that project.
+
+Kept in the proxy's memory, bounded (least recently seen first out), like the recurrence counts:
+after a restart an agent's first calls are read by their own shape only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cachetools import LRUCache
+
+MAX_AGENTS = 10_000
+MAX_SESSIONS = 50_000  # (agent, session) pairs across agents, ~20 MB at most
+MAX_MAINS = 16  # system prompts / models per agent
+RECENT_S = 3600.0  # an agent's latest declared project stays its "recent" one this long
+
+
+@dataclass
+class SessionSeen:
+    system: str  # digest of the first main call's system text
+    model: str | None
+    first: str  # digest of the conversation's first message
+    project: str | None = None
+
+
+class Sessions:
+    """One agent's view of the book's sessions (one bounded store for every agent)."""
+
+    def __init__(self, store: LRUCache[tuple[str, str], SessionSeen], agent_id: str) -> None:
+        self._store, self._agent = store, agent_id
+
+    def get(self, session: str) -> SessionSeen | None:
+        return self._store.get((self._agent, session))
+
+    def __setitem__(self, session: str, seen: SessionSeen) -> None:
+        self._store[(self._agent, session)] = seen
+
+
+@dataclass
+class AgentSeen:
+    sessions: Sessions
+    systems: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
+    models: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
+    declared_at: float = 0.0  # when a main call last declared a project (monotonic)
+    told: bool = False  # the "declares no project" notice was logged
+
+    @property
+    def has_mains(self) -> bool:
+        return len(self.systems) > 0
+
+    def declared_recently(self) -> bool:
+        return self.declared_at > 0 and time.monotonic() - self.declared_at < RECENT_S
+
+
+class SessionBook:
+    """Every agent's `AgentSeen`, bounded."""
+
+    def __init__(self, max_agents: int = MAX_AGENTS, max_sessions: int = MAX_SESSIONS) -> None:
+        self._agents: LRUCache[str, AgentSeen] = LRUCache(maxsize=max_agents)
+        self._sessions: LRUCache[tuple[str, str], SessionSeen] = LRUCache(maxsize=max_sessions)
+
+    def of(self, agent_id: str) -> AgentSeen:
+        seen = self._agents.get(agent_id)
+        if seen is None:
+            seen = self._agents[agent_id] = AgentSeen(Sessions(self._sessions, agent_id))
+        return seen
+
+    def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
+                  project: str | None) -> None:
+        """Record a main call: its system prompt and model become the agent's (and its session's)."""
+        seen = self.of(agent_id)
+        seen.systems[system] = True
+        if model:
+            seen.models[model] = True
+        if project:
+            seen.declared_at = time.monotonic()
+        if session is None:
+            return
+        known = seen.sessions.get(session)
+        if known is None:
+            seen.sessions[session] = SessionSeen(system, model, first, project)
+        elif project:
+            known.project = project
