@@ -69,6 +69,15 @@ class Stack:
         """Every turn answered and every retain delivered; generous, as the Mongo stand-in is slow."""
         await self.state.settle(timeout)
 
+    async def caught_up(self, timeout: float = 60.0) -> None:
+        """Every ledgered turn acknowledged by its memory service. `settle` takes a lane backing off
+        as done (right for a broken service); on a loaded host a slow first retain can time out and
+        back off, and a test that reads the service next needs it delivered, not merely idle."""
+        async def wait() -> None:
+            while self.state.active_turns or not self.state.retain.caught_up():
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(wait(), timeout)
+
 
 async def wait_port(port: int, timeout: float = 20) -> None:
     """Until something accepts connections on 127.0.0.1:port (a server process we started)."""

@@ -218,7 +218,7 @@ async def test_a_hostile_page_an_obedient_model_and_a_credulous_curator_never_ma
     await say(stack, "victim", "My sister Ana lives in Porto.")
     answer = await fetch_loop(stack, "victim", fmt, stream)
     assert EVIL in answer  # the model did obey the page
-    await stack.settle()
+    await stack.caught_up()  # every turn in the service, so the curator's pass reads the page
     while (await service.curator.run_once())["extracted"]:
         pass
     assert any(EVIL in m["content"] for b in fake.requests for m in b["messages"])  # the curator read the page
