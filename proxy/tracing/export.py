@@ -1,0 +1,153 @@
+"""The exporting process: `python -m proxy.tracing.export ENDPOINT`, started by `ship.Shipper`.
+
+Its stdin carries frames (4-byte little-endian length, then a pickled list of span records, see
+`otel.py`); it turns them into the SDK's `ReadableSpan`s and sends them with the SDK's own
+`OTLPSpanExporter` (protobuf encoding, `OTEL_EXPORTER_OTLP_*` headers, timeout, compression,
+retries). All of that runs here, on another core and under another GIL, never on the proxy's.
+
+A reader thread drains stdin into a bounded queue at once, so the proxy's writes never wait on a
+slow or hanging collector: past `OTEL_BSP_MAX_QUEUE_SIZE` spans waiting, new ones are dropped and
+counted. A failed export is reported on stdout as one JSON line at most once a minute (the proxy
+logs it); the SDK's own per-batch log lines are kept quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, BinaryIO
+
+import orjson
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+REPORT_EVERY_S = 60.0
+SCOPE = InstrumentationScope("memplane.proxy")
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_HEADER = struct.Struct("<I")
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, "")))
+    except ValueError:
+        return default
+
+
+def readable(record: tuple, resource: Resource, states: dict[str | None, TraceState | None]) -> ReadableSpan:
+    """One span record (otel.py's `_Span.record`) as the SDK's finished span."""
+    trace_id, span_id, parent_id, remote, name, kind, start, end, attrs, code, desc, state = record
+    if state not in states:
+        states[state] = TraceState.from_header([state]) if state else None
+    trace_state = states[state]
+    context = SpanContext(trace_id, span_id, False, SAMPLED, trace_state)
+    parent = SpanContext(trace_id, parent_id, remote, SAMPLED, trace_state) if parent_id else None
+    return ReadableSpan(name=name, context=context, parent=parent, resource=resource,
+                        attributes=BoundedAttributes(attributes=attrs), kind=SpanKind(kind),
+                        status=Status(StatusCode(code), desc), start_time=start, end_time=end,
+                        instrumentation_scope=SCOPE)
+
+
+class _LastError(logging.Handler):
+    """Keeps the SDK exporter's last complaint (for the once-a-minute report) instead of printing it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last = record.getMessage()[:500]
+
+
+class Exporter:
+    def __init__(self, endpoint: str, out: BinaryIO) -> None:
+        self.queue: deque[tuple] = deque()
+        self.limit = _int_env("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+        self.batch = _int_env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        self.wake = threading.Event()
+        self.closed = False
+        self.dropped = self.failures = self.failed_spans = 0
+        self.last_report = -REPORT_EVERY_S
+        self.out = out
+        self.errors = _LastError()
+        sdk_log = logging.getLogger("opentelemetry")
+        sdk_log.addHandler(self.errors)
+        sdk_log.propagate = False
+        resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "memplane"})
+        self.resource = resource
+        self.exporter = OTLPSpanExporter(endpoint=endpoint)
+
+    def read(self, stream: BinaryIO) -> None:
+        """The reader thread: frames off the pipe into the queue, as fast as they come."""
+        try:
+            while header := stream.read(_HEADER.size):
+                frame = stream.read(_HEADER.unpack(header)[0])
+                records = pickle.loads(frame)
+                room = self.limit - len(self.queue)
+                if room < len(records):
+                    self.dropped += len(records) - max(room, 0)
+                    records = records[:max(room, 0)]
+                self.queue.extend(records)
+                if len(self.queue) >= self.batch:
+                    self.wake.set()
+        finally:
+            self.closed = True
+            self.wake.set()
+
+    def run(self, delay_s: float) -> None:
+        states: dict[str | None, TraceState | None] = {}
+        while True:
+            self.wake.wait(delay_s)
+            self.wake.clear()
+            while self.queue:
+                records = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
+                spans = [readable(r, self.resource, states) for r in records]
+                if self.exporter.export(spans) is not SpanExportResult.SUCCESS:
+                    self.failures += 1
+                    self.failed_spans += len(spans)
+                if len(states) > 1024:
+                    states.clear()
+            self.report()
+            if self.closed and not self.queue:
+                return
+
+    def report(self) -> None:
+        """At most once a minute: how many exports failed and spans were dropped since the last report."""
+        if not (self.failures or self.dropped) or time.monotonic() - self.last_report < REPORT_EVERY_S:
+            return
+        self.last_report = time.monotonic()
+        line = {"event": "tracing_export_failed", "endpoint": self.exporter._endpoint,
+                "failed_exports": self.failures, "spans_lost": self.failed_spans + self.dropped,
+                "error": self.errors.last or None, "next_report_in_s": REPORT_EVERY_S}
+        self.failures = self.failed_spans = self.dropped = 0
+        try:
+            self.out.write(orjson.dumps(line) + b"\n")
+            self.out.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    exporter = Exporter(args[0], sys.stdout.buffer)
+    threading.Thread(target=exporter.read, args=(sys.stdin.buffer,), daemon=True).start()
+    delay_s = _int_env("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+    try:
+        exporter.run(delay_s)
+    finally:
+        exporter.exporter.shutdown()
+
+
+if __name__ == "__main__":
+    main()
