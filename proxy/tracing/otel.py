@@ -26,6 +26,7 @@ and even then it passes the redactor first: a secret never reaches a collector.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import random
 import time
@@ -212,15 +213,18 @@ def _request_attributes(provider: str, body: Mapping[str, Any], url: Any) -> dic
         if _number(body.get(key)):
             attrs[f"gen_ai.request.{key}"] = body[key]
     attrs["memplane.stream"] = bool(body.get("stream"))
-    try:
-        target = URL(str(url))
-        if target.host:
-            attrs["server.address"] = target.host
-        if target.port:
-            attrs["server.port"] = target.port
-    except ValueError:
-        pass
+    attrs.update(_server(str(url)))
     return attrs
+
+
+@functools.lru_cache(maxsize=256)
+def _server(url: str) -> dict[str, Any]:
+    """`server.address` / `server.port` of a provider URL (a handful of them: parsed once each)."""
+    try:
+        target = URL(url)
+    except ValueError:
+        return {}
+    return {k: v for k, v in (("server.address", target.host), ("server.port", target.port)) if v}
 
 
 def _request_messages(request: Any) -> Any:
@@ -249,6 +253,8 @@ class OtelTracing(Tracing):
         # the endpoint as `enabled_by` read it; headers, timeout, compression: the exporter's own OTEL_* reading
         self.shipper = Shipper(endpoint, env, telemetry)
         self.sampler = sampler_from(env)
+        # without a parent these two always say yes: skip asking (the answer, not the sampler, is spec'd)
+        self.root_always = self.sampler in (sampling.ALWAYS_ON, sampling.DEFAULT_ON)
         self.keep_failed = env.get(KEEP_FAILED, "true").strip().lower() not in ("false", "0", "no", "off")
         self.redactor = redactor
         self.capture = env.get(CAPTURE_CONTENT, "").strip().lower() in _CAPTURE_ON
@@ -257,6 +263,8 @@ class OtelTracing(Tracing):
     # -- the keep decision --
 
     def _sampled(self, trace_id: int, parent: Any, name: str, kind: SpanKind) -> bool:
+        if parent is None and self.root_always:
+            return True
         decision = self.sampler.should_sample(parent, trace_id, name, kind)
         return decision.decision.is_sampled()
 
