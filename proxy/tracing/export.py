@@ -30,7 +30,7 @@ from opentelemetry.sdk.resources import Resource
 from .encode import Encoder
 
 REPORT_EVERY_S = 60.0
-NICENESS = 10
+NICENESS = 5  # a share of about a third of a normal process's when they compete
 SCOPE = "memplane.proxy"
 _HEADER = struct.Struct("<I")
 
@@ -128,11 +128,11 @@ class Exporter:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    try:
-        os.nice(NICENESS)  # on a busy host, the turns come first; the queue absorbs the wait
+    exporter = Exporter(args[0], sys.stdout.buffer)
+    try:  # started (imports done at full priority): on a busy host the turns come first, the queue waits
+        os.nice(NICENESS)
     except OSError:
         pass
-    exporter = Exporter(args[0], sys.stdout.buffer)
     threading.Thread(target=exporter.read, args=(sys.stdin.buffer,), daemon=True).start()
     delay_s = _int_env("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
     try:
