@@ -182,8 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"round {r + 1} {name}: c=1 p50 {one['p50_ms']} p99 {one['p99_ms']} ms, "
                       f"c=32 {many['rps']} req/s", file=sys.stderr, flush=True)
                 time.sleep(1)
-        time.sleep(7)  # the traced proxy's last spans: one schedule delay (5 s) and an export
-        received = _count(live)
+        deadline = time.monotonic() + 20  # the last spans: a schedule delay (5 s) here and one in the exporter
+        while (received := _count(live)).get("memplane.turn", 0) < answered and time.monotonic() < deadline:
+            time.sleep(1)
     rows, summary = [], {}
     off = None
     for name in VARIANTS:

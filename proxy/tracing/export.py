@@ -115,7 +115,7 @@ class Exporter:
         if not (self.failures or self.dropped) or time.monotonic() - self.last_report < REPORT_EVERY_S:
             return
         self.last_report = time.monotonic()
-        line = {"event": "tracing_export_failed", "endpoint": self.exporter._endpoint,
+        line = {"event": "tracing_export_failed" if self.failures else "tracing_spans_dropped", "endpoint": self.exporter._endpoint,
                 "failed_exports": self.failures, "spans_lost": self.failed_spans + self.dropped,
                 "error": self.errors.last or None, "next_report_in_s": REPORT_EVERY_S}
         self.failures = self.failed_spans = self.dropped = 0

@@ -288,9 +288,7 @@ class OtelTracing(Tracing):
             last[8]["memplane.trace.kept"] = "failed"  # the root's attributes: why a sampled-out trace is here
         else:
             return
-        put = self.shipper.put
-        for record in records:
-            put(record)
+        self.shipper.put_all(records)
 
     # -- the spans a turn opens --
 

@@ -66,6 +66,20 @@ class Shipper:
         elif len(queue) == self.frame:
             self.wake.set()
 
+    def put_all(self, records: list[tuple]) -> None:
+        """On the loop: a finished turn's spans at once."""
+        queue = self.queue
+        room = self.limit - len(queue)
+        if room < len(records):
+            self.dropped += len(records) - max(room, 0)
+            records = records[:max(room, 0)]
+        before = len(queue)
+        queue.extend(records)
+        if self.thread is None:
+            self._start_thread()
+        elif before < self.frame <= len(queue):
+            self.wake.set()
+
     def _start_thread(self) -> None:
         with self.lock:
             if self.thread is None and not self.stopping:
