@@ -7,6 +7,10 @@ Each round loads every variant at concurrency 1 (p50/p99 latency) and 32 (reques
 rotated order; the table gives per-variant medians over the rounds and the ratios against off in
 the same run. The live collector counts the `memplane.turn` spans it received (decoded after the
 load, not during it) against the turns the traced proxy answered: every turn traced, or not.
+
+`--calls N`: only the tracing calls one turn makes, N times in a loop in this process, exporting to
+the live collector: the CPU per turn of this process and of its exporting process (run it with
+PYTHONPATH pointing at another checkout to compare implementations).
 """
 
 from __future__ import annotations
@@ -132,13 +136,65 @@ def _median(values: list[float | None]) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+def _calls(n: int) -> dict:
+    """The tracing calls of one turn, `n` times, on (every turn sampled) and off: CPU per turn."""
+    from types import SimpleNamespace
+
+    from memplane_core.telemetry import MemoryOp
+    from proxy.tracing import Tracing
+    request = SimpleNamespace(headers={}, method="POST", path="/v1/chat/completions")
+    body = {"model": "gpt-test", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    op = MemoryOp("bench", "svc", "recall", "succeeded", 3.0, 200, 2, 400, 0)
+
+    def turns(tracing: Tracing, count: int) -> None:
+        for i in range(count):
+            with tracing.turn("openai", "openai", request) as traced:
+                tracing.agent("bench", f"turn_{i}")
+                with tracing.step("memplane.recall"):
+                    tracing.memory_op(op)
+                with tracing.upstream("openai", body, "http://127.0.0.1:9/v1/chat/completions"):
+                    with tracing.ledger_write({"id": f"e{i}", "claw_id": "bench", "status_code": 200,
+                                               "effective_model": "gpt-test", "response": {"format": "json"},
+                                               "usage": {"prompt_tokens": 12, "completion_tokens": 30}}):
+                        pass
+                with tracing.step("memplane.retain.enqueue"):
+                    pass
+                traced.answered(SimpleNamespace(status=200))
+
+    me = os.getpid()
+    with _collector(hang=False) as port:
+        collector_pid = [p for p in _tree(me) if p != me][0]
+
+        def exporters() -> float:
+            return cpu_seconds([p for p in _tree(me) if p not in (me, collector_pid)])
+
+        out = {}
+        for name, env in (("off", {}), ("on", {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                                               "OTEL_TRACES_SAMPLER": "always_on"})):
+            tracing = Tracing.from_env(env=env)
+            turns(tracing, 200)
+            time.sleep(3)  # the exporting process started
+            own, theirs = time.process_time(), exporters()
+            turns(tracing, n)
+            time.sleep(2 * float(env.get("OTEL_BSP_SCHEDULE_DELAY", 5000)) / 1000 + 1)
+            out[name] = {"process_cpu_us": round((time.process_time() - own) / n * 1e6, 1),
+                         "exporter_cpu_us": round((exporters() - theirs) / n * 1e6, 1)}
+            tracing.shutdown()
+            print(f"tracing {name}: {out[name]['process_cpu_us']} µs of this process's CPU per turn, "
+                  f"{out[name]['exporter_cpu_us']} µs of its exporting process's", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--requests", type=int, default=400 if QUICK else 1500, help="c=1 turns per run")
     p.add_argument("--seconds", type=float, default=3 if QUICK else 6, help="c=32 seconds per run")
     p.add_argument("--collector", choices=["live", "hang"], help=argparse.SUPPRESS)
+    p.add_argument("--calls", type=int, default=0, help="only the tracing calls, this many turns in a loop")
     opts = p.parse_args(argv)
+    if opts.calls:
+        return _calls(opts.calls)
     if opts.collector:
         _serve_collector(opts.collector == "hang")
         return {}

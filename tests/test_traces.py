@@ -363,3 +363,17 @@ def test_the_exporting_process_sends_the_bytes_the_sdk_would():
     encoder.encode(records)  # a second pass: from the cache of serialized attributes
     ours.ParseFromString(encoder.encode(records))
     assert ours == sdk
+
+
+async def test_a_malformed_traceparent_starts_a_trace_of_its_own(collector, make_stack):
+    stack = await make_stack()
+    stack.add_agent("plain")
+    for header in ("00-zz-yy-01", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "01-" + "a" * 2000,
+                   "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):  # version ff: invalid (W3C)
+        await stack.openai("plain").chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"traceparent": header, "tracestate": "=" * 500})
+    await collector.wait_for(4)
+    roots = collector.named("memplane.turn")
+    assert all(r["parent"] == "" and r["trace"] != "0" * 32 for r in roots)
+    assert len({r["trace"] for r in roots}) == 4

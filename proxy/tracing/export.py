@@ -105,7 +105,10 @@ class Exporter:
         """The SDK exporter's HTTP client: compression, headers, timeout and retries as OTEL_* say
         (its `export` would re-encode from `ReadableSpan`s; the bytes are already OTLP)."""
         try:
-            return bool(self.exporter._client.export(body).success)
+            client = getattr(self.exporter, "_client", None)
+            if client is None:  # an SDK before 1.45: its one-request `_export`, without the retries
+                return bool(self.exporter._export(body).ok)
+            return bool(client.export(body).success)
         except Exception as exc:  # noqa: BLE001 - a failed export is reported, never fatal
             self.errors.last = f"{type(exc).__name__}: {exc}"[:500]
             return False
