@@ -276,7 +276,7 @@ class OtelTracing(Tracing):
             else:
                 trace.held.append(record)
         elif trace.sampled or trace.failed and self.keep_failed:
-            self.shipper.put(record)  # after its turn (a retain delivery): the turn's decision stands
+            self.shipper.put(record)  # after its turn: sent if the turn was, or if it failed itself
 
     def _decide(self, trace: _Trace, last: tuple) -> None:
         trace.done = True
