@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
     if opts.collector:
         _serve_collector(opts.collector == "hang")
         return {}
+    load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="memplane-tracing-bench-"))
     ctx = tmp / "ctx"
     token, _ = write_agent(ctx, "off")
@@ -257,12 +258,20 @@ def main(argv: list[str] | None = None) -> dict:
         off = off or m
         m["c1_p99_ratio"] = round(m["c1_p99_ms"] / off["c1_p99_ms"], 2)
         m["c32_rps_ratio"] = round(m["c32_rps"] / off["c32_rps"], 2)
+        # the same, round by round (each variant against off in its own round), then the median
+        m["c1_p99_ratio_by_round"] = _median([x["c1"]["p99_ms"] / o["c1"]["p99_ms"]
+                                              for x, o in zip(runs[name], runs["off"])])
+        m["c32_rps_ratio_by_round"] = _median([x["c32"]["rps"] / o["c32"]["rps"]
+                                               for x, o in zip(runs[name], runs["off"])])
         summary[name] = m
-        rows.append([name, m["c1_p50_ms"], m["c1_p99_ms"], m["c1_p99_ratio"], m["c32_rps"], m["c32_rps_ratio"],
+        rows.append([name, m["c1_p50_ms"], m["c1_p99_ms"], m["c1_p99_ratio"], m["c1_p99_ratio_by_round"],
+                     m["c32_rps"], m["c32_rps_ratio"], m["c32_rps_ratio_by_round"],
                      m["proxy_cpu_us"], m["exporter_cpu_us"], m["errors"]])
     print(f"{opts.rounds} rounds, rotated order; medians; c=1: {opts.requests} turns a run, "
-          f"c=32: {opts.seconds:g} s a run; host: {os.cpu_count()} cores, shared")
-    print(table(["traces", "c=1 p50 ms", "c=1 p99 ms", "p99 × off", "c=32 req/s", "req/s × off", "proxy CPU µs/turn",
+          f"c=32: {opts.seconds:g} s a run; host: {os.cpu_count()} cores, shared, load average "
+          f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(table(["traces", "c=1 p50 ms", "c=1 p99 ms", "p99 × off", "(by round)", "c=32 req/s", "req/s × off",
+                 "(by round)", "proxy CPU µs/turn",
                 "exporter CPU µs/turn", "errors"], rows))
     turns = received.get("memplane.turn", 0)
     print(f"live collector: {turns} memplane.turn spans for {answered} turns answered "
