@@ -97,6 +97,9 @@ class Exporter:
                 if not self.send(self.encoder.encode(records)):
                     self.failures += 1
                     self.failed_spans += len(records)
+                    if self.closed:  # the proxy stopped and the collector fails: one timeout, not one a batch
+                        self.dropped += len(self.queue)
+                        self.queue.clear()
             self.report()
             if self.closed and not self.queue:
                 return
