@@ -12,11 +12,13 @@ import io
 import subprocess
 import sys
 
+import orjson
 import pytest
 from aiohttp import web
 
 from memory_adapters.embedded.app import build_embedded_app
 from memplane_core.redact import Redactor
+from memplane_cli.runner import free_port
 from memplane_core.telemetry import Telemetry, make_logger
 from tests.conftest import url_of
 
@@ -239,3 +241,139 @@ async def test_a_streamed_anthropic_turn_reports_its_usage_on_the_provider_span(
     assert attrs["gen_ai.request.max_tokens"] == 64
     assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
     assert b"Miso" not in b"".join(collector.bodies)
+
+
+def _roots_of(collector, agent_id: str) -> list[dict]:
+    return [r for r in collector.named("memplane.turn") if r["attrs"].get("memplane.agent.id") == agent_id]
+
+
+async def test_sampling_follows_the_standard_variables_and_keeps_a_degraded_turn(
+        collector, make_stack, monkeypatch):
+    """parentbased_traceidratio at 0: a turn of its own is dropped, so is one whose caller did not
+    sample it; a caller's sampled trace is kept, and so is a turn whose recall failed."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    stack = await make_stack()
+    stack.add_agent("plain")
+    stack.add_agent("broken", f"http://127.0.0.1:{free_port()}", service="gone",  # nothing listens there
+                    recall={"path": "/recall", "timeout_ms": 300})
+    plain = stack.openai("plain")
+    ask = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
+    await plain.chat.completions.create(**ask)  # a root of its own: the ratio says no
+    unsampled, sampled = "1" * 32, "2" * 32
+    await plain.chat.completions.create(**ask, extra_headers={"traceparent": f"00-{unsampled}-{'3' * 16}-00"})
+    await stack.openai("broken").chat.completions.create(**ask)  # recall failed: degraded, kept anyway
+    await plain.chat.completions.create(**ask, extra_headers={"traceparent": f"00-{sampled}-{'4' * 16}-01"})
+    await stack.settle()
+    await collector.wait_for(2)
+
+    # spans leave in order: the kept ones are here, so the dropped ones would be too
+    kept = _roots_of(collector, "plain")
+    assert [r["trace"] for r in kept] == [sampled]
+    assert "memplane.trace.kept" not in kept[0]["attrs"]
+    broken = _roots_of(collector, "broken")
+    assert len(broken) == 1 and broken[0]["attrs"]["memplane.trace.kept"] == "failed"
+    recall = next(s for s in collector.spans if s["trace"] == broken[0]["trace"] and s["name"] == "memplane.recall")
+    assert recall["status"] == 2 and recall["attrs"]["memplane.memory.status"] == "failed"  # STATUS_CODE_ERROR
+    assert {s["name"] for s in collector.spans if s["trace"] == broken[0]["trace"]} >= {
+        "memplane.turn", "memplane.recall", "chat gpt-test", "memplane.ledger.write"}  # the whole turn
+
+
+async def test_parentbased_always_off_keeps_only_what_the_caller_sampled(collector, make_stack, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    ask = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
+    await plain.chat.completions.create(**ask)
+    sampled = "5" * 32
+    await plain.chat.completions.create(**ask, extra_headers={
+        "traceparent": f"00-{sampled}-{'6' * 16}-01", "tracestate": "vendor=abc"})
+    await collector.wait_for(1)
+    assert [r["trace"] for r in collector.named("memplane.turn")] == [sampled]
+
+
+async def test_always_off_records_nothing(collector, make_stack, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    stack = await make_stack()
+    assert not stack.state.tracing.enabled  # not even the exporting process
+
+
+async def test_an_unreachable_collector_is_logged_once_a_minute_and_turns_go_on(
+        collector, make_stack, monkeypatch, capfd):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # refuses connections
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    ask = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
+
+    def failures() -> list[dict]:
+        lines = [orjson.loads(line) for line in stack.log.getvalue().splitlines()]
+        return [e for e in lines if e.get("event") == "tracing_export_failed"]
+
+    for _ in range(3):
+        assert (await plain.chat.completions.with_raw_response.create(**ask)).http_response.status_code == 200
+    for _ in range(200):
+        if failures():
+            break
+        await asyncio.sleep(0.05)
+    for _ in range(10):  # more turns, more failed exports, within the same minute
+        await plain.chat.completions.create(**ask)
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.5)
+
+    reported = failures()
+    assert len(reported) == 1
+    assert reported[0]["spans_lost"] >= 1 and reported[0]["endpoint"].endswith("/v1/traces")
+    assert reported[0]["error"]  # what the exporter said, once
+    assert "Failed to export" not in capfd.readouterr().err  # the SDK's per-batch lines stay quiet
+
+
+def test_the_exporting_process_sends_the_bytes_the_sdk_would():
+    """A span record encoded here parses to the same OTLP span the SDK's encoder makes of it."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+    from proxy.tracing.encode import Encoder
+
+    attrs = {"gen_ai.request.model": "gpt-test", "memplane.stream": False, "server.port": 8080,
+             "memplane.memory.latency_ms": 3.25, "memplane.turn.id": "turn_1", "tags": ["a", "b"]}
+    records = [(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7 + i, 0x1111 if i else 0x2222, i == 0,
+                "chat gpt-test", kind, 1_700_000_000_000_000_000 + i, 1_700_000_000_000_500_000 + i,
+                dict(attrs, i=i), code, "timed_out" if code == 2 else None, "vendor=abc" if i % 2 else None)
+               for i, (kind, code) in enumerate([(1, 0), (2, 2), (0, 1), (2, 0)])]
+    resource = Resource.create({"service.name": "memplane"})
+
+    def readable(r):
+        trace_id, span_id, parent_id, remote, name, kind, start, end, a, code, desc, state = r
+        ts = TraceState.from_header([state]) if state else None
+        ctx = SpanContext(trace_id, span_id, False, TraceFlags(1), ts)
+        return ReadableSpan(name=name, context=ctx, kind=SpanKind(kind), resource=resource, attributes=a,
+                            parent=SpanContext(trace_id, parent_id, remote, TraceFlags(1), ts),
+                            status=Status(StatusCode(code), desc), start_time=start, end_time=end,
+                            instrumentation_scope=InstrumentationScope("memplane.proxy"))
+
+    sdk, ours = trace_service_pb2.ExportTraceServiceRequest(), trace_service_pb2.ExportTraceServiceRequest()
+    sdk.ParseFromString(encode_spans([readable(r) for r in records]).SerializeToString())
+    encoder = Encoder(dict(resource.attributes), "memplane.proxy")
+    encoder.encode(records)  # a second pass: from the cache of serialized attributes
+    ours.ParseFromString(encoder.encode(records))
+    assert ours == sdk
+
+
+async def test_a_malformed_traceparent_starts_a_trace_of_its_own(collector, make_stack):
+    stack = await make_stack()
+    stack.add_agent("plain")
+    for header in ("00-zz-yy-01", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "01-" + "a" * 2000,
+                   "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):  # version ff: invalid (W3C)
+        await stack.openai("plain").chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"traceparent": header, "tracestate": "=" * 500})
+    await collector.wait_for(4)
+    roots = collector.named("memplane.turn")
+    assert all(r["parent"] == "" and r["trace"] != "0" * 32 for r in roots)
+    assert len({r["trace"] for r in roots}) == 4

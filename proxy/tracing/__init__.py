@@ -2,7 +2,8 @@
 
 `Tracing.from_env()` is a no-op object unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set: then, and only then, the OpenTelemetry SDK is
-imported (`proxy/tracing/otel.py`). Off, each span is one shared object whose enter and exit do
+imported (`proxy/tracing/otel.py` records spans, `ship.py` hands them to the exporting process
+`export.py`; docs/tracing.md). Off, each span is one shared object whose enter and exit do
 nothing, so a proxy without a collector pays neither the SDK's import nor its per-span work.
 
 The turn (`memplane.turn`) is the root; its children are the named steps proxy/turn/ wraps
@@ -46,11 +47,14 @@ NOOP = _NoSpan()
 
 
 def enabled_by(env: Mapping[str, str]) -> bool:
-    """The standard switches: an OTLP endpoint set, the SDK not disabled, the traces exporter not `none`."""
+    """The standard switches: an OTLP endpoint set, the SDK not disabled, the traces exporter not `none`,
+    the sampler not `always_off`."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
+    if env.get("OTEL_TRACES_SAMPLER", "").strip().lower() == "always_off":
+        return False  # nothing would be sampled: record nothing at all
     return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
                 or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())
 
@@ -76,7 +80,7 @@ class Tracing:
                 and telemetry is not None:
             telemetry.warning("tracing_protocol", error="memplane exports OTLP over HTTP (http/protobuf) only",
                               protocol=env.get("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        return OtelTracing(redactor, env)
+        return OtelTracing(redactor, env, telemetry)
 
     def turn(self, fmt_name: str, provider: str, request: Any) -> Any:
         """The turn's root span (app.py's turn route); `.answered(response)` notes the status."""
