@@ -1,7 +1,7 @@
 """A memory retained a moment ago has no vector until the embedding backlog reaches it (seconds
 after a burst of retains on a slow CPU). Recall ranks it on its words meanwhile — not as if its
 meaning were average, which put a new fact that matches the question below older turns that
-match it no better (bench/README.md, "A backlog behind")."""
+match it no better (bench/results/HISTORY.md, "Recall in time on a busy machine")."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ people it asks about are not expansion terms (they found the hits already), nor 
 memory holds, nor is a turn that only asks (context.asks) a source.
 
 `python -m bench.quality.loo --experiment feedback` patches it into `AgentIndex._ranked`. Leave-one-
-conversation-out it lost on one split (bench/README.md, "Memory that connects", sixteenth session),
+conversation-out it lost on one split (bench/results/HISTORY.md, "Memory that connects", sixteenth session),
 so the engine does not run it.
 """
 

@@ -18,7 +18,7 @@ for such a question (`asks`: a modal verb), neither for any other:
   after the other's short reply ("Wow!"), and for a question about them the reply is room better
   spent on more of what they said.
 
-Chosen leave-one-conversation-out on LoCoMo's dev set (bench/README.md, "Questions about a person's
+Chosen leave-one-conversation-out on LoCoMo's dev set (bench/results/HISTORY.md, "Questions about a person's
 character"; `python -m bench.quality.loo --experiment inference`).
 """
 

@@ -7,7 +7,8 @@ to them) is reordered by `score + WEIGHT x best neighbour's score`. A turn whose
 both off topic drops a little; one next to a strong hit rises. A turn that only asks
 (`asks`) states nothing a later question could need, so it moves `ASKS_PENALTY` down.
 
-Leave-one-conversation-out on LoCoMo's dev set chose these values (bench/README.md, "Context").
+Leave-one-conversation-out on LoCoMo's dev set chose these values (bench/results/HISTORY.md, "Ranking a
+turn in its conversation").
 """
 
 from __future__ import annotations

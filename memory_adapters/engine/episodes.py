@@ -1,7 +1,7 @@
 """A retained turn becomes one episode: what was said, by whom, when, in which session.
 
 Conversations are remembered as they were said, turn by turn: on real long conversations plain
-retrieval over raw turns beats summaries and extracted facts (bench/README.md, "LoCoMo"), and a
+retrieval over raw turns beats summaries and extracted facts (bench/results/HISTORY.md, "LoCoMo"), and a
 turn's neighbours carry the context that a single sentence leaves out.
 """
 

@@ -4,7 +4,7 @@ their lexical row, never turned into dicts of ids.
 Why: a recall fuses up to 400 candidates of each signal. Done with a dict per signal, a set union
 and a lookup per candidate and signal, that was half of a recall's ranking CPU (~1.1 of 2.2 ms at
 1,600 memories; the embedded service's event loop, which every recall shares, was busy with it
-under 32 recalls in flight: bench/README.md, "Many agents at once"). The ranking is the one
+under 32 recalls in flight: bench/results/HISTORY.md, "Many agents at once"). The ranking is the one
 `fusion.z_fuse` gives over `fusion.Signal`s of the candidates — same scores, same order, ties by
 id (`tests/test_fused_rows.py` checks it against that definition on random indexes).
 

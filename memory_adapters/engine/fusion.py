@@ -4,7 +4,7 @@ A fixed blend of raw scores (0.7 BM25 + 0.3 cosine) lets whichever score has the
 decide; z-scores ask instead "how unusual is this memory's score for this query?", so a
 memory that stands out on either signal rises, and one that stands out on both rises most.
 On LoCoMo's dev set this beat both reciprocal-rank fusion and either signal alone
-(bench/README.md, "LoCoMo").
+(bench/results/HISTORY.md, "LoCoMo").
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ Why: an agent's index is many long-lived objects (memories, their metadata, snip
 order), and Python's full (generation 2) collection walks every tracked object in the process.
 With ten agents' memories in a tiered service on this project's 2-core machine kind, one full
 collection stopped the service for ~220 ms in the middle of the question phase: every recall in
-flight went past its deadline (bench/README.md, "GC pauses"). Indexes are freed by reference
-counting, not by the cycle collector, so as they grow their objects are moved out of its sight
-(`gc.freeze`, CPython's tool for long-lived heaps); later collections walk only what was made
-since. Cyclic garbage already in the oldest generation when a freeze comes is kept with the
-frozen objects: young garbage is collected first, and freezes are spaced by FREEZE_EVERY
-memories indexed, so what is kept is a few requests' worth at most.
+flight went past its deadline (bench/results/HISTORY.md, "Recall in time on a busy machine").
+Indexes are freed by reference counting, not by the cycle collector, so as they grow their objects
+are moved out of its sight (`gc.freeze`, CPython's tool for long-lived heaps); later collections
+walk only what was made since. Cyclic garbage already in the oldest generation when a freeze
+comes is kept with the frozen objects: young garbage is collected first, and freezes are spaced by
+FREEZE_EVERY memories indexed, so what is kept is a few requests' worth at most.
 """
 
 from __future__ import annotations

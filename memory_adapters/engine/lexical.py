@@ -39,7 +39,7 @@ STOPWORDS = frozenset(
 # 'sisters'/'sister' meet as before, by the IR community's rules rather than ours. Leave-one-
 # conversation-out against the suffix strip it replaced: the same default ranking on every
 # conversation, the words-only deadline path 0.857 against 0.852, and half the time per turn
-# (bench/README.md, "Stemming").
+# (bench/results/HISTORY.md, "Stemming").
 _STEMMER = Stemmer.Stemmer("english", 100_000)  # with a cache of the last 100k words
 
 

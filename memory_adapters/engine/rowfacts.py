@@ -3,7 +3,7 @@
 Why: a recall reorders ~400 fused candidates (speakers.py, context.py, sittings.py) and then
 drops repeated texts before packing; done over `(id, score)` pairs, each step looked every
 candidate up in a dict, and together they were half of a recall's ranking CPU in the embedded
-service's event loop at 32 recalls in flight (bench/README.md, "Many agents at once"). Kept here
+service's event loop at 32 recalls in flight (bench/results/HISTORY.md, "Many agents at once"). Kept here
 by the memory's lexical row (fused.py keys candidates by it), the same steps are a few array
 operations per recall. Lexical rows are never reused (a memory put again takes a new row), so a
 row's facts are written when its memory is indexed and its neighbours whenever `around` changes.

@@ -11,7 +11,7 @@ lifts into the block ranked 60th-300th before), after the speaker and context st
 
 Only episodes that state something have a sitting: a typed memory (a fact, a preference) and a
 turn that only asks are each a sitting of their own.
-Chosen leave-one-conversation-out on LoCoMo's dev set (bench/README.md, "Memory that connects").
+Chosen leave-one-conversation-out on LoCoMo's dev set (bench/results/HISTORY.md, "Memory that connects").
 """
 
 from __future__ import annotations

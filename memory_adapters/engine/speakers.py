@@ -7,7 +7,7 @@ helped, Ana!") — and past the few best hits the fused scores are flat, so thos
 Recall adds `BOOST` (z units) to each hit spoken by a person the question names, before the turns
 are ranked in their conversation (context.py). A question that names both speakers moves both;
 memories without a `Name:` prefix (most agents' turns) are never moved. Chosen leave-one-
-conversation-out on LoCoMo's dev set (bench/README.md, "Memory that connects").
+conversation-out on LoCoMo's dev set (bench/results/HISTORY.md, "Memory that connects").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Entry ids stay the `hist1_…` content hashes: a retain delivered twice is still
 
 Tombstones (a hash per agent) and dead letters (one stream, plus a set of ids per agent) live beside
 them, so `forget`, `backfill`, `audit` and `ledger export` read the same ledger from any replica.
-Redis must persist with AOF (see README, "Running more than one proxy").
+Redis must persist with AOF (see docs/operating.md, "Running more than one proxy").
 """
 
 from __future__ import annotations

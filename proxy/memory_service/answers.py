@@ -30,7 +30,7 @@ def deadline_ms(timeout_ms: int) -> int:
     processes that wait for a core (bench.busy: with one core burning beside a loaded machine,
     answers overshot a 225 ms deadline by more than 75 ms; words in time beat vectors too late).
     Half: on a 2-core AVX2-only host with one core burning, a 180 ms deadline gave a recall p99 of
-    172 ms, 150 ms gave 140 ms with the same quality (bench/README.md, "Ninth session")."""
+    172 ms, 150 ms gave 140 ms with the same quality (bench/results/HISTORY.md, "Ninth session")."""
     return max(0, timeout_ms - max(10, timeout_ms // 2))
 
 

@@ -5,7 +5,7 @@ Why: the service keeps the deadline by its own clock, from when it reads the req
 writes the answer. Around that lie the request's and the answer's way: sockets, JSON, a network
 between two hosts, and on a host whose cores are all taken the wake-ups of two processes waiting
 for a core (seven busy processes on two cores: 55-105 ms past the deadline at p99, more at worst;
-bench/README.md, "Heavier contention"). Half the recall timeout is kept for that way
+bench/results/HISTORY.md, "Heavier contention"). Half the recall timeout is kept for that way
 (`answers.deadline_ms`); when it takes more, every answer the service made "in time" reaches the
 proxy after its timeout: no memories at all, turn after turn. So the proxy remembers, per agent
 and recall endpoint, how far past the deadline it sent the latest answers arrived, and tells the
