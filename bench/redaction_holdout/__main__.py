@@ -1,0 +1,113 @@
+"""Score redaction on the vendor-format corpus (`corpus.jsonl`, see generate.py): recall over
+secrets, look-alike twins changed, collateral changed — the held-out split (vendors never looked at
+while rules were written) first, then dev, then the project's older public-fixture set.
+
+    python -m bench.redaction_holdout [--misses dev]   # list dev misses (never held-out ones)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+from memplane_core.redact import Redactor
+from memplane_core.redaction.corpus import Sample, redacted
+
+from ..harness import table, write_results
+from ..redaction_public_data import samples as public_samples
+from .generate import Item, load
+
+
+def leaked(secret: str, out: str) -> bool:
+    """The secret, or any 12-character run of it, is still in the output (a half-redacted key leaks)."""
+    if secret in out:
+        return True
+    n = 12
+    return any(secret[i:i + n] in out for i in range(0, max(1, len(secret) - n + 1), 4) if len(secret) >= n)
+
+
+def score(items: list[Item], redactor: Redactor) -> dict:
+    rows: dict[str, dict] = defaultdict(lambda: {"secrets": 0, "found": 0, "twins": 0, "twins_changed": 0,
+                                                 "collateral": 0, "collateral_changed": 0})
+    misses: list[tuple[Item, str]] = []
+    for it in items:
+        out = redacted(redactor, it.text)
+        for key in ("total", f"context:{it.context}" if it.group != "collateral" else "collateral:" + it.context):
+            row = rows[key]
+            if it.group == "secret":
+                row["secrets"] += 1
+                ok = not leaked(it.secret, out)
+                row["found"] += ok
+                if not ok and key == "total":
+                    misses.append((it, out))
+            elif it.group == "twin":
+                row["twins"] += 1
+                row["twins_changed"] += out != it.text
+                if out != it.text and key == "total":
+                    misses.append((it, out))
+            else:
+                row["collateral"] += 1
+                row["collateral_changed"] += out != it.text
+                if out != it.text and key == "total":
+                    misses.append((it, out))
+    for row in rows.values():
+        row["recall"] = row["found"] / row["secrets"] if row["secrets"] else None
+        row["twin_fp"] = row["twins_changed"] / row["twins"] if row["twins"] else None
+        row["collateral_fp"] = row["collateral_changed"] / row["collateral"] if row["collateral"] else None
+    return {"rows": dict(sorted(rows.items())), "misses": misses}
+
+
+def public_rows(redactor: Redactor) -> dict[str, dict]:
+    out = {}
+    for split, keep in (("held-out", lambda s: s.held_out), ("all", lambda s: True)):
+        found = secrets = looks = changed = 0
+        for s in public_samples():
+            if not keep(s):
+                continue
+            got = redacted(redactor, Sample(s.context, s.secret, s.text, s.context, s.held_out).text)
+            if s.secret:
+                secrets += 1
+                found += s.secret not in got
+            else:
+                looks += 1
+                changed += got != s.text
+        out[split] = {"secrets": secrets, "recall": found / secrets, "lookalikes": looks, "fp": changed / looks}
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--misses", choices=["dev"], help="print the dev split's misses (held-out ones are never shown)")
+    ap.add_argument("--contexts", action="store_true", help="per-context rows")
+    args = ap.parse_args()
+    items = load()
+    redactor = Redactor()
+    report = {}
+    for split in ("held-out", "dev"):
+        res = score([i for i in items if i.split == split], redactor)
+        report[split] = res["rows"]
+        t = res["rows"]["total"]
+        print(f"{split}: recall {_pct(t['recall'])} ({t['found']}/{t['secrets']}), look-alike twins changed "
+              f"{_pct(t['twin_fp'])} ({t['twins_changed']}/{t['twins']}), collateral changed "
+              f"{_pct(t['collateral_fp'])} ({t['collateral_changed']}/{t['collateral']})")
+        if args.contexts:
+            print(table(["group", "secrets", "recall", "twins", "twins changed", "collateral", "changed"],
+                        [[k, r["secrets"], _pct(r["recall"]), r["twins"], _pct(r["twin_fp"]), r["collateral"],
+                          _pct(r["collateral_fp"])] for k, r in res["rows"].items() if k != "total"]))
+        if args.misses == split:
+            for it, out in res["misses"]:
+                print(f"--- {it.group} {it.vendor} {it.context}\n{it.text}\n=> {out}")
+    pub = public_rows(redactor)
+    report["public"] = pub
+    for split, r in pub.items():
+        print(f"public fixtures ({split}): recall {_pct(r['recall'])} of {r['secrets']}, look-alikes changed "
+              f"{_pct(r['fp'])} of {r['lookalikes']}")
+    write_results("redaction_holdout", report)
+
+
+if __name__ == "__main__":
+    main()
