@@ -6,8 +6,11 @@ the secret group, so only the group is replaced."""
 
 from __future__ import annotations
 
-from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, mixed_token_check, \
+import dataclasses
+
+from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, looks_reference, mixed_token_check, \
     random_enough, shannon_entropy, vendor_token_check
+from .named import key_must_look_generated
 from .pieces import PIECE_RULES
 from .rule import Rule, compile_re2, rule
 
@@ -59,7 +62,7 @@ def _in_secret_document(text: str, s: int, e: int) -> tuple[int, int] | None:
 
 # Order matters: specific vendor formats first, generic shapes (bearer, assignments) last,
 # so a token is reported under its most precise kind.
-OVERLAY_RULES: tuple[Rule, ...] = (
+_OVERLAY_RULES: tuple[Rule, ...] = (
     rule("private_key",
          r"-----BEGIN[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END[ A-Z0-9_]{0,100}PRIVATE KEY"
          r"(?: BLOCK)?-----", ["PRIVATE KEY"]),
@@ -146,7 +149,7 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     rule("credential_assignment",
          r"(?i)<[A-Za-z0-9_:.\-]{0,64}(?:password|passwd|pwd|secret|token|apikey|api_key)[A-Za-z0-9_:.\-]{0,64}>"
          r"([^<\s]{4,512})</", ["pass", "pwd", "secret", "token", "key"], icase=True, group=1,
-         check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 2.0),
+         check=lambda v: not looks_placeholder(v) and not looks_reference(v) and shannon_entropy(v) >= 2.0),
     # Kubernetes Secret: every value of its `data:` / `stringData:` block
     rule("kubernetes_secret", r"(?m)^[ \t]*(?:data|stringData):[ \t]*\n((?:[ \t]+[^\n]*(?:\n|$))+)",
          ["kind: secret"], icase=True, group=1,
@@ -182,3 +185,8 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          r"CREDENTIALS?)[A-Z0-9_]{0,64}[ \t]{0,8}=[ \t]{0,8}(?:\"([^\s\"]{4,})\"|'([^\s']{4,})'|([^\s\"']{4,}))",
          ["PASS", "PWD", "SECRET", "TOKEN", "KEY", "AUTH", "CREDENTIAL"], group=None, check=assignment_check),
 )
+
+# the rules that find a value by its name alone: a key's or token's value must look generated
+OVERLAY_RULES: tuple[Rule, ...] = tuple(
+    dataclasses.replace(r, allowed=key_must_look_generated) if r.kind == "credential_assignment" and r.allowed is None
+    else r for r in _OVERLAY_RULES)
