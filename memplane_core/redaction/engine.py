@@ -351,7 +351,7 @@ class Redactor:
                     out[key] = self.text(v, counts)[0]
                 elif kind & _SENSITIVE and not looks_placeholder(v) and not self._allowed(v):
                     scanned, found = self.text(v)
-                    if found:
+                    if found and set(found) != {"named_credential"}:  # a vendor's kind is named; else the whole field goes
                         counts.update(found)
                         out[key] = scanned
                     else:
