@@ -117,6 +117,8 @@ def jwt_check(value: str) -> bool:
 def vendor_token_check(value: str) -> bool:
     """`<vendor prefix>_<random body>` (gsk_…, pscale_tkn_…): the body is long and random — several
     digits, upper- and lower-case letters, high entropy — unlike a snake_case or CamelCase name."""
+    if value.lower().startswith(("pk_", "pub_", "public_")):
+        return False  # a publishable key (`pk_live_…`) is public by design
     body = value.rsplit("_", 1)[-1]
     digits = sum(c.isdigit() for c in body)
     upper = sum(c.isupper() for c in body)

@@ -30,7 +30,7 @@ _VALUE = r"([^\s\"'`<>,;()\[\]{}&]{8,256})"
 _VERSION = re2.compile(r"^v?\d+(?:[._\-]\d+)+(?:[._\-+][A-Za-z0-9.]+)?$")
 _EMAIL = re2.compile(r"^[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}$")
 _PIECES = re2.compile(r"[\-_.:/\\@+=~]+")
-_WORDY = re2.compile(r"^(?:[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]+|[A-Za-z]+[0-9]{1,3}|[0-9]{1,6}|v[0-9]+)$")
+_WORDY = re2.compile(r"^(?:[A-Z]?[a-z]+(?:[A-Z](?:[a-z]+|[0-9]{1,2})[0-9]{0,2})*|[A-Z]+|[A-Za-z]+[0-9]{1,3}|[0-9]{1,6}|v[0-9]+)$")
 _CAMEL = re2.compile(r"^[A-Za-z][a-z]+(?:[A-Z][a-z0-9]+)+$|^[A-Z]+(?:_[A-Z0-9]+)*$")  # camelCase, CONSTANT_NAME
 _TRAILING = ".,:;!?)]}'\"`"
 
@@ -67,7 +67,7 @@ def random_value(value: str, min_len: int = 10) -> bool:
         return False
     if looks_placeholder(v) or looks_reference(v) or _VERSION.search(v) or _EMAIL.search(v) or _CAMEL.search(v):
         return False
-    if v.startswith(("!", "ENC[")) or v.isdigit():
+    if v.startswith(("!", "ENC[", "*", "&")) or v.isdigit():  # a YAML tag, SOPS, a pointer or spread in code
         return False
     pieces = [p for p in _PIECES.split(v) if p]
     if pieces and all(_WORDY.search(p) for p in pieces):
@@ -89,6 +89,8 @@ def random_value(value: str, min_len: int = 10) -> bool:
 
 def _trim(text: str, s: int, e: int) -> tuple[int, int] | None:
     """A value's trailing sentence punctuation is not part of it ("… is Xy7q2…." ends a sentence)."""
+    if text.startswith("(", e):
+        return None  # `auth = _SigV4Auth(config=…)`: a call, not a value
     while e > s and text[e - 1] in _TRAILING:
         e -= 1
     return (s, e) if e > s else None
@@ -135,8 +137,8 @@ def _prefixed(v: str) -> bool:
         return False  # a publishable key (`pk_live_…`, `pk.…`) is public by design
     body = m.group(2)
     lower, upper, digit, _ = _classes(body)
-    if shannon_entropy(body) < 3.5 or looks_placeholder(body):
-        return False
+    if shannon_entropy(body) < (3.5 if lower and upper else 3.2) or looks_placeholder(body):
+        return False  # (40 random hex digits measure 3.7 ± 0.1)
     if lower and upper:
         return digit >= 2 and _case_switches(body) >= 0.3
     return digit >= 4 and (lower + upper) >= 4 and len(body) >= 32
