@@ -83,6 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--misses", choices=["dev"], help="print the dev split's misses (held-out ones are never shown)")
     ap.add_argument("--contexts", action="store_true", help="per-context rows")
+    ap.add_argument("--code", action="store_true", help="also: lines of installed third-party code changed")
     args = ap.parse_args()
     items = load()
     redactor = Redactor()
@@ -106,7 +107,45 @@ def main() -> None:
     for split, r in pub.items():
         print(f"public fixtures ({split}): recall {_pct(r['recall'])} of {r['secrets']}, look-alikes changed "
               f"{_pct(r['fp'])} of {r['lookalikes']}")
+    if args.code:
+        report["code"] = code_collateral(redactor)
+        c = report["code"]
+        print(f"installed third-party code ({', '.join(CODE_PACKAGES)}): {c['changed']} of {c['lines']} lines changed "
+              f"({_pct(c['changed'] / c['lines'])}), by kind {c['kinds']}")
     write_results("redaction_holdout", report)
+
+
+# libraries every memplane install has: code and docs full of `token`, `api_key`, `secret`, `auth`
+# names and ids, and (bar a few documented examples) no credential
+CODE_PACKAGES = ("anthropic", "openai", "aiohttp", "httpx", "anyio", "click", "dateutil", "dns", "dotenv", "fsspec",
+                 "attr", "cachetools", "structlog", "pydantic", "jsonschema", "yaml", "redis")
+
+
+def code_collateral(redactor: Redactor, limit: int = 400_000) -> dict:
+    """Each non-blank line of the packages' .py/.md/.rst/.yaml/.toml/.txt files, redacted alone."""
+    import importlib.util
+    from collections import Counter
+    from pathlib import Path
+
+    lines = changed = 0
+    kinds: Counter[str] = Counter()
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(list(spec.submodule_search_locations)[0])
+        for path in sorted(root.rglob("*")):
+            if path.suffix not in (".py", ".md", ".rst", ".yaml", ".yml", ".toml", ".txt") or not path.is_file():
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                if not line.strip() or len(line) > 2000 or lines >= limit:
+                    continue
+                lines += 1
+                out, found = redactor.text(line)
+                if out != line:
+                    changed += 1
+                    kinds.update(found)
+    return {"lines": lines, "changed": changed, "kinds": dict(kinds.most_common())}
 
 
 if __name__ == "__main__":

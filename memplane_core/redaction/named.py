@@ -118,11 +118,27 @@ NAMED_RULES: tuple[Rule, ...] = (
          ["hook"], icase=True, group=1, inner=r"([A-Za-z0-9_\-+!.:%*~=]{16,256})", check=_long_random),
     # a vendor's own `<prefix>_<body>` / `<prefix>-<body>` key no rule set names yet (lsv2_pt_…, sbp_<hex>):
     # a short lower- or upper-case prefix, then a long random body; not a path or file name segment
-    rule("vendor_token",
-         r"(?:^|[^A-Za-z0-9_\-./+=@:])([A-Za-z][A-Za-z0-9]{1,11}(?:[_\-.][A-Za-z0-9]{1,11}){0,2}[_\-.]"
-         r"[A-Za-z0-9+/]{24,256}={0,2})(?:[^A-Za-z0-9_\-./+=]|[./](?:\s|$)|$)",
-         ["_", "-", "."], group=1, check=lambda v: _prefixed(v)),
+    # (the pattern finds the body after a separator; `_with_prefix` reads the prefix back: one small
+    # DFA instead of counted prefix pieces, as this rule runs on nearly every text)
+    rule("vendor_token", r"[_\-.]([A-Za-z0-9+/]{24,}={0,2})(?:[^A-Za-z0-9_\-./+=]|[./](?:\s|$)|$)",
+         ["_", "-", "."], group=1, check=lambda v: _prefixed(v), refine=lambda text, s, e: _with_prefix(text, s, e)),
 )
+
+_PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_BEFORE_TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./+=@:")
+
+
+def _with_prefix(text: str, s: int, e: int) -> tuple[int, int] | None:
+    """The body's span widened to its prefix (at most 3 pieces, 40 characters), which must start a
+    token: not a path or file-name segment (`/xoxo_love_<hex>.png`), not part of a longer word."""
+    if e - s > 256:
+        return None
+    a = s
+    while a > 0 and s - a < 40 and text[a - 1] in _PREFIX_CHARS:
+        a -= 1
+    if a > 0 and text[a - 1] in _BEFORE_TOKEN:
+        return None
+    return (a, e) if a < s - 1 else None
 
 _PREFIX_SPLIT = re2.compile(r"^((?:[A-Za-z][A-Za-z0-9]{1,11}[_\-.]){1,3})([A-Za-z0-9+/]{24,256})={0,2}$")
 
