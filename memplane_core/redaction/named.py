@@ -22,7 +22,7 @@ _NAME = (r"(?:(?:^|[^A-Za-z])(?i:" + _WORDS + r")|[a-z0-9](?:Key|Token|Secret|Pa
          r"Credentials?|Creds|License|Licence|Dsn|Sig|Signature|KEY|TOKEN|SECRET|PASSWORD|PWD|AUTH))")
 # up to two more words before an explicit separator: "the Datadog API key for prod is …"
 _FILLER = r"(?:[ \t]+[A-Za-z][A-Za-z0-9]{0,11}){0,2}?"
-_SEP = (r"[\"'\]]{0,2}[ \t]{0,8}(?:(?::=|=>|==|=|:|-|,|\bis\b|\bwas\b|\bare\b)[ \t]{0,8}|[ \t]{1,8})"
+_SEP = (r"[\"'\]]{0,2}[ \t]{0,8}(?:(?::=|=>|==|=|:|-|,|\||>|\bis\b|\bwas\b|\bare\b)[ \t]{0,8}\r?\n?[ \t]{0,8}|[ \t]{1,8})"
         r"(?:@?[\"'`(]|\()?[ \t]{0,2}(?i:(?:bearer|token|basic|bot|apikey|key|ssws|oauth|hmac)[ \t]{1,4})?")
 # a value: a run with no spaces, quotes, brackets, commas or `&` (a query's next parameter)
 _VALUE = r"([^\s\"'`<>,;()\[\]{}&]{8,256})"
