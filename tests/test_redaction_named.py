@@ -93,19 +93,22 @@ def test_what_only_looks_like_a_secret_is_kept(text):
 
 def test_a_memorys_key_and_an_encoded_text_body_survive_the_json_walk():
     doc = {"key": "project.deadline_v2", "value": "prefers dark theme",
+           "episode": {"key": "episode:hist1_d79367ee1578b7e94004929010a2b7d0b862cf998f6060ddf22876da18989eb1#1"},
            "body": "eyJ1c2VyIjogImRhbmEiLCAicm9sZSI6ICJ2aWV3ZXIiLCAidGhlbWUiOiAiZGFyayJ9"}
     assert Redactor().json(doc)[0] == doc
 
 
-def test_a_vendor_prefixed_key_in_no_rule_set_is_redacted_but_a_publishable_key_is_kept():
+def test_a_vendor_prefixed_key_in_no_rule_set_is_redacted_but_ids_and_publishable_keys_are_kept():
     rng = random.Random(50)
-    hexkey = "sbx_" + _key(rng, 40, "0123456789abcdef")
     mixed = "qb_pt_" + _key(rng, 40)
-    for key in (hexkey, mixed):
-        out, _ = Redactor().text(f"use {key} for the nightly job")
-        assert key not in out and "[redacted:vendor_token]" in out
-    public = "pk_live_" + _key(rng, 40)
-    assert Redactor().text(f"checkout uses {public}")[0] == f"checkout uses {public}"
+    out, _ = Redactor().text(f"use {mixed} for the nightly job")
+    assert mixed not in out and "[redacted:vendor_token]" in out
+    # a hex body alone is as often a content hash or an object id as a key: found when named
+    hexkey = "sbx_" + _key(rng, 40, "0123456789abcdef")
+    assert hexkey not in Redactor().text(f"the Sandbox API key is {hexkey}")[0]
+    for kept in (f"checkout uses pk_live_{_key(rng, 40)}", f"entry hist1_{_key(rng, 64, '0123456789abcdef')} retained",
+                 f"episode ep_{_key(rng, 32, '0123456789abcdef')} filed"):
+        assert Redactor().text(kept)[0] == kept
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -111,7 +111,7 @@ def main() -> None:
         report["code"] = code_collateral(redactor)
         c = report["code"]
         print(f"installed third-party code ({', '.join(CODE_PACKAGES)}): {c['changed']} of {c['lines']} lines changed "
-              f"({_pct(c['changed'] / c['lines'])}), by kind {c['kinds']}")
+              f"({100 * c['changed'] / c['lines']:.3f} %), by kind {c['kinds']}")
     write_results("redaction_holdout", report)
 
 

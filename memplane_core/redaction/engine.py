@@ -372,7 +372,7 @@ class Redactor:
         if found:
             counts.update(found)
             return alone
-        if not password_named(key) and not random_value(value, 8):
+        if key in ("key", "Key", "KEY") or not password_named(key) and not random_value(value, 8):
             return value  # a memory's `key`, a `cache_key`: a name, not a generated credential
         prefix = f"{key}: "
         both = self.text(prefix + value, found)[0]

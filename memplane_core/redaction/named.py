@@ -27,6 +27,7 @@ _SEP = (r"[\"'\]]{0,2}[ \t]{0,8}(?:(?::=|=>|==|=|:|-|,|\||>|\bis\b|\bwas\b|\bare
 # a value: a run with no spaces, quotes, brackets, commas or `&` (a query's next parameter)
 _VALUE = r"([^\s\"'`<>,;()\[\]{}&]{8,256})"
 
+_NAMESPACED = re2.compile(r"^[a-z][a-z0-9]{2,15}:[^/]")  # `episode:hist1_<hash>`, `user:42:…`: a namespaced name
 _VERSION = re2.compile(r"^v?\d+(?:[._\-]\d+)+(?:[._\-+][A-Za-z0-9.]+)?$")
 _EMAIL = re2.compile(r"^[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}$")
 _PIECES = re2.compile(r"[\-_.:/\\@+=~]+")
@@ -67,7 +68,7 @@ def random_value(value: str, min_len: int = 10) -> bool:
         return False
     if looks_placeholder(v) or looks_reference(v) or _VERSION.search(v) or _EMAIL.search(v) or _CAMEL.search(v):
         return False
-    if v.startswith(("!", "ENC[", "*", "&")) or v.isdigit():  # a YAML tag, SOPS, a pointer or spread in code
+    if v.startswith(("!", "ENC[", "*", "&")) or v.isdigit() or _NAMESPACED.search(v):  # a YAML tag, SOPS, a pointer or spread in code
         return False
     pieces = [p for p in _PIECES.split(v) if p]
     if pieces and all(_WORDY.search(p) for p in pieces):
@@ -144,8 +145,7 @@ _PREFIX_SPLIT = re2.compile(r"^((?:[A-Za-z][A-Za-z0-9]{1,11}[_\-.]){1,3})([A-Za-
 
 
 def _prefixed(v: str) -> bool:
-    """A vendor prefix and a body random enough on its own: mixed case with digits, or hex / one-case
-    alphanumerics with many digits and letters (`sntryu_<64 hex>`)."""
+    """A vendor prefix and a body random enough on its own: mixed case with digits, in random order."""
     m = _PREFIX_SPLIT.search(v)
     if m is None:
         return False
@@ -153,11 +153,11 @@ def _prefixed(v: str) -> bool:
         return False  # a publishable key (`pk_live_…`, `pk.…`) is public by design
     body = m.group(2)
     lower, upper, digit, _ = _classes(body)
-    if shannon_entropy(body) < (3.5 if lower and upper else 3.2) or looks_placeholder(body):
-        return False  # (40 random hex digits measure 3.7 ± 0.1)
-    if lower and upper:
-        return digit >= 2 and _case_switches(body) >= 0.3
-    return digit >= 4 and (lower + upper) >= 4 and len(body) >= 32
+    if shannon_entropy(body) < 3.5 or looks_placeholder(body):
+        return False
+    # one-case bodies (hex, base32) are left to the rules that read a name: bare, `<prefix>_<hex>` is as
+    # often a content-hash or object id (memplane's own `hist1_<sha256>`, `ep_<hex>`) as a key
+    return bool(lower and upper) and digit >= 2 and _case_switches(body) >= 0.3
 
 
 _PASSWORD_NAME = re2.compile(r"(?i)pass|pwd|credential|basic")
