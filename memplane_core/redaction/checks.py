@@ -114,18 +114,6 @@ def jwt_check(value: str) -> bool:
     return isinstance(doc, dict) and bool({"alg", "typ", "enc", "kid"} & set(doc))
 
 
-def vendor_token_check(value: str) -> bool:
-    """`<vendor prefix>_<random body>` (gsk_…, pscale_tkn_…): the body is long and random — several
-    digits, upper- and lower-case letters, high entropy — unlike a snake_case or CamelCase name."""
-    if value.lower().startswith(("pk_", "pub_", "public_")):
-        return False  # a publishable key (`pk_live_…`) is public by design
-    body = value.rsplit("_", 1)[-1]
-    digits = sum(c.isdigit() for c in body)
-    upper = sum(c.isupper() for c in body)
-    lower = sum(c.islower() for c in body)
-    return digits >= 3 and upper >= 3 and lower >= 3 and shannon_entropy(body) >= 4.0 and not looks_placeholder(value)
-
-
 def mixed_token_check(value: str) -> bool:
     """A generated token: long, random, with digits and both cases (not a word, hash or id)."""
     return (not looks_placeholder(value) and any(c.isdigit() for c in value) and any(c.isupper() for c in value)

@@ -97,6 +97,16 @@ def _trim(text: str, s: int, e: int) -> tuple[int, int] | None:
     return (s, e) if e > s else None
 
 
+# "key ID 3AA5…", "token type: …", "key fingerprint …": the words after the credential word say what follows
+_NOT_THE_SECRET = re2.compile(r"(?i)\b(?:id|ids|fingerprint|hash|checksum|digest|name|file|path|url|uri|length|size|"
+                              r"count|type|format|version|expiry|expires|prefix|suffix|hint)\b")
+
+
+def _names_no_secret(secret: str, match: str) -> bool:
+    cut = match.rfind(secret)
+    return _NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None
+
+
 def _long_random(v: str) -> bool:
     return random_value(v, 16)
 
@@ -108,7 +118,7 @@ NAMED_RULES: tuple[Rule, ...] = (
     # a credential word, a separator as people write it, a random value
     rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
          ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
-         icase=True, group=1, check=random_value, refine=_trim),
+         icase=True, group=1, check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
     # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
     rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
          ["@"], group=1, check=_long_random),
@@ -126,7 +136,7 @@ NAMED_RULES: tuple[Rule, ...] = (
 )
 
 _PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
-_BEFORE_TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./+=@:")
+_BEFORE_TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./+")
 
 
 def _with_prefix(text: str, s: int, e: int) -> tuple[int, int] | None:

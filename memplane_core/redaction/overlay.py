@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, looks_reference, mixed_token_check, \
-    random_enough, shannon_entropy, vendor_token_check
+    random_enough, shannon_entropy
 from .named import key_must_look_generated
 from .pieces import PIECE_RULES
 from .rule import Rule, compile_re2, rule
@@ -135,9 +135,7 @@ _OVERLAY_RULES: tuple[Rule, ...] = (
          icase=True, group=1, check=bearer_check),
     rule("basic_auth", r"(?i)\bbasic\s{1,8}([A-Za-z0-9+/]{12,}={0,2})(?:[^A-Za-z0-9+/=]|$)", ["basic"],
          icase=True, group=1, check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 3.0),
-    # any vendor's `<prefix>_<random>` token the rule sets do not name yet (gsk_…, pscale_tkn_…)
-    rule("vendor_token", r"(?:^|[^A-Za-z0-9_\-])([a-z][a-z0-9]{1,9}(?:_[a-z0-9]{1,9})?_[A-Za-z0-9]{30,})" + _E, ["_"],
-         group=1, check=vendor_token_check),
+    # (any vendor's `<prefix>_<random>` token the rule sets do not name yet: `vendor_token` in named.py)
     # memplane's own agent tokens: `<agent-id>:<token_urlsafe(32)>`
     rule("memplane_agent_token", r"(?:^|[^A-Za-z0-9._\-])[A-Za-z0-9][A-Za-z0-9._\-]{0,127}:([A-Za-z0-9_\-]{40,})"
          + _E, [":"], group=1, check=mixed_token_check),
