@@ -68,8 +68,8 @@ def random_value(value: str, min_len: int = 10) -> bool:
         return False
     if looks_placeholder(v) or looks_reference(v) or _VERSION.search(v) or _EMAIL.search(v) or _CAMEL.search(v):
         return False
-    if v.startswith(("!", "ENC[", "*", "&")) or v.isdigit() or _NAMESPACED.search(v):  # a YAML tag, SOPS, a pointer or spread in code
-        return False
+    if v.startswith(("!", "ENC[", "*", "&")) or v.isdigit() or _NAMESPACED.search(v):
+        return False  # a YAML tag, a SOPS value, a pointer or spread in code, a number, a namespaced name
     pieces = [p for p in _PIECES.split(v) if p]
     if pieces and all(_WORDY.search(p) for p in pieces):
         return False  # words and small numbers joined by separators: `from-env`, `user:42:profile`, `page2`
@@ -111,30 +111,6 @@ def _long_random(v: str) -> bool:
     return random_value(v, 16)
 
 
-_EMAIL_PART = r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,4}\.[A-Za-z]{2,24}"
-_TOKEN_CHARS = r"[A-Za-z0-9._~+/=!#$%^*\-]"
-
-NAMED_RULES: tuple[Rule, ...] = (
-    # a credential word, a separator as people write it, a random value
-    rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
-         ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
-         icase=True, group=1, check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
-    # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
-    rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
-         ["@"], group=1, check=_long_random),
-    rule("named_credential", _EMAIL_PART + r"[ \t]{0,4}[/|:][ \t]{0,4}(" + _TOKEN_CHARS + r"{16,256})(?:[\s\"')\]]|$)",
-         ["@"], group=1, check=_long_random),
-    # a webhook's path: every random segment after `/webhook(s)/` or `/hooks/`
-    rule("webhook_url", r"(?i)/(?:webhooks?|hooks|webhookb2|hook)/([A-Za-z0-9_\-.@/+!:%*~=]{1,1000})",
-         ["hook"], icase=True, group=1, inner=r"([A-Za-z0-9_\-+!.:%*~=]{16,256})", check=_long_random),
-    # a vendor's own `<prefix>_<body>` / `<prefix>-<body>` key no rule set names yet (lsv2_pt_…, sbp_<hex>):
-    # a short lower- or upper-case prefix, then a long random body; not a path or file name segment
-    # (the pattern finds the body after a separator; `_with_prefix` reads the prefix back: one small
-    # DFA instead of counted prefix pieces, as this rule runs on nearly every text)
-    rule("vendor_token", r"[_\-.]([A-Za-z0-9+/]{24,}={0,2})(?:[^A-Za-z0-9_\-./+=]|[./](?:\s|$)|$)",
-         ["_", "-", "."], group=1, check=lambda v: _prefixed(v), refine=lambda text, s, e: _with_prefix(text, s, e)),
-)
-
 _PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
 _BEFORE_TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./+")
 
@@ -150,6 +126,7 @@ def _with_prefix(text: str, s: int, e: int) -> tuple[int, int] | None:
     if a > 0 and text[a - 1] in _BEFORE_TOKEN:
         return None
     return (a, e) if a < s - 1 else None
+
 
 _PREFIX_SPLIT = re2.compile(r"^((?:[A-Za-z][A-Za-z0-9]{1,11}[_\-.]){1,3})([A-Za-z0-9+/]{24,256})={0,2}$")
 
@@ -183,3 +160,28 @@ def key_must_look_generated(secret: str, match: str, line: str) -> bool:
 def password_named(name: str) -> bool:
     """Whether a name says password (`db_pass`, `PGPASSWORD`, `basic_auth`): a person may choose a word."""
     return _PASSWORD_NAME.search(name) is not None
+
+
+_EMAIL_PART = r"[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,4}\.[A-Za-z]{2,24}"
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/=!#$%^*\-]"
+
+NAMED_RULES: tuple[Rule, ...] = (
+    # a credential word, a separator as people write it, a random value
+    rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
+         ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
+         icase=True, group=1, check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
+    # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
+    rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
+         ["@"], group=1, check=_long_random),
+    rule("named_credential", _EMAIL_PART + r"[ \t]{0,4}[/|:][ \t]{0,4}(" + _TOKEN_CHARS + r"{16,256})(?:[\s\"')\]]|$)",
+         ["@"], group=1, check=_long_random),
+    # a webhook's path: every random segment after `/webhook(s)/` or `/hooks/`
+    rule("webhook_url", r"(?i)/(?:webhooks?|hooks|webhookb2|hook)/([A-Za-z0-9_\-.@/+!:%*~=]{1,1000})",
+         ["hook"], icase=True, group=1, inner=r"([A-Za-z0-9_\-+!.:%*~=]{16,256})", check=_long_random),
+    # a vendor's own `<prefix>_<body>` / `<prefix>-<body>` key no rule set names yet (`lsv2_pt_…`-style): a
+    # short prefix, then a long random body, not a path or file-name segment. The pattern finds the body
+    # after a separator and `_with_prefix` reads the prefix back: one small DFA instead of counted prefix
+    # pieces, as this rule runs on nearly every text.
+    rule("vendor_token", r"[_\-.]([A-Za-z0-9+/]{24,}={0,2})(?:[^A-Za-z0-9_\-./+=]|[./](?:\s|$)|$)",
+         ["_", "-", "."], group=1, check=_prefixed, refine=_with_prefix),
+)
