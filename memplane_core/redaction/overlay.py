@@ -10,7 +10,7 @@ import dataclasses
 
 from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, looks_reference, mixed_token_check, \
     random_enough, shannon_entropy
-from .named import key_must_look_generated
+from .named import key_must_look_generated, random_value
 from .pieces import PIECE_RULES
 from .rule import Rule, compile_re2, rule
 
@@ -93,7 +93,9 @@ _OVERLAY_RULES: tuple[Rule, ...] = (
          ["glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-"]),
     rule("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}",
          ["hooks.slack.com"]),
-    rule("slack", r"\bxox[abposre]-(?:[0-9]+-)?[A-Za-z0-9\-]{10,}", ["xox"]),
+    # every Slack token holds digits (team and user ids, a random tail); `xoxo-gossip-girl.jpg` holds words
+    rule("slack", r"\bxox[abposre]-(?:[0-9]+-)?[A-Za-z0-9\-]{10,}", ["xox"],
+         check=lambda v: any(c.isdigit() for c in v) and not looks_placeholder(v)),
     rule("slack", r"\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+", ["xapp-"]),
     rule("stripe", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b", ["_live_", "_test_"]),
     rule("google_api_key", r"\b(AIza[0-9A-Za-z_\-]{35})" + _E, ["AIza"], group=1),
@@ -117,7 +119,8 @@ _OVERLAY_RULES: tuple[Rule, ...] = (
     rule("newrelic", r"\bNRAK-[A-Z0-9]{27}\b", ["NRAK-"]),
     rule("npm", r"\bnpm_[A-Za-z0-9]{36}\b", ["npm_"]),
     rule("pypi", r"\bpypi-AgE[A-Za-z0-9_\-]{50,}", ["pypi-"]),
-    rule("huggingface", r"\bhf_[A-Za-z0-9]{30,}\b", ["hf_"], check=random_enough),
+    # a token's body is random; an Objective-C category method (`hf_setupConstraintsForView`) is camelCase words
+    rule("huggingface", r"\bhf_[A-Za-z0-9]{30,}\b", ["hf_"], check=lambda v: random_enough(v) and random_value(v[3:], 16)),
     rule("azure_storage", r"(?i)\b(?:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{20,}={0,2})",
          ["key="], icase=True, group=1),
     rule("azure_storage", r"(?i)[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})", ["sig="], icase=True, group=1),
