@@ -41,6 +41,12 @@ CONTEXTS = (
     "Server=db;User ID=svc;Password={};",
     "amqp://svc:{}@mq.internal/vhost",
     "$ quill login --token {}",
+    "  - name: QUILL_TOKEN\n    value: \"{}\"",
+    '"{}"  # Quillbase api key',
+    "new quillbase secret:\n{}\n",
+    "**Quillbase token**: `{}`",
+    "Quillbase creds -> {}",
+    "I rotated the Quillbase key, new one = {}",
 )
 
 
@@ -68,6 +74,10 @@ def test_an_unknown_services_key_is_redacted_where_people_write_it(template, alp
     "https://api.quillbase.example/v1/items?sort_key=created_at&page_token=page2",
     "Quillbase token: revoked",
     "pinned quillbase==2.14.1 by version",
+    'quill.api_key = "quillbase-prod-v2"',
+    "  - name: QUILL_TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: quill-credentials",
+    '"https://api.quillbase.example/v1"  # Quillbase api key goes in the header',
+    "new quillbase secret:\nask ops for it\n",
 ])
 def test_a_credential_word_with_no_credential_after_it_changes_nothing(text):
     assert Redactor().text(text)[0] == text

@@ -20,10 +20,11 @@ _WORDS = ("key|token|secret|password|passwd|passphrase|pwd|pass|auth|authorizati
           "licence|credentials?|creds|dsn|sig|signature")
 _NAME = (r"(?:(?:^|[^A-Za-z])(?i:" + _WORDS + r")|[a-z0-9](?:Key|Token|Secret|Password|Passwd|Pwd|Pass|Auth|"
          r"Credentials?|Creds|License|Licence|Dsn|Sig|Signature|KEY|TOKEN|SECRET|PASSWORD|PWD|AUTH))")
-# up to two more words before an explicit separator: "the Datadog API key for prod is …"
-_FILLER = r"(?:[ \t]+[A-Za-z][A-Za-z0-9]{0,11}){0,2}?"
-_SEP = (r"[\"'\]]{0,2}[ \t]{0,8}(?:(?::=|=>|==|=|:|-|,|\||>|\bis\b|\bwas\b|\bare\b)[ \t]{0,8}\r?\n?[ \t]{0,8}|[ \t]{1,8})"
+# up to three more words before a separator: "the API key for Logz.io is …", "the key, new one = …"
+_FILLER = r"(?:,?[ \t]+[A-Za-z0-9][A-Za-z0-9.&]{0,15}){0,3}?"
+_SEP = (r"[\"'\]*_]{0,4}[ \t]{0,8}(?:(?::=|=>|->|→|==|=|:|-|,|\||>|\bis\b|\bwas\b|\bare\b)[ \t]{0,8}\r?\n?[ \t]{0,8}|[ \t]{1,8})"
         r"(?:@?[\"'`(]|\()?[ \t]{0,2}(?i:(?:bearer|token|basic|bot|apikey|key|ssws|oauth|hmac)[ \t]{1,4})?")
+# (a closing quote, bracket or Markdown emphasis may come first: `"api_key": `, `**token**: `)
 # a value: a run with no spaces, quotes, brackets, commas or `&` (a query's next parameter)
 _VALUE = r"([^\s\"'`<>,;()\[\]{}&]{8,256})"
 
@@ -157,6 +158,16 @@ def key_must_look_generated(secret: str, match: str, line: str) -> bool:
     return not password_named(match.replace(secret, "", 1)) and not random_value(secret, 8)
 
 
+def names_a_thing(secret: str, match: str, line: str) -> bool:
+    """The narrower allowlist for gitleaks' generic rules: under a key or token name, a value made only of
+    words, small numbers and separators (`tailscale-prod-v2`, `X-Api-Key`) or a camelCase name."""
+    if password_named(match.replace(secret, "", 1)):
+        return False
+    v = secret.strip("\"'`")
+    pieces = [p for p in _PIECES.split(v) if p]
+    return bool(_CAMEL.search(v)) or bool(pieces) and all(_WORDY.search(p) for p in pieces)
+
+
 def password_named(name: str) -> bool:
     """Whether a name says password (`db_pass`, `PGPASSWORD`, `basic_auth`): a person may choose a word."""
     return _PASSWORD_NAME.search(name) is not None
@@ -170,6 +181,19 @@ NAMED_RULES: tuple[Rule, ...] = (
     rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
          ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
          icase=True, group=1, check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
+    # the value alone on the line after the one that names it ("new Datadog secret:\n<value>")
+    rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}:?[ \t]*\r?\n[ \t]*[\"'`]?" + _VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
+         ["key", "token", "secret", "pass", "pwd", "auth", "license", "licence", "cred"], icase=True, group=1,
+         check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
+    # an environment list's entry: `- name: FOO_TOKEN` then `value: "…"` (Kubernetes, Compose, CI)
+    rule("named_credential",
+         r"(?i)\bname[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z0-9_.\-]{0,64}(?:key|token|secret|passw(?:or)?d|pwd|pass|auth|"
+         r"credentials?)[A-Za-z0-9_.\-]{0,64}[\"']?[ \t]*,?[ \t]*(?:\r?\n[ \t]*)?[\"']?value[\"']?[ \t]*[:=][ \t]*[\"']?" + _VALUE,
+         ["name"], icase=True, group=1, check=lambda v: random_value(v, 8), refine=_trim),
+    # a quoted value whose comment names it: `"3f9a…"  # Datadog api key`
+    rule("named_credential",
+         r"[\"'`]([^\s\"'`]{16,256})[\"'`][ \t,;)]{0,4}(?:#|//|--|/\*)[^\n]{0,60}?" + _NAME,
+         ["#", "//", "--", "/*"], group=1, check=_long_random),
     # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
     rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
          ["@"], group=1, check=_long_random),
