@@ -20,13 +20,18 @@ _WORDS = ("key|token|secret|password|passwd|passphrase|pwd|pass|auth|authorizati
           "licence|credentials?|creds|dsn|sig|signature")
 _NAME = (r"(?:(?:^|[^A-Za-z])(?i:" + _WORDS + r")|[a-z0-9](?:Key|Token|Secret|Password|Passwd|Pwd|Pass|Auth|"
          r"Credentials?|Creds|License|Licence|Dsn|Sig|Signature|KEY|TOKEN|SECRET|PASSWORD|PWD|AUTH))")
-# up to three more words before a separator: "the API key for Logz.io is …", "the key, new one = …"
-_FILLER = r"(?:,?[ \t]+[A-Za-z0-9][A-Za-z0-9.&]{0,15}){0,3}?"
+# up to four more words before a separator: "the API key for Logz.io is …", "the key, new one = …",
+# "the secret (Datadog) for webhook signing: …"
+_FILLER = r"(?:,?[ \t]+\(?[A-Za-z0-9][A-Za-z0-9.&]{0,15}\)?){0,4}?"
 _SEP = (r"[\"'\]*_]{0,4}[ \t]{0,8}(?:(?::=|=>|->|→|==|=|:|-|,|\||>|\bis\b|\bwas\b|\bare\b)[ \t]{0,8}\r?\n?[ \t]{0,8}|[ \t]{1,8})"
+        r"(?:[a-z]{2,10}[ \t]{1,4})?"  # one word after it: "… key is now …", "… token: new …"
         r"(?:@?[\"'`(]|\()?[ \t]{0,2}(?i:(?:bearer|token|basic|bot|apikey|key|ssws|oauth|hmac)[ \t]{1,4})?")
 # (a closing quote, bracket or Markdown emphasis may come first: `"api_key": `, `**token**: `)
-# a value: a run with no spaces, quotes, brackets, commas or `&` (a query's next parameter)
-_VALUE = r"([^\s\"'`<>,;()\[\]{}&]{8,256})"
+# a value: 8+ characters with no spaces, quotes, brackets, commas or `&` (a query's next parameter),
+# holding something other than lower-case letters, so a word after the name does not use up the match
+# ("token expired, replaced with …"); its length is checked again in `random_value`
+_V = r"[^\s\"'`<>,;()\[\]{}&]"
+_VALUE = "((?:" + _V + "{7,}" + _V.replace("&]", "&a-z]") + _V + "*|" + _V + "*" + _V.replace("&]", "&a-z]") + _V + "{7,}))"
 
 _NAMESPACED = re2.compile(r"^[a-z][a-z0-9]{2,15}:[^/]")  # `episode:hist1_<hash>`, `user:42:…`: a namespaced name
 _VERSION = re2.compile(r"^v?\d+(?:[._\-]\d+)+(?:[._\-+][A-Za-z0-9.]+)?$")
@@ -65,7 +70,7 @@ def random_value(value: str, min_len: int = 10) -> bool:
     e-mail address, a URL or a reference to where a secret lives."""
     v = value.strip().rstrip(_TRAILING).strip("\"'`")
     n = len(v)
-    if n < min_len or n > 512 or "://" in v or "redacted:" in v:
+    if n < min_len or n > 512 or "://" in v or "redacted:" in v or any(c.isspace() for c in v):
         return False
     if looks_placeholder(v) or looks_reference(v) or _VERSION.search(v) or _EMAIL.search(v) or _CAMEL.search(v):
         return False
@@ -103,9 +108,10 @@ _NOT_THE_SECRET = re2.compile(r"(?i)\b(?:id|ids|fingerprint|hash|checksum|digest
                               r"count|type|format|version|expiry|expires|prefix|suffix|hint)\b")
 
 
-def _names_no_secret(secret: str, match: str) -> bool:
+def _names_no_secret(secret: str, match: str, line: str) -> bool:
+    """The name says what follows is not the secret, or it is a (cut) PEM header: `pieces.py` takes those."""
     cut = match.rfind(secret)
-    return _NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None
+    return _NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None or "PRIVATE KEY" in line
 
 
 def _long_random(v: str) -> bool:
@@ -180,11 +186,11 @@ NAMED_RULES: tuple[Rule, ...] = (
     # a credential word, a separator as people write it, a random value
     rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
          ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
-         icase=True, group=1, check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
+         icase=True, group=1, check=random_value, refine=_trim, allowed=_names_no_secret),
     # the value alone on the line after the one that names it ("new Datadog secret:\n<value>")
     rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}:?[ \t]*\r?\n[ \t]*[\"'`]?" + _VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
          ["key", "token", "secret", "pass", "pwd", "auth", "license", "licence", "cred"], icase=True, group=1,
-         check=random_value, refine=_trim, allowed=lambda s, m, line: _names_no_secret(s, m)),
+         check=random_value, refine=_trim, allowed=_names_no_secret),
     # an environment list's entry: `- name: FOO_TOKEN` then `value: "…"` (Kubernetes, Compose, CI)
     rule("named_credential",
          r"(?i)\bname[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z0-9_.\-]{0,64}(?:key|token|secret|passw(?:or)?d|pwd|pass|auth|"
@@ -194,6 +200,9 @@ NAMED_RULES: tuple[Rule, ...] = (
     rule("named_credential",
          r"[\"'`]([^\s\"'`]{16,256})[\"'`][ \t,;)]{0,4}(?:#|//|--|/\*)[^\n]{0,60}?" + _NAME,
          ["#", "//", "--", "/*"], group=1, check=_long_random),
+    # `mysql -u svc -pS3cr…`, `mysqldump -h db -u root -p…`: a password glued to `-p` after a user
+    rule("named_credential", r"(?:^|\s)-u[ \t]*[^\s\-][^\s]{0,64}[ \t]+(?:-h[ \t]*[^\s]{1,256}[ \t]+)?-p([^\s\-][^\s]{3,255})",
+         ["-p"], group=1, check=lambda v: not looks_placeholder(v) and not looks_reference(v)),
     # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
     rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
          ["@"], group=1, check=_long_random),
