@@ -27,11 +27,13 @@ _SEP = (r"[\"'\]*_]{0,4}[ \t]{0,8}(?:(?::=|=>|->|→|==|=|:|-|,|\||>|\bis\b|\bwa
         r"(?:[a-z]{2,10}[ \t]{1,4})?"  # one word after it: "… key is now …", "… token: new …"
         r"(?:@?[\"'`(]|\()?[ \t]{0,2}(?i:(?:bearer|token|basic|bot|apikey|key|ssws|oauth|hmac)[ \t]{1,4})?")
 # (a closing quote, bracket or Markdown emphasis may come first: `"api_key": `, `**token**: `)
-# a value: 8+ characters with no spaces, quotes, brackets, commas or `&` (a query's next parameter),
-# holding something other than lower-case letters, so a word after the name does not use up the match
-# ("token expired, replaced with …"); its length is checked again in `random_value`
+# a value: no spaces, quotes, brackets, commas or `&` (a query's next parameter), holding something
+# other than lower-case letters, so a word after the name does not use up the match ("token expired,
+# replaced with …"); its length is checked in `random_value`
 _V = r"[^\s\"'`<>,;()\[\]{}&]"
-_VALUE = "((?:" + _V + "{7,}" + _V.replace("&]", "&a-z]") + _V + "*|" + _V + "*" + _V.replace("&]", "&a-z]") + _V + "{7,}))"
+# (one way to match: lower-case letters, the first other character, the rest; cheap to capture)
+_VALUE = "([a-z]*" + _V.replace("&]", "&a-z=:]") + _V + "*)"
+_PLAIN_VALUE = "(" + _V + "{8,256})"
 
 _NAMESPACED = re2.compile(r"^[a-z][a-z0-9]{2,15}:[^/]")  # `episode:hist1_<hash>`, `user:42:…`: a namespaced name
 _VERSION = re2.compile(r"^v?\d+(?:[._\-]\d+)+(?:[._\-+][A-Za-z0-9.]+)?$")
@@ -114,6 +116,15 @@ def _names_no_secret(secret: str, match: str, line: str) -> bool:
     return _NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None or "PRIVATE KEY" in line
 
 
+_KEY_BODY_LINE = re2.compile(r"^[A-Za-z0-9+/]{40,}={0,2}$")
+
+
+def _alone_on_next_line(v: str) -> bool:
+    """A generated value; a line of base64 40+ long is left to `pieces.py` (it is a cut key's body as
+    often as a token, and pieces.py takes the whole run at once)."""
+    return random_value(v) and not _KEY_BODY_LINE.search(v)
+
+
 def _long_random(v: str) -> bool:
     return random_value(v, 16)
 
@@ -188,9 +199,9 @@ NAMED_RULES: tuple[Rule, ...] = (
          ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
          icase=True, group=1, check=random_value, refine=_trim, allowed=_names_no_secret),
     # the value alone on the line after the one that names it ("new Datadog secret:\n<value>")
-    rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}:?[ \t]*\r?\n[ \t]*[\"'`]?" + _VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
+    rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}:?[ \t]*\r?\n[ \t]*[\"'`]?" + _PLAIN_VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
          ["key", "token", "secret", "pass", "pwd", "auth", "license", "licence", "cred"], icase=True, group=1,
-         check=random_value, refine=_trim, allowed=_names_no_secret),
+         check=_alone_on_next_line, refine=_trim, allowed=_names_no_secret),
     # an environment list's entry: `- name: FOO_TOKEN` then `value: "…"` (Kubernetes, Compose, CI)
     rule("named_credential",
          r"(?i)\bname[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z0-9_.\-]{0,64}(?:key|token|secret|passw(?:or)?d|pwd|pass|auth|"
