@@ -33,7 +33,7 @@ _SEP = (r"[\"'\]*_]{0,4}[ \t]{0,8}(?:(?::=|=>|->|→|==|=|:|-|,|\||>|\bis\b|\bwa
 _V = r"[^\s\"'`<>,;()\[\]{}&]"
 # (one way to match: lower-case letters, the first other character, the rest; cheap to capture)
 _VALUE = "([a-z]*" + _V.replace("&]", "&a-z=:]") + _V + "*)"
-_PLAIN_VALUE = "(" + _V + "{8,256})"
+_PLAIN_VALUE = "(" + _V + "{8,})"
 
 _NAMESPACED = re2.compile(r"^[a-z][a-z0-9]{2,15}:[^/]")  # `episode:hist1_<hash>`, `user:42:…`: a namespaced name
 _VERSION = re2.compile(r"^v?\d+(?:[._\-]\d+)+(?:[._\-+][A-Za-z0-9.]+)?$")
@@ -209,19 +209,19 @@ NAMED_RULES: tuple[Rule, ...] = (
          ["name"], icase=True, group=1, check=lambda v: random_value(v, 8), refine=_trim),
     # a quoted value whose comment names it: `"3f9a…"  # Datadog api key`
     rule("named_credential",
-         r"[\"'`]([^\s\"'`]{16,256})[\"'`][ \t,;)]{0,4}(?:#|//|--|/\*)[^\n]{0,60}?" + _NAME,
+         r"[\"'`]([^\s\"'`]{16,})[\"'`][ \t,;)]{0,4}(?:#|//|--|/\*)[^\n]{0,60}?" + _NAME,
          ["#", "//", "--", "/*"], group=1, check=_long_random),
     # `mysql -u svc -pS3cr…`, `mysqldump -h db -u root -p…`: a password glued to `-p` after a user
-    rule("named_credential", r"(?:^|\s)-u[ \t]*[^\s\-][^\s]{0,64}[ \t]+(?:-h[ \t]*[^\s]{1,256}[ \t]+)?-p([^\s\-][^\s]{3,255})",
+    rule("named_credential", r"(?:^|\s)-u[ \t]*[^\s\-][^\s]{0,64}[ \t]+(?:-h[ \t]*[^\s]+[ \t]+)?-p([^\s\-][^\s]{3,})",
          ["-p"], group=1, check=lambda v: not looks_placeholder(v) and not looks_reference(v)),
     # a value listed with the account it belongs to: "Datadog: 3f9a… / ops@acme.io", "ops@acme.io / 3f9a…"
-    rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,256})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
+    rule("named_credential", r"(?:^|[\s:=(\[\"'])(" + _TOKEN_CHARS + r"{16,})[ \t]{0,4}[/|][ \t]{0,4}" + _EMAIL_PART,
          ["@"], group=1, check=_long_random),
-    rule("named_credential", _EMAIL_PART + r"[ \t]{0,4}[/|:][ \t]{0,4}(" + _TOKEN_CHARS + r"{16,256})(?:[\s\"')\]]|$)",
+    rule("named_credential", _EMAIL_PART + r"[ \t]{0,4}[/|:][ \t]{0,4}(" + _TOKEN_CHARS + r"{16,})(?:[\s\"')\]]|$)",
          ["@"], group=1, check=_long_random),
     # a webhook's path: every random segment after `/webhook(s)/` or `/hooks/`
-    rule("webhook_url", r"(?i)/(?:webhooks?|hooks|webhookb2|hook)/([A-Za-z0-9_\-.@/+!:%*~=]{1,1000})",
-         ["hook"], icase=True, group=1, inner=r"([A-Za-z0-9_\-+!.:%*~=]{16,256})", check=_long_random),
+    rule("webhook_url", r"(?i)/(?:webhooks?|hooks|webhookb2|hook)/([A-Za-z0-9_\-.@/+!:%*~=]+)",
+         ["hook"], icase=True, group=1, inner=r"([A-Za-z0-9_\-+!.:%*~=]{16,})", check=_long_random),
     # a vendor's own `<prefix>_<body>` / `<prefix>-<body>` key no rule set names yet (`lsv2_pt_…`-style): a
     # short prefix, then a long random body, not a path or file-name segment. The pattern finds the body
     # after a separator and `_with_prefix` reads the prefix back: one small DFA instead of counted prefix
