@@ -69,10 +69,13 @@ def _case_switches(v: str) -> float:
 def random_value(value: str, min_len: int = 10) -> bool:
     """Whether `value` has the shape of a generated credential: long enough, high entropy, a mix of
     character classes, and not a word, a phrase of words, an identifier, a version, a path, an
-    e-mail address, a URL or a reference to where a secret lives."""
+    e-mail address, a URL or a reference to where a secret lives. (The character mix is tested
+    first: it is the cheapest test and rejects most candidates.)"""
     v = value.strip().rstrip(_TRAILING).strip("\"'`")
     n = len(v)
     if n < min_len or n > 512 or "://" in v or "redacted:" in v or any(c.isspace() for c in v):
+        return False
+    if not _mixed(v, n):
         return False
     if looks_placeholder(v) or looks_reference(v) or _VERSION.search(v) or _EMAIL.search(v) or _CAMEL.search(v):
         return False
@@ -81,10 +84,13 @@ def random_value(value: str, min_len: int = 10) -> bool:
     pieces = [p for p in _PIECES.split(v) if p]
     if pieces and all(_WORDY.search(p) for p in pieces):
         return False  # words and small numbers joined by separators: `from-env`, `user:42:profile`, `page2`
+    return shannon_entropy(v) >= (2.8 if n < 16 else 3.2)
+
+
+def _mixed(v: str, n: int) -> bool:
+    """The character classes of a generated value."""
     lower, upper, digit, other = _classes(v)
     letters = lower + upper
-    if shannon_entropy(v) < (2.8 if n < 16 else 3.2):
-        return False
     if digit and letters:
         if lower and upper:
             return digit >= 2 or n >= 20 or _case_switches(v) >= 0.3
@@ -122,7 +128,7 @@ _KEY_BODY_LINE = re2.compile(r"^[A-Za-z0-9+/]{40,}={0,2}$")
 def _alone_on_next_line(v: str) -> bool:
     """A generated value; a line of base64 40+ long is left to `pieces.py` (it is a cut key's body as
     often as a token, and pieces.py takes the whole run at once)."""
-    return random_value(v) and not _KEY_BODY_LINE.search(v)
+    return not _KEY_BODY_LINE.search(v) and random_value(v)
 
 
 def _long_random(v: str) -> bool:
