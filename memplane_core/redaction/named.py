@@ -204,8 +204,9 @@ NAMED_RULES: tuple[Rule, ...] = (
     rule("named_credential", _NAME + _FILLER + _SEP + _VALUE,
          ["key", "token", "secret", "pass", "pwd", "auth", "bearer", "license", "licence", "cred", "dsn", "sig"],
          icase=True, group=1, check=random_value, refine=_trim, allowed=_names_no_secret),
-    # the value alone on the line after the one that names it ("new Datadog secret:\n<value>")
-    rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}:?[ \t]*\r?\n[ \t]*[\"'`]?" + _PLAIN_VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
+    # the value alone on the line after the one that names it ("new Datadog secret:\n<value>"; the colon
+    # is required: "here is the key\n" before a pasted key's body is common and left to pieces.py)
+    rule("named_credential", _NAME + r"[\"'*_]{0,4}[ \t]{0,4}[:=][ \t]*\r?\n[ \t]*[\"'`]?" + _PLAIN_VALUE + r"[\"'`]?[ \t]*(?:\r?\n|$)",
          ["key", "token", "secret", "pass", "pwd", "auth", "license", "licence", "cred"], icase=True, group=1,
          check=_alone_on_next_line, refine=_trim, allowed=_names_no_secret),
     # an environment list's entry: `- name: FOO_TOKEN` then `value: "…"` (Kubernetes, Compose, CI)
