@@ -22,7 +22,8 @@ _PLACEHOLDER_VALUES = {
     "string", "test", "admin", "pass", "hidden", "unset", "todo", "tbd", "n/a",
 }
 
-_TEMPLATE = re2.compile(r"(?s)^(?:<[^<>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|%\(\w+\)s|\[redacted:[a-z0-9_]+\])$")
+_TEMPLATE = re2.compile(r"(?s)^(?:<[^<>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|%\(\w+\)s|\[redacted:[a-z0-9_]+\]|"
+                        r"\{[A-Za-z_][A-Za-z0-9_.]*\}|%[sd])$")  # ..., `{password}` / `%s`: a format string's slot
 _WORDS_ONLY = re2.compile(r"^[A-Za-z_\-]+$")
 _VENDOR_PREFIX = re2.compile(r"^[a-z]+[-_]")
 # Code that reads a secret from elsewhere rather than holding one: os.environ[...], getpass(),
@@ -34,7 +35,7 @@ _CODE_REFERENCE = re2.compile(
 # substitution ($(cat /run/secrets/db)), a path, a Kubernetes secretKeyRef name (my-db-credentials).
 _REFERENCE = re2.compile(
     r"^(?:\$\(|`|\$[A-Za-z_{]|%[A-Za-z_]|@[A-Za-z_]|/|~/|\./|file:|env:|vault:|secretsmanager:|arn:|"
-    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$)")
+    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$|![A-Za-z]+$|ENC\[)")  # `!vault …`: a YAML tag; `ENC[…]`: a SOPS-encrypted value
 # lower-case or camelCase names that mention what they name (db-credentials, openai_api_key, dbPassword)
 _NAMED = re2.compile(r"^(?:[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]*)+)$")
 _SECRET_WORD = re2.compile(r"(?i)pass|pwd|secret|token|key|cred|auth|cert")
@@ -111,16 +112,6 @@ def jwt_check(value: str) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     return isinstance(doc, dict) and bool({"alg", "typ", "enc", "kid"} & set(doc))
-
-
-def vendor_token_check(value: str) -> bool:
-    """`<vendor prefix>_<random body>` (gsk_…, pscale_tkn_…): the body is long and random — several
-    digits, upper- and lower-case letters, high entropy — unlike a snake_case or CamelCase name."""
-    body = value.rsplit("_", 1)[-1]
-    digits = sum(c.isdigit() for c in body)
-    upper = sum(c.isupper() for c in body)
-    lower = sum(c.islower() for c in body)
-    return digits >= 3 and upper >= 3 and lower >= 3 and shannon_entropy(body) >= 4.0 and not looks_placeholder(value)
 
 
 def mixed_token_check(value: str) -> bool:

@@ -22,6 +22,7 @@ from ..memo import TextMemo
 from .checks import REDACTED_PREFIX, looks_placeholder
 from .gitleaks import gitleaks_rules
 from .lookalikes import allowed as lookalike_allowed
+from .named import NAMED_RULES, password_named, random_value
 from .overlay import OVERLAY_RULES
 from .pieces import KEY_BODY_RULE
 from .rule import Rule, RuleError, compile_re2
@@ -34,9 +35,9 @@ T = TypeVar("T")
 
 
 def builtin_rules() -> tuple[Rule, ...]:
-    """memplane's overlay first (familiar kinds, its own shapes), then gitleaks' rules, then the bare
-    key-body shape (pieces.py) for what is left."""
-    return OVERLAY_RULES + gitleaks_rules() + (KEY_BODY_RULE,)
+    """memplane's overlay first (familiar kinds, its own shapes), then gitleaks' rules, then credentials
+    found by their name and shape alone (named.py), then the bare key-body shape (pieces.py) for what is left."""
+    return OVERLAY_RULES + gitleaks_rules() + NAMED_RULES + (KEY_BODY_RULE,)
 
 
 _SENSITIVE_KEY = re2.compile(
@@ -350,7 +351,7 @@ class Redactor:
                     out[key] = self.text(v, counts)[0]
                 elif kind & _SENSITIVE and not looks_placeholder(v) and not self._allowed(v):
                     scanned, found = self.text(v)
-                    if found:
+                    if found and set(found) != {"named_credential"}:  # a vendor's kind is named; else the whole field goes
                         counts.update(found)
                         out[key] = scanned
                     else:
@@ -371,6 +372,8 @@ class Redactor:
         if found:
             counts.update(found)
             return alone
+        if key in ("key", "Key", "KEY") or not password_named(key) and not random_value(value, 8):
+            return value  # a memory's `key`, a `cache_key`: a name, not a generated credential
         prefix = f"{key}: "
         both = self.text(prefix + value, found)[0]
         if found and both.startswith(prefix):

@@ -19,6 +19,7 @@ from typing import Any
 import re2
 
 from .checks import looks_placeholder, shannon_entropy
+from .named import names_a_thing
 from .rule import Rule, compile_re2
 
 GITLEAKS_VERSION = "8.30.1"
@@ -77,6 +78,8 @@ def _make_check(rule_id: str, entropy: float, lists: tuple[_Allowlist, ...]
         return not looks_placeholder(secret)
 
     def allowed(secret: str, match: str, line: str) -> bool:
+        if generic and names_a_thing(secret, match, line):
+            return True  # `api_key = "tailscale-prod-v2"`: a name, not a generated key (named.py)
         return any(a.allows(secret, match, line) for a in lists)
 
     return check, allowed

@@ -6,8 +6,11 @@ the secret group, so only the group is replaced."""
 
 from __future__ import annotations
 
-from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, mixed_token_check, \
-    random_enough, shannon_entropy, vendor_token_check
+import dataclasses
+
+from .checks import assignment_check, bearer_check, jwt_check, looks_placeholder, looks_reference, mixed_token_check, \
+    random_enough, shannon_entropy
+from .named import key_must_look_generated, random_value
 from .pieces import PIECE_RULES
 from .rule import Rule, compile_re2, rule
 
@@ -59,7 +62,7 @@ def _in_secret_document(text: str, s: int, e: int) -> tuple[int, int] | None:
 
 # Order matters: specific vendor formats first, generic shapes (bearer, assignments) last,
 # so a token is reported under its most precise kind.
-OVERLAY_RULES: tuple[Rule, ...] = (
+_OVERLAY_RULES: tuple[Rule, ...] = (
     rule("private_key",
          r"-----BEGIN[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END[ A-Z0-9_]{0,100}PRIVATE KEY"
          r"(?: BLOCK)?-----", ["PRIVATE KEY"]),
@@ -90,7 +93,9 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          ["glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "glsoat-", "glffct-"]),
     rule("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}",
          ["hooks.slack.com"]),
-    rule("slack", r"\bxox[abposre]-(?:[0-9]+-)?[A-Za-z0-9\-]{10,}", ["xox"]),
+    # every Slack token holds digits (team and user ids, a random tail); `xoxo-gossip-girl.jpg` holds words
+    rule("slack", r"\bxox[abposre]-(?:[0-9]+-)?[A-Za-z0-9\-]{10,}", ["xox"],
+         check=lambda v: any(c.isdigit() for c in v) and not looks_placeholder(v)),
     rule("slack", r"\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+", ["xapp-"]),
     rule("stripe", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b", ["_live_", "_test_"]),
     rule("google_api_key", r"\b(AIza[0-9A-Za-z_\-]{35})" + _E, ["AIza"], group=1),
@@ -114,7 +119,8 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     rule("newrelic", r"\bNRAK-[A-Z0-9]{27}\b", ["NRAK-"]),
     rule("npm", r"\bnpm_[A-Za-z0-9]{36}\b", ["npm_"]),
     rule("pypi", r"\bpypi-AgE[A-Za-z0-9_\-]{50,}", ["pypi-"]),
-    rule("huggingface", r"\bhf_[A-Za-z0-9]{30,}\b", ["hf_"], check=random_enough),
+    # a token's body is random; an Objective-C category method (`hf_setupConstraintsForView`) is camelCase words
+    rule("huggingface", r"\bhf_[A-Za-z0-9]{30,}\b", ["hf_"], check=lambda v: random_enough(v) and random_value(v[3:], 16)),
     rule("azure_storage", r"(?i)\b(?:AccountKey|SharedAccessKey)=([A-Za-z0-9+/]{20,}={0,2})",
          ["key="], icase=True, group=1),
     rule("azure_storage", r"(?i)[?&]sig=([A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})", ["sig="], icase=True, group=1),
@@ -132,9 +138,7 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          icase=True, group=1, check=bearer_check),
     rule("basic_auth", r"(?i)\bbasic\s{1,8}([A-Za-z0-9+/]{12,}={0,2})(?:[^A-Za-z0-9+/=]|$)", ["basic"],
          icase=True, group=1, check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 3.0),
-    # any vendor's `<prefix>_<random>` token the rule sets do not name yet (gsk_…, pscale_tkn_…)
-    rule("vendor_token", r"(?:^|[^A-Za-z0-9_\-])([a-z][a-z0-9]{1,9}(?:_[a-z0-9]{1,9})?_[A-Za-z0-9]{30,})" + _E, ["_"],
-         group=1, check=vendor_token_check),
+    # (any vendor's `<prefix>_<random>` token the rule sets do not name yet: `vendor_token` in named.py)
     # memplane's own agent tokens: `<agent-id>:<token_urlsafe(32)>`
     rule("memplane_agent_token", r"(?:^|[^A-Za-z0-9._\-])[A-Za-z0-9][A-Za-z0-9._\-]{0,127}:([A-Za-z0-9_\-]{40,})"
          + _E, [":"], group=1, check=mixed_token_check),
@@ -146,7 +150,7 @@ OVERLAY_RULES: tuple[Rule, ...] = (
     rule("credential_assignment",
          r"(?i)<[A-Za-z0-9_:.\-]{0,64}(?:password|passwd|pwd|secret|token|apikey|api_key)[A-Za-z0-9_:.\-]{0,64}>"
          r"([^<\s]{4,512})</", ["pass", "pwd", "secret", "token", "key"], icase=True, group=1,
-         check=lambda v: not looks_placeholder(v) and shannon_entropy(v) >= 2.0),
+         check=lambda v: not looks_placeholder(v) and not looks_reference(v) and shannon_entropy(v) >= 2.0),
     # Kubernetes Secret: every value of its `data:` / `stringData:` block
     rule("kubernetes_secret", r"(?m)^[ \t]*(?:data|stringData):[ \t]*\n((?:[ \t]+[^\n]*(?:\n|$))+)",
          ["kind: secret"], icase=True, group=1,
@@ -182,3 +186,8 @@ OVERLAY_RULES: tuple[Rule, ...] = (
          r"CREDENTIALS?)[A-Z0-9_]{0,64}[ \t]{0,8}=[ \t]{0,8}(?:\"([^\s\"]{4,})\"|'([^\s']{4,})'|([^\s\"']{4,}))",
          ["PASS", "PWD", "SECRET", "TOKEN", "KEY", "AUTH", "CREDENTIAL"], group=None, check=assignment_check),
 )
+
+# the rules that find a value by its name alone: a key's or token's value must look generated
+OVERLAY_RULES: tuple[Rule, ...] = tuple(
+    dataclasses.replace(r, allowed=key_must_look_generated) if r.kind == "credential_assignment" and r.allowed is None
+    else r for r in _OVERLAY_RULES)

@@ -127,6 +127,18 @@ def _alone(text: str, a: int, b: int) -> bool:
     return (left == "" or _SPEAKER.search(left) is not None) and after[:min(ends) if ends else None].strip(" \t\"'`,;\r") == ""
 
 
+def _encoded_text(run: str) -> bool:
+    """Base64 of text (a JSON body, a sentence), not of key material: a key's bytes (DER, OpenSSH's
+    binary format, PGP packets) are mostly unprintable; text's are all printable."""
+    core = "".join(run.split())[:160]
+    core = core[: len(core) // 4 * 4]
+    try:
+        raw = base64.b64decode(core, validate=True)
+    except ValueError:
+        return False
+    return len(raw) >= 24 and sum(32 <= b < 127 or b in (9, 10, 13) for b in raw) >= 0.97 * len(raw)
+
+
 def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     """The key-body lines of a base64 run, or None when the run is no key body: no full body line,
     or the text around it says it is a certificate, a public key, a content hash or a data URI."""
@@ -158,7 +170,7 @@ def refine_run(text: str, s: int, e: int) -> tuple[int, int] | None:
     head = before.rstrip(" \t\r\n\\n\"'")
     if head.endswith(_PUBLIC_BEFORE) or before.rstrip().endswith(_HASH_PREFIXES) or before.endswith(_HASH_PREFIXES):
         return None
-    if "integrity" in before[-40:].lower():
+    if "integrity" in before[-40:].lower() or _encoded_text(text[a:b]):
         return None
     if after.lstrip(" \t\r\n\\n\"'").startswith(_PUBLIC_AFTER):
         return None

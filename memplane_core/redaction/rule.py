@@ -46,6 +46,7 @@ class Rule:
 
 def rule(kind: str, regex: str, keywords: Iterable[str] = (), *, group: int | None = 0,
          check: Callable[[str], bool] | None = None, icase: bool = False, inner: str | None = None,
-         refine: Callable[[str, int, int], tuple[int, int] | None] | None = None) -> Rule:
+         refine: Callable[[str, int, int], tuple[int, int] | None] | None = None,
+         allowed: Callable[[str, str, str], bool] | None = None) -> Rule:
     return Rule(kind, compile_re2(regex), tuple(k.lower() if icase else k for k in keywords), icase, group, check,
-                compile_re2(inner) if inner else None, refine=refine)
+                compile_re2(inner) if inner else None, allowed=allowed, refine=refine)
