@@ -28,6 +28,7 @@ from memplane_core.clock import now_rfc3339
 from ..errors import ProxyError
 from .entry import LedgerEntry
 from .files import LineRef
+from .redis_packing import pack_in_c
 
 SHARDS = 8
 GROUP = "retain"
@@ -108,7 +109,7 @@ class RedisLedger:
     @property
     def aio(self) -> aredis.Redis:
         if self._async is None:  # made on first use, inside the event loop that uses it
-            self._async = aredis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2)
+            self._async = pack_in_c(aredis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2))
             self._append_sha = self._async.register_script(_APPEND)
         return self._async
 
