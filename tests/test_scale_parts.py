@@ -387,3 +387,24 @@ async def test_shared_state_writes_each_key_once_with_its_last_value_in_few_roun
     assert 0 < await client.ttl(f"{prefix}:turn:7") <= 60
     assert writer.round_trips <= 3  # 301 keys, 256 a round trip
     await client.aclose()
+
+
+async def test_ledger_appends_arriving_together_share_round_trips_each_still_whole(own_redis, tmp_path):
+    """Group commit: 200 turns appended at once all land — each in the ledger and queued under one
+    id, in the order they were appended — in a few round trips, not 200; after Redis lost its
+    scripts (SCRIPT FLUSH, as after a restart) appends still land."""
+    import redis as redis_sync
+
+    ledger = RedisLedger(own_redis, tmp_path, prefix=f"g{uuid.uuid4().hex[:6]}")
+    refs = await asyncio.gather(*(ledger.append("many", {"n": n}) for n in range(200)))
+    assert ledger._group.round_trips <= 10
+    ids = [start for start, end in refs]
+    assert len(set(ids)) == 200 and all(start == end for start, end in refs)
+    assert [r.entry["n"] for r in ledger.read("many")] == list(range(200))  # arrival order kept
+    queued = ledger.sync.xrange(ledger.keys.queue(ledger.keys.shard("many")))
+    assert [q.decode() for q, _ in queued] == ids
+    redis_sync.Redis.from_url(own_redis).script_flush()
+    again = await asyncio.gather(*(ledger.append("many", {"n": n}) for n in range(3)))
+    assert ledger.size("many") == 203 and len({s for s, _ in again}) == 3
+    await ledger.aio.aclose()
+    ledger.close()

@@ -28,6 +28,7 @@ from memplane_core.clock import now_rfc3339
 from ..errors import ProxyError
 from .entry import LedgerEntry
 from .files import LineRef
+from .redis_group import GroupCommit
 from .redis_packing import pack_in_c
 
 SHARDS = 8
@@ -104,13 +105,12 @@ class RedisLedger:
         self.keys = Keys(prefix)
         self.sync = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
         self._async: aredis.Redis | None = None
-        self._append_sha: Any = None
+        self._group = GroupCommit(lambda: self.aio, _APPEND, 3)  # appends share round trips
 
     @property
     def aio(self) -> aredis.Redis:
         if self._async is None:  # made on first use, inside the event loop that uses it
             self._async = pack_in_c(aredis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2))
-            self._append_sha = self._async.register_script(_APPEND)
         return self._async
 
     async def ready(self, agent_id: str) -> None:
@@ -120,11 +120,9 @@ class RedisLedger:
         """Ledger and queue one entry atomically (`line`: its JSON, when the caller has it); (id, id).
         Redis away: 503, the turn is not answered unrecorded (every model call is a recorded turn)."""
         line = orjson.dumps(entry) if line is None else line
-        _ = self.aio
         k = self.keys
         try:
-            sid = await self._append_sha(keys=[k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents()],
-                                         args=[agent_id, line])
+            sid = await self._group.run(k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents(), agent_id, line)
         except redis.RedisError as exc:
             raise ProxyError(503, f"The shared ledger is unavailable ({type(exc).__name__}); retry later.",
                              code="ledger_unavailable", headers={"Retry-After": "1"}) from None
