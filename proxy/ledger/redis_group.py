@@ -34,10 +34,11 @@ class GroupCommit:
 
     async def run(self, *keys_and_args: Any) -> Any:
         """The script's reply for these keys and arguments (`numkeys` keys first), or its error."""
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._waiting.append((keys_and_args, fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._flush())
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._flush())
         return await fut
 
     async def _flush(self) -> None:
