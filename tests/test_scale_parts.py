@@ -387,3 +387,60 @@ async def test_shared_state_writes_each_key_once_with_its_last_value_in_few_roun
     assert 0 < await client.ttl(f"{prefix}:turn:7") <= 60
     assert writer.round_trips <= 3  # 301 keys, 256 a round trip
     await client.aclose()
+
+
+async def test_ledger_appends_arriving_together_share_round_trips_each_still_whole(own_redis, tmp_path):
+    """Group commit: 200 turns appended at once all land — each in the ledger and queued under one
+    id, in the order they were appended — in a few round trips, not 200; after Redis lost its
+    scripts (SCRIPT FLUSH, as after a restart) appends still land."""
+    import redis as redis_sync
+
+    ledger = RedisLedger(own_redis, tmp_path, prefix=f"g{uuid.uuid4().hex[:6]}")
+    refs = await asyncio.gather(*(ledger.append("many", {"n": n}) for n in range(200)))
+    assert ledger._group.round_trips <= 10
+    ids = [start for start, end in refs]
+    assert len(set(ids)) == 200 and all(start == end for start, end in refs)
+    assert [r.entry["n"] for r in ledger.read("many")] == list(range(200))  # arrival order kept
+    queued = ledger.sync.xrange(ledger.keys.queue(ledger.keys.shard("many")))
+    assert [q.decode() for q, _ in queued] == ids
+    redis_sync.Redis.from_url(own_redis).script_flush()
+    again = await asyncio.gather(*(ledger.append("many", {"n": n}) for n in range(3)))
+    assert ledger.size("many") == 203 and len({s for s, _ in again}) == 3
+    await ledger.aio.aclose()
+    ledger.close()
+
+
+async def test_a_memory_off_agents_turns_are_ledgered_not_queued_for_retain(unlimited, reference):
+    """The shared ledger queues for retain what the file ledger hands retain: entries of agents
+    with a retain endpoint. A memory-off agent's turns are in its ledger (and `explain` says they
+    are not retained); nothing is queued for a consumer to read and acknowledge for nothing. An
+    agent that retains is queued as ever, its ids still growing after memory-off turns."""
+    a, b, ledger = unlimited
+    url, store = reference
+    off = a.add_agent("quiet")
+    on = a.add_agent("noted", url)
+    for stack in (a, b, a):
+        assert (await _chat(stack.proxy_url, off, {"model": "m", "messages": [
+            {"role": "user", "content": "nothing to remember"}]}))[0] == 200
+    status, headers, _ = await _chat(b.proxy_url, on, {"model": "m", "messages": [
+        {"role": "user", "content": "remember: the launch moved to Thursday"}]})
+    assert status == 200
+    assert len(list(ledger.read("quiet"))) == 3 and len(list(ledger.read("noted"))) == 1
+    # ever added to the retain queues (the consumers delete what they settle): the one retained turn
+    assert sum(ledger.sync.xinfo_stream(q)["entries-added"] for q in ledger.keys.queues()) == 1
+    await _eventually(lambda: _all_acknowledged(ledger))
+    assert await _eventually(lambda: asyncio.sleep(0, store.count("noted") == 1))
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{b.proxy_url}/memplane/turns/{headers['X-Memplane-Turn-Id']}") as r:
+            assert (await r.json())["retain_state"] in {"pending", "pending (being delivered)", "delivered"}
+
+
+async def test_an_agent_retaining_after_memory_off_turns_is_queued_its_ids_growing(own_redis, tmp_path):
+    ledger = RedisLedger(own_redis, tmp_path, prefix=f"l{uuid.uuid4().hex[:6]}")  # no consumer reads it
+    ids = [(await ledger.append("later", {"n": n}, retain=n >= 2))[0] for n in range(4)]
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-")))) and len(set(ids)) == 4
+    queued = ledger.sync.xrange(ledger.keys.queue(ledger.keys.shard("later")))
+    assert [fields.get(b"l", qid).decode() for qid, fields in queued] == ids[2:]  # each names its entry
+    assert [r.entry["n"] for r in ledger.read("later")] == [0, 1, 2, 3]
+    await ledger.aio.aclose()
+    ledger.close()

@@ -10,6 +10,8 @@ and ports masked. Two checkouts' transcripts are diffed (docs/turn.md):
     PYTHONPATH=<old checkout> .venv/bin/python tools/turn_transcript.py > old.txt
     PYTHONPATH=<new checkout> .venv/bin/python tools/turn_transcript.py > new.txt
     diff old.txt new.txt
+
+`--redis URL`: the same on the shared ledger (`--ledger redis`, a fresh key prefix each run).
 """
 
 from __future__ import annotations
@@ -165,8 +167,9 @@ def agents(root: Path, memory_url: str) -> dict[str, str]:
 
 
 def afterwards(app: Any, settings: ProxySettings, provider: FakeProvider, log: io.StringIO) -> list[str]:
+    ledger = app[STATE].ledger if settings.ledger == "redis" else Ledger(settings.history_root)
     out = [f"== ledger {agent}\n" + dumps(ref.entry)
-           for agent in ("plain", "mem", "sys", "tool") for ref in Ledger(settings.history_root).read(agent)]
+           for agent in ("plain", "mem", "sys", "tool") for ref in ledger.read(agent)]
     out += [f"== provider {r.path} {r.query}\n{dumps(r.body)}\n" + mask(str(sorted(
         (k, v) for k, v in r.headers.items() if k.lower() not in ("host", "date")))) for r in provider.received]
     out += ["== log " + dumps(orjson.loads(line)) for line in log.getvalue().splitlines()]
@@ -181,6 +184,10 @@ async def main() -> None:
 
     print(f"proxy from {Path(proxy.__file__).parent}", file=sys.stderr)  # which checkout is being run
     tmp = Path(tempfile.mkdtemp(prefix="memplane-transcript-"))
+    shared: dict[str, Any] = {}
+    if "--redis" in sys.argv:  # the shared ledger, under a prefix of this run's own
+        shared = {"ledger": "redis", "redis_url": sys.argv[sys.argv.index("--redis") + 1],
+                  "ledger_prefix": f"transcript{tmp.name.rsplit('-', 1)[-1]}"}
     provider, log = FakeProvider(), io.StringIO()
     servers = [TestServer(provider.app()), TestServer(build_reference_app(tmp / "ref", redactor=Redactor()))]
     for server in servers:
@@ -188,7 +195,7 @@ async def main() -> None:
     provider_url, memory_url = (f"http://127.0.0.1:{s.port}" for s in servers)
     settings = ProxySettings(context_root=tmp / "ctx", history_root=tmp / "hist",
                              openai_base_url=f"{provider_url}/v1", openai_api_key="sk-op",
-                             anthropic_base_url=provider_url, anthropic_api_key="sk-ant-op")
+                             anthropic_base_url=provider_url, anthropic_api_key="sk-ant-op", **shared)
     app = build_app(settings, Telemetry(make_logger(log)))
     servers.append(TestServer(app))
     await servers[-1].start_server()

@@ -113,9 +113,11 @@ class Ledger:
         except OSError as exc:
             raise _unavailable(exc) from None
 
-    async def append(self, agent_id: str, entry: LedgerEntry, line: bytes | None = None) -> tuple[int, int]:
+    async def append(self, agent_id: str, entry: LedgerEntry, line: bytes | None = None, *,
+                     retain: bool = True) -> tuple[int, int]:
         """Append one entry (`line`: its JSON, when the caller has it: `build_entry_json`); returns
-        its (start, end) byte offsets in the agent's ledger.
+        its (start, end) byte offsets in the agent's ledger. (`retain`: the Redis ledger's; here
+        retain reads the ledger files after the caller's `submit`.)
 
         Without fsync the line is one write() into the page cache (microseconds), cheaper than
         the hop to a thread (~150 µs measured), so it happens inline; it is durable against a

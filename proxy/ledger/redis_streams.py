@@ -3,8 +3,10 @@
 One stream per agent holds its entries (`<prefix>:ledger:<agent>`, field `e` = the entry's JSON,
 byte for byte what the file ledger writes); a few sharded retain queues (`<prefix>:retain:<n>`,
 the agent's shard by hash) hold one reference per entry for the retain consumer group
-(`proxy/retain/delivery_redis.py`). Both are written by one Lua script, so an entry is in the ledger if and only
-if it is queued, and both share one stream id (ids in one shard grow, an agent lives in one shard).
+(`proxy/retain/delivery_redis.py`). Both are written by one Lua script, so an entry for retain is in
+the ledger if and only if it is queued, and both share one stream id (ids in one shard grow, an
+agent lives in one shard). An entry of an agent without a retain endpoint is ledgered only (with an
+id of its own stream), as the file ledger hands retain nothing for it.
 Entry ids stay the `hist1_…` content hashes: a retain delivered twice is still one memory.
 
 Tombstones (a hash per agent) and dead letters (one stream, plus a set of ids per agent) live beside
@@ -28,15 +30,23 @@ from memplane_core.clock import now_rfc3339
 from ..errors import ProxyError
 from .entry import LedgerEntry
 from .files import LineRef
+from .redis_group import GroupCommit
+from .redis_packing import pack_in_c
 
 SHARDS = 8
 GROUP = "retain"
 PAGE = 500
 
-# KEYS: queue, ledger, agents set. ARGV: agent id, entry JSON. The ledger XADD reuses the queue's
-# id; should the agent's stream already be past it (shard count changed), it takes its own id and
-# the queue entry names it (`l`).
+# KEYS: queue, ledger, agents set. ARGV: agent id, entry JSON, "0" when the entry is not for retain
+# (its agent has no retain endpoint: nothing to queue, as the file ledger hands retain nothing).
+# The ledger XADD reuses the queue's id; should the agent's stream already be past it (shard count
+# changed), it takes its own id and the queue entry names it (`l`).
 _APPEND = """
+if ARGV[3] == '0' then
+  local own = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  return own
+end
 local id = redis.call('XADD', KEYS[1], '*', 'a', ARGV[1])
 local ok = pcall(redis.call, 'XADD', KEYS[2], id, 'e', ARGV[2])
 if not ok then
@@ -103,27 +113,28 @@ class RedisLedger:
         self.keys = Keys(prefix)
         self.sync = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
         self._async: aredis.Redis | None = None
-        self._append_sha: Any = None
+        self._group = GroupCommit(lambda: self.aio, _APPEND, 3)  # appends share round trips
 
     @property
     def aio(self) -> aredis.Redis:
         if self._async is None:  # made on first use, inside the event loop that uses it
-            self._async = aredis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2)
-            self._append_sha = self._async.register_script(_APPEND)
+            self._async = pack_in_c(aredis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=2))
         return self._async
 
     async def ready(self, agent_id: str) -> None:
         """Nothing to open: a Redis that is away is the append's 503."""
 
-    async def append(self, agent_id: str, entry: LedgerEntry, line: bytes | None = None) -> tuple[str, str]:
+    async def append(self, agent_id: str, entry: LedgerEntry, line: bytes | None = None, *,
+                     retain: bool = True) -> tuple[str, str]:
         """Ledger and queue one entry atomically (`line`: its JSON, when the caller has it); (id, id).
-        Redis away: 503, the turn is not answered unrecorded (every model call is a recorded turn)."""
+        `retain` False: ledgered only (the agent has no retain endpoint: a queued reference would
+        be read and acknowledged for nothing). Redis away: 503, the turn is not answered unrecorded
+        (every model call is a recorded turn)."""
         line = orjson.dumps(entry) if line is None else line
-        _ = self.aio
         k = self.keys
         try:
-            sid = await self._append_sha(keys=[k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents()],
-                                         args=[agent_id, line])
+            sid = await self._group.run(k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents(), agent_id, line,
+                                        b"1" if retain else b"0")
         except redis.RedisError as exc:
             raise ProxyError(503, f"The shared ledger is unavailable ({type(exc).__name__}); retry later.",
                              code="ledger_unavailable", headers={"Retry-After": "1"}) from None
@@ -133,7 +144,7 @@ class RedisLedger:
     def append_blocking(self, agent_id: str, entry: LedgerEntry) -> tuple[str, str]:
         k = self.keys
         sid = _s(self.sync.eval(_APPEND, 3, k.queue(k.shard(agent_id)), k.ledger(agent_id), k.agents(),
-                                agent_id, orjson.dumps(entry)))
+                                agent_id, orjson.dumps(entry), b"1"))
         return sid, sid
 
     def size(self, agent_id: str) -> int:

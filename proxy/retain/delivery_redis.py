@@ -58,7 +58,8 @@ class StreamRetainDelivery:
 
     def __init__(self, session: aiohttp.ClientSession, telemetry: Telemetry, redactor: Redactor,
                  ledger: RedisLedger, contexts: ContextStore, *, claim_idle_s: float = DEFAULT_CLAIM_IDLE_S,
-                 batch: int = 32, max_in_flight: int = 16, consumer: str | None = None) -> None:
+                 batch: int = 32, max_in_flight: int = 16, consumer: str | None = None,
+                 linger_s: float = 0.02) -> None:
         self.telemetry = telemetry
         self.ledger = ledger
         self.contexts = contexts
@@ -66,6 +67,10 @@ class StreamRetainDelivery:
         self.sender = _StreamSender(session, telemetry, redactor, ledger.root, max_in_flight=max_in_flight)
         self.claim_idle_s = claim_idle_s
         self.batch = batch
+        # after a read that took less than a whole batch, the next waits this long: under load the
+        # entries of a few turns share one read and one acknowledgement (as the file ledger's lanes
+        # linger), instead of a read and an acknowledgement per turn
+        self.linger_s = linger_s
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.lanes: dict[str, Lane] = {}  # per-agent retry state the sender reads (Retry-After, last error)
         self._budget = BufferBudget(0)
@@ -165,13 +170,16 @@ class StreamRetainDelivery:
                     await self._claim()
                 # a few per queue: what one proxy holds unacknowledged at once (and so what its death
                 # can make another deliver again) stays at about `batch` entries
+                count = max(1, self.batch // len(self.keys.queues()))
                 got = await r.xreadgroup(GROUP, self.consumer, {q: ">" for q in self.keys.queues()},
-                                         count=max(1, self.batch // len(self.keys.queues())), block=200)
+                                         count=count, block=200)
                 for queue, messages in got or []:
                     self._held[_s(queue)] |= {_s(qid) for qid, _ in messages}
                 for queue, messages in got or []:
                     await self._deliver(_s(queue), messages)
                 failures = 0
+                if got and all(len(messages) < count for _, messages in got):
+                    await asyncio.sleep(self.linger_s)
             except asyncio.CancelledError:
                 raise
             except redis.ResponseError as exc:

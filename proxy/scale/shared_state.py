@@ -109,11 +109,11 @@ class _Writer:
                 keys = list(itertools.islice(self.pending, self.BATCH))
                 batch = [(k, self.pending.pop(k)) for k in keys]
                 pipe = self.client.pipeline(transaction=False)
-                for key, (value, ttl) in batch:
-                    if value is None:
-                        pipe.delete(key)
+                for key, (value, ttl) in batch:  # the commands themselves: `pipe.set`'s argument checks
+                    if value is None:              # cost more than the write
+                        pipe.execute_command("DEL", key)
                     else:
-                        pipe.set(key, value, ex=ttl)
+                        pipe.execute_command("SET", key, value, "EX", ttl)
                 self.writing = True
                 try:
                     await pipe.execute()

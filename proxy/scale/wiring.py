@@ -42,7 +42,8 @@ def stream_delivery(state: ProxyState, settings: ProxySettings) -> StreamRetainD
     assert state.session is not None
     delivery = StreamRetainDelivery(state.session, state.telemetry, state.redactor, state.ledger,  # type: ignore[arg-type]
                                     state.contexts, claim_idle_s=settings.retain_claim_idle_s,
-                                    batch=settings.retain_batch_call, max_in_flight=settings.retain_max_in_flight)
+                                    batch=settings.retain_batch_call, max_in_flight=settings.retain_max_in_flight,
+                                    linger_s=settings.retain_linger_s)
     writer = getattr(state.explanations, "writer", None)
     if writer is not None:
         delivery.on_close = writer.drain  # what is still queued for Redis goes before the process does

@@ -52,7 +52,7 @@ async def record_turn(turn: Turn, answer: dict[str, Any]) -> None:
     if retained:
         state.retain.prepare(ctx.agent_id)
     with state.tracing.ledger_write(entry):
-        start, end = await state.ledger.append(ctx.agent_id, entry, line)
+        start, end = await state.ledger.append(ctx.agent_id, entry, line, retain=retained)
     if turn.turn_id:
         state.explanations.update(turn.turn_id, entry_id=entry["id"], ledger_end=end, status_code=status)
     if retained:
