@@ -237,7 +237,10 @@ def test_the_shape_rules_need_two_weak_signals_and_no_client_name():
     # a chat agent whose own system prompt asks for a summary is not on an errand once it has talked
     summarising = {"model": "m", "messages": [{"role": "system", "content": "Answer, then write a short summary."},
                                               {"role": "user", "content": "What is a monad?"}]}
-    assert decide(shape_of(summarising)).rule == "task-instruction"  # a new agent's first call: by shape alone
+    # a new agent's first call: an errand only with the request's own errand shape (its words quoted)
+    assert decide(shape_of(summarising)).rule == "one-shot"
+    quoting = {**summarising, "messages": [summarising["messages"][0], {"role": "user", "content": '"What is a monad?"'}]}
+    assert decide(shape_of(quoting)).rule == "task-instruction"
     talked = shape_of({**summarising, "messages": [*summarising["messages"], {"role": "assistant", "content": "…"},
                                                    {"role": "user", "content": "And a functor?"}]})
     book.main_call("chat", None, talked.system, talked.model, talked.first, None)
@@ -292,3 +295,26 @@ def test_the_book_of_main_calls_is_bounded_across_agents():
         book.main_call(f"agent-{n % 3}", f"s{n}", "sys", "m", "first", None)
     assert sum(book.of(f"agent-{n % 3}").sessions.get(f"s{n}") is not None for n in range(5)) <= 3
     assert book.of("agent-1").sessions.get("s4") is not None  # the newest stays
+
+
+@pytest.mark.parametrize("system", [
+    None,  # the plainest SDK use: one user message
+    "You are a helpful assistant.",
+    # an app's own persona whose wording reads like an errand (a verb of making, then a title/summary/tag)
+    "You are Quill, a writing assistant. Help the user write blog posts and choose good titles.",
+    "You are a support assistant for Acme. Answer questions; summarize long answers at the end.",
+])
+async def test_a_plain_sdk_users_single_message_calls_get_memories_and_leave_them(answers, system):
+    """The most ordinary OpenAI SDK use — one user message a call, no tools, no history, no session —
+    is the person's turn whatever its system prompt says: it leaves a memory and the next call recalls it."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    lead = [{"role": "system", "content": system}] if system else []
+    await sdk.chat.completions.create(model="gpt-4o-mini", messages=[
+        *lead, {"role": "user", "content": "Remember that my blog is about sourdough baking in Lisbon."}])
+    await stack.settle()
+    assert any("sourdough" in m.value for m in await memories_of(service, "app"))
+    await sdk.chat.completions.create(model="gpt-4o-mini", messages=[
+        *lead, {"role": "user", "content": "What is my blog about?"}])
+    assert "sourdough" in (stack.provider.received[-1].memories_block or "")
