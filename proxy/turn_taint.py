@@ -24,6 +24,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from memplane_core.provenance import puts_in_play
+from memplane_core.session_key import session_key
 from memplane_core.turn_text import carries_tool_results
 
 TTL_S = 900.0
@@ -51,6 +52,7 @@ class TurnTaint:
         return here
 
     def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
+        session_id = session_key(session_id) if session_id else None
         here = shown_bounded or carries_tool_results(body)
         latest = (agent_id, None)
         if session_id:
@@ -70,13 +72,13 @@ class TurnTaint:
         if carries_tool_results(body):
             return True
         if session_id:
-            return self._seen.get((agent_id, session_id), False)
+            return self._seen.get((agent_id, session_key(session_id)), False)
         return isinstance(body, dict) and _chains(body) and self._seen.get((agent_id, None), False)
 
     def tainted(self, agent_id: str, session_id: str | None) -> bool:
         """Whether a write now, in `session_id`'s conversation (else the agent's latest turn), may carry
         untrusted text: True when the proxy saw no such turn."""
-        said = self._seen.get((agent_id, session_id)) if session_id else None
+        said = self._seen.get((agent_id, session_key(session_id))) if session_id else None
         if said is None:
             said = self._seen.get((agent_id, None))
         return True if said is None else said

@@ -44,6 +44,7 @@ import re2
 from cachetools import LRUCache
 
 from memplane_core.memo import TextMemo
+from memplane_core.session_key import session_key
 from memplane_core.turn_text import latest_user_index, text_of
 
 RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as scaffolding
@@ -157,7 +158,13 @@ def named_session(headers: Any, body: dict[str, Any], session_id: str | None) ->
     """The session id the client names, if any: memplane's `X-Session-Id`, `metadata.session_id`, a
     `…_session_<id>` tail of `metadata.user_id`, a `session_id` / `conversation_id` header or one
     ending in `-session-id`, the request's `prompt_cache_key`. Read by shape: any client that names
-    its session one of these ways is grouped by it."""
+    its session one of these ways is grouped by it. A long id is named by its digest (`session_key`):
+    the books that keep sessions are bounded by entries, not bytes."""
+    named = _named_session(headers, body, session_id)
+    return session_key(named) if named else None
+
+
+def _named_session(headers: Any, body: dict[str, Any], session_id: str | None) -> str | None:
     if session_id:
         return session_id
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
