@@ -137,3 +137,22 @@ def test_a_client_naming_a_new_huge_session_every_call_holds_no_more_than_a_shor
                                                    {"role": "tool", "tool_call_id": "c", "content": "a page"}]})
     taint.note(ctx, "other", "clean", plain)
     assert taint.tainted("a", long_id) and not taint.tainted("a", "other")
+
+
+def test_a_write_naming_a_fresh_session_is_not_cleaner_than_the_agents_tainted_conversation():
+    """An MCP write whose `X-Session-Id` names no conversation the proxy saw (or none) could come from
+    any of the agent's: while one of them read a page, it is tainted, whichever turn came last.
+    Another agent's conversations, and another agent's flood of new sessions, do not change that."""
+    taint = TurnTaint(max_keys=50)
+    a, b = SimpleNamespace(agent_id="a", memory=object()), SimpleNamespace(agent_id="b", memory=object())
+    clean = {"messages": [{"role": "user", "content": "hi"}]}
+    page = {"messages": [{"role": "user", "content": "read it"}, {"role": "tool", "tool_call_id": "c", "content": "x"}]}
+    assert taint.note(a, "reads-pages", "t1", page)
+    assert not taint.note(a, "chat", "t2", clean)  # the agent's latest turn is clean
+    assert not taint.tainted("a", "chat")  # a write in the clean conversation stays trusted
+    assert taint.tainted("a", "fresh-id") and taint.tainted("a", None)
+    assert not taint.note(b, "b-chat", "t3", clean)
+    assert not taint.tainted("b", "fresh-id") and not taint.tainted("b", None)  # a's page is not b's
+    for i in range(200):  # b floods the book with sessions: a's tainted conversation is evicted
+        taint.note(b, f"s{i}", f"b{i}", clean)
+    assert taint.tainted("a", "reads-pages")
