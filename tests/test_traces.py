@@ -377,3 +377,30 @@ async def test_a_malformed_traceparent_starts_a_trace_of_its_own(collector, make
     roots = collector.named("memplane.turn")
     assert all(r["parent"] == "" and r["trace"] != "0" * 32 for r in roots)
     assert len({r["trace"] for r in roots}) == 4
+
+
+async def test_turns_go_on_when_the_exporting_process_is_killed(collector, make_stack):
+    """The exporting process killed under the proxy (OOM killer, an operator's kill): turns are still
+    answered at once, the loss is logged, and nothing hangs."""
+    import os
+    import signal
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    ask = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
+    await plain.chat.completions.create(**ask)
+    await collector.wait_for(1)
+    shipper = stack.state.tracing.shipper
+    child = shipper.child
+    assert child is not None and child.poll() is None
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    for _ in range(20):
+        raw = await asyncio.wait_for(plain.chat.completions.with_raw_response.create(**ask), 10)
+        assert raw.http_response.status_code == 200
+        await asyncio.sleep(0.02)
+    for _ in range(200):
+        if "tracing_exporter_exited" in stack.log.getvalue():
+            break
+        await asyncio.sleep(0.05)
+    assert "tracing_exporter_exited" in stack.log.getvalue()
