@@ -404,3 +404,23 @@ async def test_turns_go_on_when_the_exporting_process_is_killed(collector, make_
             break
         await asyncio.sleep(0.05)
     assert "tracing_exporter_exited" in stack.log.getvalue()
+
+
+async def test_a_hostile_tracestate_writes_nothing_of_its_own_to_the_proxys_log(collector, make_stack, caplog):
+    """A caller's malformed `tracestate` (8 KB; a control byte is refused by the HTTP parser) is
+    dropped quietly: the W3C parser's warning carries the caller's bytes, once a request, and with
+    no logging configured Python prints it to the proxy's stderr, unstructured, beside its JSON."""
+    import logging
+    caplog.set_level(logging.DEBUG)
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    for state in ("=" * 500, "k=v," * 40, "a" * 8000):
+        await plain.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                           "tracestate": state})
+    await collector.wait_for(3)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert not any("=" * 100 in m or "a" * 100 in m or "k=v" in m for m in said), said[:1]
+    assert {r["trace"] for r in collector.named("memplane.turn")} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
