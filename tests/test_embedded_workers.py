@@ -288,3 +288,32 @@ async def test_a_garbled_change_row_is_skipped_and_the_changes_after_it_still_ap
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_reference_worker_skips_a_garbled_line_and_reads_the_lines_after_it(tmp_path):
+    """`memplane adapter reference --workers N`: a line another process (or a hand) appended that is
+    JSON but not a record (no time, an id that is a list, a number for a time) is passed over; the
+    records before and after it are found by a worker following the file and by one loading it."""
+    from memory_adapters.reference.store import ENTRIES, TOMBSTONES, ReferenceStore
+    from memplane_core.contract import RecallRequest, RetainRequest
+    from memplane_core.redact import Redactor
+
+    one, two = ReferenceStore(tmp_path, Redactor(), shared=True), ReferenceStore(tmp_path, Redactor(), shared=True)
+    try:
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_a", FACTS[0])))
+        assert await two.recall(RecallRequest(agent_id="ann", query="sister Lena Porto"))
+        with open(tmp_path / "ann" / ENTRIES, "ab") as fh:
+            fh.write(b'{"id": "x1"}\n{"id": ["l"], "ts": "2026-11-20T10:00:00Z", "summary": "s"}\n'
+                     b'{"id": "x3", "ts": 5, "summary": "s"}\n')
+        with open(tmp_path / "ann" / TOMBSTONES, "ab") as fh:
+            fh.write(b'{"entry_id": ["l"]}\n')
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_b", FACTS[1])))
+        got = await two.recall(RecallRequest(agent_id="ann", query="grey cat called Miso"))
+        assert any("Miso" in m.text for m in got)
+        fresh = ReferenceStore(tmp_path, Redactor(), shared=True)
+        got = await fresh.recall(RecallRequest(agent_id="ann", query="sister Lena Porto"))
+        assert any("Lena" in m.text for m in got)
+        fresh.close()
+    finally:
+        one.close()
+        two.close()
