@@ -318,3 +318,24 @@ async def test_a_plain_sdk_users_single_message_calls_get_memories_and_leave_the
     await sdk.chat.completions.create(model="gpt-4o-mini", messages=[
         *lead, {"role": "user", "content": "What is my blog about?"}])
     assert "sourdough" in (stack.provider.received[-1].memories_block or "")
+
+
+async def test_a_shared_prompt_cache_key_is_no_session(answers):
+    """`prompt_cache_key` is a cache bucket an app shares across its users and conversations (OpenAI's
+    guidance), not a conversation: an SDK app that sets one and routes some calls to another model
+    keeps every conversation's memory."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    first = [{"role": "user", "content": "Hi, I'm planning a trip."}]
+    await sdk.responses.create(model="gpt-4o", input=first, prompt_cache_key="acme-assistant")
+    await sdk.responses.create(model="gpt-4o", prompt_cache_key="acme-assistant", input=[
+        *first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Where should I go?"}])
+    # another conversation of the app, routed to a smaller model
+    await sdk.responses.create(model="gpt-4o-mini", prompt_cache_key="acme-assistant", input=[
+        {"role": "user", "content": "Remember that my passport expires in March 2027."}])
+    await stack.settle()
+    assert any("passport" in m.value for m in await memories_of(service, "app"))
+    await sdk.responses.create(model="gpt-4o-mini", prompt_cache_key="acme-assistant", input=[
+        {"role": "user", "content": "When does my passport expire?"}])
+    assert "March 2027" in (stack.provider.received[-1].memories_block or "")
