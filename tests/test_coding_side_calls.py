@@ -339,3 +339,26 @@ async def test_a_shared_prompt_cache_key_is_no_session(answers):
     await sdk.responses.create(model="gpt-4o-mini", prompt_cache_key="acme-assistant", input=[
         {"role": "user", "content": "When does my passport expire?"}])
     assert "March 2027" in (stack.provider.received[-1].memories_block or "")
+
+
+async def test_a_person_switching_models_mid_conversation_keeps_their_memory(answers):
+    """A chat client that names its session (`X-Session-Id`, as memplane's docs ask) and lets the
+    person pick another model mid-conversation: the calls after the switch are the person's turns
+    (no tools were ever offered, so none is a coding client's check over the conversation)."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "chat", memory_url)
+    sdk = opened(stack, stack.openai("chat"))
+    session = {"X-Session-Id": uuid.uuid4().hex}
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Hi there."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=messages, extra_headers=session)
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "How are you?"}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=messages, extra_headers=session)
+    messages += [{"role": "assistant", "content": "Done."},
+                 {"role": "user", "content": "Remember that my dentist appointment is on the 14th."}]
+    raw = await sdk.chat.completions.with_raw_response.create(model="o3-mini", messages=messages,
+                                                              extra_headers=session)
+    await stack.settle()
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    assert any("dentist" in m.value for m in await memories_of(service, "chat"))

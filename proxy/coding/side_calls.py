@@ -215,8 +215,9 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
-        if main is not None and (shape.system != main.system or (shape.model and shape.model != main.model)):
-            return Decision(SideCall.SIDE, "tool-less-unlike-session")
+        if main is not None and main.tools and \
+                (shape.system != main.system or (shape.model and shape.model != main.model)):
+            return Decision(SideCall.SIDE, "tool-less-unlike-session")  # (a chat's model switch is no check)
         return Decision(SideCall.TURN, "conversation")
     # a one-shot: the person's first words, or the client's errand?
     if main is not None and shape.system != main.system:
