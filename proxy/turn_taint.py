@@ -11,10 +11,11 @@ for `TTL_S`:
 
 * a conversation that carried such text stays tainted: Chat Completions and Messages resend it on
   every call, and a Responses chain or conversation keeps it at the provider;
-* an MCP call (stateless: it carries no turn) asks for its `X-Session-Id`'s conversation, else the
-  agent's latest turn; when the proxy saw neither (no proxied turn within `TTL_S`, a turn another
-  proxy served, an MCP client whose model is not proxied) the write is tainted: the proxy vouches
-  only for a context it saw.
+* an MCP call (stateless: it carries no turn) asks for its `X-Session-Id`'s conversation; one
+  that names none the proxy saw (or no `X-Session-Id`) is tainted when any of the agent's
+  conversations was within `TTL_S` (choosing a fresh id does not make a write clean), and when the
+  proxy saw no turn of the agent (no proxied turn within `TTL_S`, a turn another proxy served, an
+  MCP client whose model is not proxied): the proxy vouches only for a context it saw.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from memplane_core.provenance import puts_in_play
+from memplane_core.session_key import session_key
 from memplane_core.turn_text import carries_tool_results
 
 TTL_S = 900.0
@@ -39,6 +41,10 @@ class TurnTaint:
     def __init__(self, ttl_s: float = TTL_S, max_keys: int = MAX_KEYS) -> None:
         self._seen: TTLCache[tuple[str, str | None], bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
         self._turns: TTLCache[str, bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
+        # agents with a tainted conversation within `ttl_s`: kept apart from the sessions (which a
+        # client names, so another agent's flood of new sessions can evict them), keyed by agent ids
+        # the operator registered
+        self._agents_tainted: TTLCache[str, bool] = TTLCache(maxsize=max_keys, ttl=ttl_s)
 
     def note(self, ctx: Any, session_id: str | None, turn_id: str, body: Any, turn: Any = None) -> bool:
         """Note one turn of an agent with memory (`ctx`): its request, and `turn`, the block injected
@@ -51,6 +57,7 @@ class TurnTaint:
         return here
 
     def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
+        session_id = session_key(session_id) if session_id else None
         here = shown_bounded or carries_tool_results(body)
         latest = (agent_id, None)
         if session_id:
@@ -59,6 +66,8 @@ class TurnTaint:
         elif isinstance(body, dict) and _chains(body):
             here = here or self._seen.get(latest, False)
         self._seen[latest] = here
+        if here:
+            self._agents_tainted[agent_id] = True
         return here
 
     def of_turn(self, agent_id: str, session_id: str | None, turn_id: str, body: Any) -> bool:
@@ -70,13 +79,17 @@ class TurnTaint:
         if carries_tool_results(body):
             return True
         if session_id:
-            return self._seen.get((agent_id, session_id), False)
+            return self._seen.get((agent_id, session_key(session_id)), False)
         return isinstance(body, dict) and _chains(body) and self._seen.get((agent_id, None), False)
 
     def tainted(self, agent_id: str, session_id: str | None) -> bool:
-        """Whether a write now, in `session_id`'s conversation (else the agent's latest turn), may carry
-        untrusted text: True when the proxy saw no such turn."""
-        said = self._seen.get((agent_id, session_id)) if session_id else None
-        if said is None:
-            said = self._seen.get((agent_id, None))
-        return True if said is None else said
+        """Whether a write now, in `session_id`'s conversation, may carry untrusted text. A write that
+        names no conversation the proxy saw could come from any of the agent's: it is tainted when
+        any of them was within `TTL_S` (else a write naming a fresh id would pass as clean beside a
+        conversation that read a page), and when the proxy saw no turn of the agent at all."""
+        said = self._seen.get((agent_id, session_key(session_id))) if session_id else None
+        if said is not None:
+            return said
+        if self._agents_tainted.get(agent_id, False):
+            return True
+        return self._seen.get((agent_id, None)) is None

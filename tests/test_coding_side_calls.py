@@ -237,7 +237,10 @@ def test_the_shape_rules_need_two_weak_signals_and_no_client_name():
     # a chat agent whose own system prompt asks for a summary is not on an errand once it has talked
     summarising = {"model": "m", "messages": [{"role": "system", "content": "Answer, then write a short summary."},
                                               {"role": "user", "content": "What is a monad?"}]}
-    assert decide(shape_of(summarising)).rule == "task-instruction"  # a new agent's first call: by shape alone
+    # a new agent's first call: an errand only with the request's own errand shape (its words quoted)
+    assert decide(shape_of(summarising)).rule == "one-shot"
+    quoting = {**summarising, "messages": [summarising["messages"][0], {"role": "user", "content": '"What is a monad?"'}]}
+    assert decide(shape_of(quoting)).rule == "task-instruction"
     talked = shape_of({**summarising, "messages": [*summarising["messages"], {"role": "assistant", "content": "…"},
                                                    {"role": "user", "content": "And a functor?"}]})
     book.main_call("chat", None, talked.system, talked.model, talked.first, None)
@@ -292,3 +295,70 @@ def test_the_book_of_main_calls_is_bounded_across_agents():
         book.main_call(f"agent-{n % 3}", f"s{n}", "sys", "m", "first", None)
     assert sum(book.of(f"agent-{n % 3}").sessions.get(f"s{n}") is not None for n in range(5)) <= 3
     assert book.of("agent-1").sessions.get("s4") is not None  # the newest stays
+
+
+@pytest.mark.parametrize("system", [
+    None,  # the plainest SDK use: one user message
+    "You are a helpful assistant.",
+    # an app's own persona whose wording reads like an errand (a verb of making, then a title/summary/tag)
+    "You are Quill, a writing assistant. Help the user write blog posts and choose good titles.",
+    "You are a support assistant for Acme. Answer questions; summarize long answers at the end.",
+])
+async def test_a_plain_sdk_users_single_message_calls_get_memories_and_leave_them(answers, system):
+    """The most ordinary OpenAI SDK use — one user message a call, no tools, no history, no session —
+    is the person's turn whatever its system prompt says: it leaves a memory and the next call recalls it."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    lead = [{"role": "system", "content": system}] if system else []
+    await sdk.chat.completions.create(model="gpt-4o-mini", messages=[
+        *lead, {"role": "user", "content": "Remember that my blog is about sourdough baking in Lisbon."}])
+    await stack.settle()
+    assert any("sourdough" in m.value for m in await memories_of(service, "app"))
+    await sdk.chat.completions.create(model="gpt-4o-mini", messages=[
+        *lead, {"role": "user", "content": "What is my blog about?"}])
+    assert "sourdough" in (stack.provider.received[-1].memories_block or "")
+
+
+async def test_a_shared_prompt_cache_key_is_no_session(answers):
+    """`prompt_cache_key` is a cache bucket an app shares across its users and conversations (OpenAI's
+    guidance), not a conversation: an SDK app that sets one and routes some calls to another model
+    keeps every conversation's memory."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    first = [{"role": "user", "content": "Hi, I'm planning a trip."}]
+    await sdk.responses.create(model="gpt-4o", input=first, prompt_cache_key="acme-assistant")
+    await sdk.responses.create(model="gpt-4o", prompt_cache_key="acme-assistant", input=[
+        *first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Where should I go?"}])
+    # another conversation of the app, routed to a smaller model
+    await sdk.responses.create(model="gpt-4o-mini", prompt_cache_key="acme-assistant", input=[
+        {"role": "user", "content": "Remember that my passport expires in March 2027."}])
+    await stack.settle()
+    assert any("passport" in m.value for m in await memories_of(service, "app"))
+    await sdk.responses.create(model="gpt-4o-mini", prompt_cache_key="acme-assistant", input=[
+        {"role": "user", "content": "When does my passport expire?"}])
+    assert "March 2027" in (stack.provider.received[-1].memories_block or "")
+
+
+async def test_a_person_switching_models_mid_conversation_keeps_their_memory(answers):
+    """A chat client that names its session (`X-Session-Id`, as memplane's docs ask) and lets the
+    person pick another model mid-conversation: the calls after the switch are the person's turns
+    (no tools were ever offered, so none is a coding client's check over the conversation)."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "chat", memory_url)
+    sdk = opened(stack, stack.openai("chat"))
+    session = {"X-Session-Id": uuid.uuid4().hex}
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Hi there."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=messages, extra_headers=session)
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "How are you?"}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=messages, extra_headers=session)
+    messages += [{"role": "assistant", "content": "Done."},
+                 {"role": "user", "content": "Remember that my dentist appointment is on the 14th."}]
+    raw = await sdk.chat.completions.with_raw_response.create(model="o3-mini", messages=messages,
+                                                              extra_headers=session)
+    await stack.settle()
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    assert any("dentist" in m.value for m in await memories_of(service, "chat"))

@@ -236,3 +236,84 @@ async def test_reference_workers_answer_as_one_process_and_follow_each_others_ap
         assert await one.answers() == {q: a for q, a in spread.items()}  # one process over the same files
     finally:
         stop(one.proc)
+
+
+async def test_a_garbled_change_row_is_skipped_and_the_changes_after_it_still_apply(tmp_path):
+    """Two processes' services over one store (in one process here, each with its own connection and
+    writer name, as `--workers` runs them): a change whose row holds a garbled vector (a torn or
+    hand-made write) is reported and skipped; recall does not fail, and what was written after it is
+    found."""
+    import io
+    import sqlite3
+
+    from memory_adapters.embedded.service import EmbeddedMemory
+    from memory_adapters.embedded.sqlite_store import DB_FILE, SQLiteStore
+    from memory_adapters.engine.dense import Embedder
+    from memplane_core.contract import RecallRequest, RetainRequest
+    from memplane_core.redaction import Redactor
+    from memplane_core.telemetry import Telemetry, make_logger
+
+    log = io.StringIO()
+    embedder = Embedder.load()
+    one, two = (EmbeddedMemory(SQLiteStore(tmp_path, writer=w), Redactor(), Telemetry(make_logger(log)))
+                for w in ("w1", "w2"))
+    await one.start(embedder)
+    await two.start(embedder)
+    try:
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_a", FACTS[0])))
+        assert [m.text for m in await two.recall(RecallRequest(agent_id="ann", query=QUESTIONS[0]))]
+        db = sqlite3.connect(tmp_path / DB_FILE)
+        (item,) = db.execute("SELECT id FROM memories WHERE agent_id = 'ann' LIMIT 1").fetchone()
+        for _ in range(600):  # until the writer's own vector is stored: the garbled one comes after it
+            if db.execute("SELECT vector FROM memories WHERE id = ?", (item,)).fetchone()[0] is not None:
+                break
+            await asyncio.sleep(0.05)
+        with db:
+            db.execute("UPDATE memories SET vector = ? WHERE id = ?", (b"\x01\x02\x03\x04\x05", item))
+            db.execute("INSERT INTO changes (writer, agent_id, item, kind, ts) VALUES ('w9', 'ann', ?, 'vector', 0)",
+                       (item,))
+        db.close()
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_b", FACTS[1])))
+        got = await two.recall(RecallRequest(agent_id="ann", query=QUESTIONS[1]))
+        assert any("Miso" in m.text for m in got)
+        assert "memory_row_skipped" in log.getvalue()
+        # a process that loads the agent afresh reads the garbled row by its words
+        three = EmbeddedMemory(SQLiteStore(tmp_path, writer="w3"), Redactor(), Telemetry(make_logger(log)))
+        await three.start(embedder)
+        try:
+            got = await three.recall(RecallRequest(agent_id="ann", query="Lena Porto chemistry"))
+            assert any("Lena" in m.text for m in got)
+        finally:
+            await three.close()
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_reference_worker_skips_a_garbled_line_and_reads_the_lines_after_it(tmp_path):
+    """`memplane adapter reference --workers N`: a line another process (or a hand) appended that is
+    JSON but not a record (no time, an id that is a list, a number for a time) is passed over; the
+    records before and after it are found by a worker following the file and by one loading it."""
+    from memory_adapters.reference.store import ENTRIES, TOMBSTONES, ReferenceStore
+    from memplane_core.contract import RecallRequest, RetainRequest
+    from memplane_core.redact import Redactor
+
+    one, two = ReferenceStore(tmp_path, Redactor(), shared=True), ReferenceStore(tmp_path, Redactor(), shared=True)
+    try:
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_a", FACTS[0])))
+        assert await two.recall(RecallRequest(agent_id="ann", query="sister Lena Porto"))
+        with open(tmp_path / "ann" / ENTRIES, "ab") as fh:
+            fh.write(b'{"id": "x1"}\n{"id": ["l"], "ts": "2026-11-20T10:00:00Z", "summary": "s"}\n'
+                     b'{"id": "x3", "ts": 5, "summary": "s"}\n')
+        with open(tmp_path / "ann" / TOMBSTONES, "ab") as fh:
+            fh.write(b'{"entry_id": ["l"]}\n')
+        await one.retain(RetainRequest(agent_id="ann", entry=entry("hist1_b", FACTS[1])))
+        got = await two.recall(RecallRequest(agent_id="ann", query="grey cat called Miso"))
+        assert any("Miso" in m.text for m in got)
+        fresh = ReferenceStore(tmp_path, Redactor(), shared=True)
+        got = await fresh.recall(RecallRequest(agent_id="ann", query="sister Lena Porto"))
+        assert any("Lena" in m.text for m in got)
+        fresh.close()
+    finally:
+        one.close()
+        two.close()

@@ -98,3 +98,15 @@ def test_a_term_whose_last_posting_goes_is_forgotten() -> None:
     lex.add("c", "garden")
     check_arrays(lex)
     assert lex.scored("garden", 5)[0][0][0] == "c"
+
+
+def test_an_index_of_only_small_talk_answers_a_query_instead_of_failing():
+    """An agent whose only memories are words the index leaves out ("Hi there, how are you?"): a
+    recall finds nothing, it does not fail (it divided by the documents' total length, 0)."""
+    from memory_adapters.engine.lexical import LexicalIndex
+    ix = LexicalIndex()
+    ix.add("a", "Hi there, how are you?")
+    assert ix.top("when is my trip") is None
+    assert ix.scored("how are you")[0] == []
+    ix.add("b", "My trip to Lisbon starts on the 14th.")
+    assert [i for i, _ in ix.scored("trip Lisbon")[0]] == ["b"]

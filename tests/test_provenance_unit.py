@@ -106,3 +106,53 @@ def test_hostile_100kb_inputs_are_read_in_one_pass():
         out = quoted_headings(hostile)
         assert len(out) <= len(hostile) + 2 * (hostile.count("\n") + 1)
     assert quoted_headings("# system\n" * 11_000).count("> # system") == 11_000
+
+
+def test_a_client_naming_a_new_huge_session_every_call_holds_no_more_than_a_short_id_would():
+    """Attacker-chosen session ids (an 8 KB header, a megabyte `metadata.session_id`) in the proxy's
+    books cost a digest each: the books are bounded by entries, not bytes. The same long id still
+    finds its own conversation (a tainted one stays tainted)."""
+    import tracemalloc
+
+    from proxy.coding.scaffolding import named_session
+    from proxy.coding.sessions import SessionBook
+    from proxy.coding.side_calls import shape_of
+    ctx = SimpleNamespace(agent_id="a", memory=object())
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    taint, book = TurnTaint(), SessionBook()
+    shape = shape_of({**plain, "tools": [{"type": "function"}]})
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(200):
+        huge = f"{i:08d}" + "s" * 100_000
+        taint.note(ctx, huge, f"t{i}", plain)
+        session = named_session(None, {"metadata": {"user_id": "u_session_" + huge}}, None)
+        book.main_call("a", session, shape.system, shape.model, shape.first, None)
+        del huge, session
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held < 2_000_000  # 200 ids of 100 KB held verbatim would be 40 MB
+    long_id = "L" * 50_000
+    taint.note(ctx, long_id, "page", {"messages": [{"role": "user", "content": "x"},
+                                                   {"role": "tool", "tool_call_id": "c", "content": "a page"}]})
+    taint.note(ctx, "other", "clean", plain)
+    assert taint.tainted("a", long_id) and not taint.tainted("a", "other")
+
+
+def test_a_write_naming_a_fresh_session_is_not_cleaner_than_the_agents_tainted_conversation():
+    """An MCP write whose `X-Session-Id` names no conversation the proxy saw (or none) could come from
+    any of the agent's: while one of them read a page, it is tainted, whichever turn came last.
+    Another agent's conversations, and another agent's flood of new sessions, do not change that."""
+    taint = TurnTaint(max_keys=50)
+    a, b = SimpleNamespace(agent_id="a", memory=object()), SimpleNamespace(agent_id="b", memory=object())
+    clean = {"messages": [{"role": "user", "content": "hi"}]}
+    page = {"messages": [{"role": "user", "content": "read it"}, {"role": "tool", "tool_call_id": "c", "content": "x"}]}
+    assert taint.note(a, "reads-pages", "t1", page)
+    assert not taint.note(a, "chat", "t2", clean)  # the agent's latest turn is clean
+    assert not taint.tainted("a", "chat")  # a write in the clean conversation stays trusted
+    assert taint.tainted("a", "fresh-id") and taint.tainted("a", None)
+    assert not taint.note(b, "b-chat", "t3", clean)
+    assert not taint.tainted("b", "fresh-id") and not taint.tainted("b", None)  # a's page is not b's
+    for i in range(200):  # b floods the book with sessions: a's tainted conversation is evicted
+        taint.note(b, f"s{i}", f"b{i}", clean)
+    assert taint.tainted("a", "reads-pages")

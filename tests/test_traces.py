@@ -377,3 +377,89 @@ async def test_a_malformed_traceparent_starts_a_trace_of_its_own(collector, make
     roots = collector.named("memplane.turn")
     assert all(r["parent"] == "" and r["trace"] != "0" * 32 for r in roots)
     assert len({r["trace"] for r in roots}) == 4
+
+
+async def test_turns_go_on_when_the_exporting_process_is_killed(collector, make_stack):
+    """The exporting process killed under the proxy (OOM killer, an operator's kill): turns are still
+    answered at once, the loss is logged, and nothing hangs."""
+    import os
+    import signal
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    ask = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
+    await plain.chat.completions.create(**ask)
+    await collector.wait_for(1)
+    shipper = stack.state.tracing.shipper
+    child = shipper.child
+    assert child is not None and child.poll() is None
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    for _ in range(20):
+        raw = await asyncio.wait_for(plain.chat.completions.with_raw_response.create(**ask), 10)
+        assert raw.http_response.status_code == 200
+        await asyncio.sleep(0.02)
+    for _ in range(200):
+        if "tracing_exporter_exited" in stack.log.getvalue():
+            break
+        await asyncio.sleep(0.05)
+    assert "tracing_exporter_exited" in stack.log.getvalue()
+
+
+async def test_a_hostile_tracestate_writes_nothing_of_its_own_to_the_proxys_log(collector, make_stack, caplog):
+    """A caller's malformed `tracestate` (8 KB; a control byte is refused by the HTTP parser) is
+    dropped quietly: the W3C parser's warning carries the caller's bytes, once a request, and with
+    no logging configured Python prints it to the proxy's stderr, unstructured, beside its JSON."""
+    import logging
+    caplog.set_level(logging.DEBUG)
+    stack = await make_stack()
+    stack.add_agent("plain")
+    plain = stack.openai("plain")
+    for state in ("=" * 500, "k=v," * 40, "a" * 8000):
+        await plain.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hello"}],
+            extra_headers={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                           "tracestate": state})
+    await collector.wait_for(3)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert not any("=" * 100 in m or "a" * 100 in m or "k=v" in m for m in said), said[:1]
+    assert {r["trace"] for r in collector.named("memplane.turn")} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
+
+
+def test_stopping_the_proxy_does_not_hang_on_an_exporting_process_that_stopped_reading():
+    """An exporting process that is alive but reads nothing (stopped, frozen by its cgroup): the pipe
+    fills and the shipping thread's write waits. Shutting down must still return (the proxy's stop
+    waits on it), the stuck process ended."""
+    import os
+    import signal
+    import threading
+    import time
+    from proxy.tracing.ship import Shipper
+    shipper = Shipper(f"http://127.0.0.1:{free_port()}", {"OTEL_BSP_SCHEDULE_DELAY": "10",
+                                                          "OTEL_BSP_MAX_QUEUE_SIZE": "100000"})
+    now = time.time_ns()
+    record = lambda i: (i + 1, i + 1, 0, False, "memplane.turn", 1, now, now, {"k": "v" * 200}, 0, "", None)  # noqa: E731
+    shipper.put(record(0))
+    for _ in range(600):
+        if shipper.child is not None:
+            break
+        time.sleep(0.05)
+    child = shipper.child
+    assert child is not None
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        for i in range(1, 20_000):
+            shipper.put(record(i))
+        for _ in range(200):  # until the shipping thread is blocked in its write (the queue stops draining)
+            before = len(shipper.queue)
+            time.sleep(0.05)
+            if before and len(shipper.queue) == before:
+                break
+        done = threading.Event()
+        threading.Thread(target=lambda: (shipper.shutdown(timeout_s=0.5), done.set()), daemon=True).start()
+        assert done.wait(30), "shutdown hung on the stuck exporter"
+        assert child.wait(10) is not None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)

@@ -121,8 +121,7 @@ class EmbeddedMemory:
             if agent_id not in self._indexes:
                 idx = self._new_index()
                 start = self._position
-                rows = [(m, np.frombuffer(vector, dtype=np.float32) if vector and self.embedder is not None else None)
-                        for m, vector in await self.store.load(agent_id)]
+                rows = [(m, self._vector(vector, m.id)) for m, vector in await self.store.load(agent_id)]
                 # a cold agent's load yields to the loop every LOAD_STEP rows: others' recalls go on
                 await idx.load_stepwise(rows, self.bad_row, LOAD_STEP)
                 if self.backlog is not None and self.embeds_loaded:
@@ -167,23 +166,44 @@ class EmbeddedMemory:
 
     def _apply(self, items: list, indexes: dict[str, AgentIndex], tombstones: dict[str, set[str]]) -> None:
         """Other processes' changes, to the agents in `indexes` (others load as they are now). Each
-        is idempotent (a put re-reads the row as it is now), so one applied twice does no harm."""
+        is idempotent (a put re-reads the row as it is now), so one applied twice does no harm. A
+        change this process cannot apply (a garbled vector, a row it cannot index) is reported and
+        skipped, as a bad row is on load: the log has moved past it, so failing here would lose
+        every change after it too."""
         for kind, agent_id, item, memory, vector in items:
             idx = indexes.get(agent_id)
             if idx is None:
                 continue
-            if kind == "tomb":
-                tombstones.setdefault(agent_id, set()).add(item)
-            elif kind == "drop" or (kind == "put" and memory is None):
-                idx.drop(item)
-            elif kind == "put":
-                idx.put(memory, self._vector(vector))
-            elif kind == "vector" and vector is not None and item in idx.memories:
-                idx.add_vector(item, self._vector(vector))
+            try:
+                if kind == "tomb":
+                    tombstones.setdefault(agent_id, set()).add(item)
+                elif kind == "drop" or (kind == "put" and memory is None):
+                    idx.drop(item)
+                elif kind == "put":
+                    idx.put(memory, self._vector(vector, item))
+                elif kind == "vector" and vector is not None and item in idx.memories:
+                    found = self._vector(vector, item)
+                    if found is not None:
+                        idx.add_vector(item, found)
+            except Exception as exc:  # noqa: BLE001 - whatever the row holds, the next change applies
+                self.bad_row(str(item), f"{type(exc).__name__}: {exc}"[:300])
+                continue
             self.caught_up += 1
 
-    def _vector(self, raw: bytes | None) -> Any:
-        return np.frombuffer(raw, dtype=np.float32) if raw and self.embedder is not None else None
+    def _vector(self, raw: bytes | None, item: str = "?") -> Any:
+        """A stored vector, or None (a garbled one is reported: its memory is still found by words)."""
+        if not raw or self.embedder is None:
+            return None
+        try:
+            vector = np.frombuffer(raw, dtype=np.float32)
+        except ValueError as exc:
+            self.bad_row(item, f"vector: {exc}"[:300])
+            return None
+        dim = getattr(self.embedder, "dim", None)
+        if dim is not None and vector.shape != (dim,):
+            self.bad_row(item, f"vector: {vector.shape[0]} dimensions, not {dim}")
+            return None
+        return vector
 
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())

@@ -137,7 +137,8 @@ class LexicalIndex:
         n = len(self.docs)
         k1, acc = self.k1, self._acc
         # BM25 per posting: w·f / (f + base + per·len(doc))
-        base, per = k1 * (1 - self.b), k1 * self.b / (self.total_len / n)
+        # (every document may be words the index leaves out — "Hi there, how are you?": length 0)
+        base, per = k1 * (1 - self.b), k1 * self.b / (self.total_len / n) if self.total_len else 0.0
         plists = sorted((p for p in map(self._postings, set(q)) if p is not None), key=lambda p: len(p[0]))
         common_from = max(COMMON_TERM_MIN_DOCS, int(n * COMMON_TERM_SHARE))
         found: list[np.ndarray] = []

@@ -147,9 +147,10 @@ class ReferenceStore:
         base = self.data_dir / agent_id
         tombs, agent.read_to[TOMBSTONES] = _read_jsonl(base / TOMBSTONES, torn=not self.shared)
         for rec in tombs:
-            agent.tombstones.add(rec.get("entry_id"))
+            if _tombstone(rec):
+                agent.tombstones.add(rec["entry_id"])
         entries, agent.read_to[ENTRIES] = _read_jsonl(base / ENTRIES, torn=not self.shared)
-        rows = [r for r in entries if r.get("id") and r["id"] not in agent.tombstones]
+        rows = [r for r in entries if _record(r) and r["id"] not in agent.tombstones]
         rows.sort(key=lambda r: r.get("ts", ""))
         for rec in rows:
             if rec["id"] not in agent.records:
@@ -173,10 +174,10 @@ class ReferenceStore:
             agent.read_to[name] = start + used
             for rec in rows:
                 if name == TOMBSTONES:
-                    eid = rec.get("entry_id")
-                    agent.tombstones.add(eid)
-                    agent.drop(eid)
-                elif rec.get("id") and rec["id"] not in agent.tombstones and rec["id"] not in agent.records:
+                    if _tombstone(rec):
+                        agent.tombstones.add(rec["entry_id"])
+                        agent.drop(rec["entry_id"])
+                elif _record(rec) and rec["id"] not in agent.tombstones and rec["id"] not in agent.records:
                     agent.add(rec)
 
     def _append(self, agent_id: str, name: str, rows: list[dict[str, Any]]) -> None:
@@ -322,6 +323,17 @@ def _most_shared(agent: _Agent, overlap: Counter[str], limit: int) -> list[tuple
     else:  # they are older: rank them all
         equals = [e for _, e in heapq.nlargest(need, ((agent.rank[e], e) for e, n in overlap.items() if n == least))]
     return [(n, eid) for n, _, eid in top] + [(least, eid) for eid in equals]
+
+
+def _record(rec: dict[str, Any]) -> bool:
+    """A line this store can index: a string id and time (a line another process or a hand wrote
+    that is JSON but not a record is passed over, as a torn one is: the lines after it still count)."""
+    return isinstance(rec.get("id"), str) and bool(rec["id"]) and isinstance(rec.get("ts"), str) and \
+        isinstance(rec.get("summary", ""), str)
+
+
+def _tombstone(rec: dict[str, Any]) -> bool:
+    return isinstance(rec.get("entry_id"), str)
 
 
 def _read_jsonl(path: Path, start: int = 0, torn: bool = True) -> tuple[list[dict[str, Any]], int]:

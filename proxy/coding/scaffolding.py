@@ -44,6 +44,7 @@ import re2
 from cachetools import LRUCache
 
 from memplane_core.memo import TextMemo
+from memplane_core.session_key import session_key
 from memplane_core.turn_text import latest_user_index, text_of
 
 RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as scaffolding
@@ -156,8 +157,17 @@ class Recurrence:
 def named_session(headers: Any, body: dict[str, Any], session_id: str | None) -> str | None:
     """The session id the client names, if any: memplane's `X-Session-Id`, `metadata.session_id`, a
     `…_session_<id>` tail of `metadata.user_id`, a `session_id` / `conversation_id` header or one
-    ending in `-session-id`, the request's `prompt_cache_key`. Read by shape: any client that names
-    its session one of these ways is grouped by it."""
+    ending in `-session-id`. Read by shape: any client that names its session one of these ways is
+    grouped by it. Not `prompt_cache_key`: OpenAI's guidance is one key for requests sharing a
+    prefix, which an app may well share across every user and conversation — read as one session,
+    an app routing some calls to another model lost their memory (`model-unlike-session`). A long
+    id is named by its digest (`session_key`): the books that keep sessions are bounded by entries,
+    not bytes."""
+    named = _named_session(headers, body, session_id)
+    return session_key(named) if named else None
+
+
+def _named_session(headers: Any, body: dict[str, Any], session_id: str | None) -> str | None:
     if session_id:
         return session_id
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
@@ -172,10 +182,7 @@ def named_session(headers: Any, body: dict[str, Any], session_id: str | None) ->
         for name, value in headers.items():
             if value and name.lower().endswith(("-session-id", "_session_id")):
                 return value
-    key = body.get("prompt_cache_key")
-    if isinstance(key, str) and key:
-        return key
-    return None
+    return None  # not `prompt_cache_key`: a cache bucket an app may share across all its conversations
 
 
 def session_of_request(headers: Any, body: dict[str, Any], session_id: str | None) -> str:

@@ -30,6 +30,7 @@ class SessionSeen:
     model: str | None
     first: str  # digest of the conversation's first message
     project: str | None = None
+    tools: bool = False  # a main call of the session offered tools (a coding client's, not a chat's)
 
 
 class Sessions:
@@ -75,7 +76,7 @@ class SessionBook:
         return seen
 
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
-                  project: str | None) -> None:
+                  project: str | None, tools: bool = False) -> None:
         """Record a main call: its system prompt and model become the agent's (and its session's)."""
         seen = self.of(agent_id)
         seen.systems[system] = True
@@ -87,6 +88,7 @@ class SessionBook:
             return
         known = seen.sessions.get(session)
         if known is None:
-            seen.sessions[session] = SessionSeen(system, model, first, project)
-        elif project:
-            known.project = project
+            seen.sessions[session] = SessionSeen(system, model, first, project, tools)
+        else:
+            known.project = project or known.project
+            known.tools = known.tools or tools

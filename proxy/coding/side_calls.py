@@ -17,7 +17,11 @@ agent's main calls (`sessions.py`):
   and this one's system prompt or model is not theirs — decisive alone;
 * `task-instruction`: the system prompt asks for a title, a commit message, a branch name, a
   summary, a label or a classification, and is not a system prompt of the agent's main calls (a
-  chat agent told to end with a summary is not on an errand) — decisive alone;
+  chat agent told to end with a summary is not on an errand) — decisive alone once the agent has
+  main calls; before any (a new agent, or one that only ever sends one message a call: a plain SDK
+  app whose persona says "help the user choose titles"), only with the request's own errand shape
+  (`quoted-material` or `tiny-max-tokens`: a title call quotes the person's words, a commit message
+  call a diff), so an app that never sends tools or history is not read as errands for ever;
 * `system-unlike-agent` / `model-unlike-agent`: the agent's main calls used other system prompts
   or other models; `quoted-material`: the request is mostly text it quotes (a fenced block, a
   diff, a transcript, a quoted string) or asks for such an errand over it; `tiny-max-tokens`
@@ -211,15 +215,19 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
-        if main is not None and (shape.system != main.system or (shape.model and shape.model != main.model)):
-            return Decision(SideCall.SIDE, "tool-less-unlike-session")
+        if main is not None and main.tools and \
+                (shape.system != main.system or (shape.model and shape.model != main.model)):
+            return Decision(SideCall.SIDE, "tool-less-unlike-session")  # (a chat's model switch is no check)
         return Decision(SideCall.TURN, "conversation")
     # a one-shot: the person's first words, or the client's errand?
     if main is not None and shape.system != main.system:
         return Decision(SideCall.SIDE, "system-unlike-session")
     if main is not None and shape.model and main.model and shape.model != main.model:
         return Decision(SideCall.SIDE, "model-unlike-session")
-    if shape.errand and (seen is None or shape.system not in seen.systems):  # not the agent's main prompt
+    quoted = shape.quoted >= QUOTED_SHARE or shape.asks_over_quoted
+    tiny = shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS
+    if shape.errand and (seen is None or shape.system not in seen.systems) and \
+            ((seen is not None and seen.has_mains) or quoted or tiny):  # an app's own persona is no errand
         return Decision(SideCall.SIDE, "task-instruction")
     signals: list[str] = []
     if main is None and seen is not None and seen.has_mains:
@@ -227,9 +235,9 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             signals.append("system-unlike-agent")
         if shape.model and len(seen.models) and shape.model not in seen.models:
             signals.append("model-unlike-agent")
-    if shape.quoted >= QUOTED_SHARE or shape.asks_over_quoted:
+    if quoted:
         signals.append("quoted-material")
-    if shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS:
+    if tiny:
         signals.append("tiny-max-tokens")
     if len(signals) >= 2 and signals[0].endswith("-unlike-agent"):
         return Decision(SideCall.SIDE, "+".join(signals))

@@ -155,7 +155,8 @@ class Shipper:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Send what is waiting and close the exporter's stdin (blocking: a thread's job). The exporter
         sends the rest and exits by itself; a hanging collector holds it, not this process, for at
-        most its own export timeout (OTEL_EXPORTER_OTLP_TIMEOUT)."""
+        most its own export timeout (OTEL_EXPORTER_OTLP_TIMEOUT). An exporter that stopped reading is
+        ended instead (within `timeout_s`)."""
         with self.lock:
             self.stopping = True
             thread = self.thread
@@ -166,6 +167,12 @@ class Shipper:
             self._drain()
         child = self.child
         if child is None:
+            return
+        if thread is not None and thread.is_alive():
+            # the exporter reads nothing (stopped, frozen): the pipe is full and the thread's write waits,
+            # holding the pipe's lock, so closing it would wait too. Ended, it breaks the write.
+            self._warn("tracing_exporter_stuck", spans_lost=len(self.queue), returncode=child.poll())
+            child.kill()
             return
         try:
             child.stdin.close()
