@@ -300,3 +300,16 @@ def test_a_key_in_a_long_turn_split_into_episode_pieces_is_redacted_in_every_pie
     text = "\n".join(m.value for m in episodes)
     assert len(episodes) > 3 and not _leaks(text, body)
     assert text.count("agreed on the steps") == 60 and "[redacted:private_key]" in text
+
+
+@pytest.mark.parametrize("start", ["VATE KEY-----", "E KEY-----", " KEY-----", "KEY-----"])
+@pytest.mark.parametrize("escaped", [False, True], ids=["as-written", "json-escaped"])
+def test_a_header_cut_before_private_is_still_a_private_key(start, escaped):
+    """A paste cut inside the PEM header, so only "…KEY-----" and some body lines remain: the body is a
+    private key's (its marker), not a credential named "KEY" — as written and inside a JSON string."""
+    key, body = KEYS[2]
+    text = key[key.index(start):][:200]  # cut again inside the body: no "PRIVATE KEY" anywhere
+    form = json.dumps(text)[1:-1] if escaped else text
+    out, counts = Redactor().text(form)
+    assert not _leaks(out, body)
+    assert "[redacted:private_key]" in out and counts["private_key"] >= 1

@@ -119,7 +119,8 @@ _NOT_THE_SECRET = re2.compile(r"(?i)\b(?:id|ids|fingerprint|hash|checksum|digest
 def _names_no_secret(secret: str, match: str, line: str) -> bool:
     """The name says what follows is not the secret, or it is a (cut) PEM header: `pieces.py` takes those."""
     cut = match.rfind(secret)
-    return _NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None or "PRIVATE KEY" in line
+    return (_NOT_THE_SECRET.search(match[:cut] if cut >= 0 else match) is not None or "PRIVATE KEY" in line
+            or "KEY-----" in match)  # a PEM header cut before "PRIVATE", as written or JSON-escaped
 
 
 _KEY_BODY_LINE = re2.compile(r"^[A-Za-z0-9+/]{40,}={0,2}$")
