@@ -105,8 +105,11 @@ async def retain(s, url, agent, entries):
 
 
 async def memories(s, url, agent, type_=None):
+    """The agent's memories of `type_`, without the engine's own profile facts (engine/profile.py:
+    "Current home city: …", drawn from every retained turn whether or not a curator runs)."""
     params = {"agent_id": agent, "limit": "500", **({"type": type_} if type_ else {})}
-    return (await get(s, url, "/api/memories", **params))[1]["memories"]
+    return [m for m in (await get(s, url, "/api/memories", **params))[1]["memories"]
+            if not m["key"].startswith("profile:")]
 
 
 def events(log: io.StringIO, name: str) -> list[dict]:

@@ -120,7 +120,7 @@ async def test_a_dated_transcript_keeps_its_dates_when_the_assistant_replies(sta
         assert "assistant:" not in block and not any(r in block for r in replies)
 
 
-async def test_of_two_updates_on_one_day_the_later_is_current(stack, engine, request):
+async def test_of_two_updates_on_one_day_the_later_is_current(stack, engine):
     """An export lists the day's messages newest first: the time in the person's words decides
     which value is current, not the order they arrived in."""
     stack.add_agent("mover", engine)
@@ -139,22 +139,21 @@ async def test_of_two_updates_on_one_day_the_later_is_current(stack, engine, req
     # the block tells the story in the order it was said: the later value is the last word
     assert block.index("Porto, in a flat") < block.index("Braga, the flat")
     assert "Current home city: Porto" not in block
-    if request.node.callspec.params["engine"] == "tiered":
-        # an engine that keeps the current value of a fact (tiered: one per topic) keeps the later
-        # one, and the turn that said the earlier value says it has since changed
-        assert "Current home city: Braga." in block
-        assert f"{PAST_MARK}I now live in Porto, in a flat by the river." in block
-        assert PAST_MARK + "user: Change of plan" not in block and PAST_MARK + "Change of plan" not in block
+    # each engine keeps the current value of a fact (one per topic): the later one, and the turn
+    # that said the earlier value says it has since changed
+    assert "Current home city: Braga." in block
+    assert f"{PAST_MARK}I now live in Porto, in a flat by the river." in block
+    assert PAST_MARK + "user: Change of plan" not in block and PAST_MARK + "Change of plan" not in block
 
 
 def test_the_turns_of_a_changed_fact_read_incrementally_are_those_a_full_read_finds():
-    """tiered/updates.earlier_turns reads only what was put since the last recall; whatever the
+    """engine/updates.earlier_turns reads only what was put since the last recall; whatever the
     puts, drops and changes of a fact in between, it finds what reading every memory finds."""
     import random
 
     from memory_adapters.engine.index import AgentIndex
     from memory_adapters.engine.record import StoredMemory
-    from memory_adapters.tiered.updates import earlier_turns
+    from memory_adapters.engine.updates import earlier_turns
 
     def episode(i: int, stated: dict | None) -> StoredMemory:
         return StoredMemory(agent_id="a", scope="agent", key=f"episode:{i}", value=f"turn {i}", type="episode",
@@ -185,3 +184,24 @@ def test_the_turns_of_a_changed_fact_read_incrementally_are_those_a_full_read_fi
         if rnd.random() < 0.3:
             assert earlier_turns(idx) == full_read(idx)
     assert earlier_turns(idx) == full_read(idx) and earlier_turns(idx)  # some turns were marked
+
+
+async def test_a_job_that_changed_shows_the_current_one_and_the_old_turn_as_past(stack, engine):
+    """Told in order, weeks apart: the block leads with the current job, and the turn that named
+    the old one is still findable but says it has since changed; a turn of another topic is not
+    marked."""
+    stack.add_agent("nurse", engine)
+    stack.provider.reply = small_talk_reply
+    client = stack.openai("nurse")
+    await say(client, "[9:00 am on 2 February, 2024] I work as a barista at the harbour cafe, early shifts.")
+    await say(client, "[9:10 am on 2 February, 2024] I live in Leeds, in a shared house.")
+    await say(client, "[6:30 pm on 20 April, 2024] Great news, I started as a night nurse at the county hospital.")
+    await stack.settle()
+
+    await say(client, "What do I work as these days, and at the harbour cafe or the hospital?")
+    block = stack.provider.received[-1].memories_block
+    assert "Current job: night nurse." in block, block
+    assert "Current job: barista" not in block
+    assert f"{PAST_MARK}I work as a barista at the harbour cafe, early shifts." in block
+    assert "started as a night nurse at the county hospital" in block
+    assert PAST_MARK + "Great news" not in block and PAST_MARK + "I live in Leeds" not in block

@@ -65,10 +65,13 @@ async def test_both_stores_keep_the_same_promises(store_app, aiohttp_server):
         assert late["status"] == "tombstoned"
         _, sister = await post(s, url, "/recall", {"agent_id": "p", "query": "What does Ines study?"})
         assert "marine biology" not in text_of(sister)
-        # knowledge updates: both statements come back in the order they were said
+        # knowledge updates: both statements come back in the order they were said, the earlier
+        # marked as since changed, and the current value leads
         _, home = await post(s, url, "/recall", {"agent_id": "p", "query": "Where did I move to?"})
         text = text_of(home)
-        assert text.index("Lisbon") < text.index("Vienna")
+        assert text.index("I moved to Lisbon") < text.index("I just moved to Vienna")
+        assert "[since changed, see Current facts] I moved to Lisbon" in text
+        assert text.startswith("fact: Current home city: Vienna.") and "Current home city: Lisbon" not in text
         # isolation between agents
         _, other = await post(s, url, "/recall", {"agent_id": "q", "query": "Where did I move to?"})
         assert "Vienna" not in text_of(other)

@@ -1,7 +1,7 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
     python -m bench.quality.loo [--replies small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
-                                               dates|speakers|sittings|feedback|budget|coverage|
+                                               dates|speakers|sittings|feedback|novelty|budget|coverage|
                                                inference]
                                 [--no-retained-questions] [--lag SHARE]
 
@@ -33,6 +33,9 @@ Experiments:
   (sittings.WEIGHT x the mean of the sitting's best sittings.TOP hits; weight 0 is off).
 * `feedback`: pseudo-relevance feedback (bench/quality/feedback.py, not shipped): the rarer words
   of the best `docs` hits as a second BM25 query, `terms` of them, weighted `weight`.
+* `novelty`: MMR by what a hit adds (engine/novelty.py): a second hit of a sitting already placed
+  moves down `penalty` z (novelty.PENALTY; 0 is off) when under `novel` (novelty.NOVEL) of its
+  terms are new among the hits placed above it.
 * `coverage`: neighbours for fewer of the best hits (0, 3 or 5 instead of packing.NEIGHBOURS_FOR)
   when the best 10 or 20 hits come from at least N sittings: breadth before context.
 * `inference`: a question asking what a named person would, might or is likely to do or be
@@ -225,6 +228,19 @@ def feedback_grid(*_) -> dict:
     return out
 
 
+def novelty_grid(*_) -> dict:
+    """MMR by new terms within a sitting (engine/novelty.py): a repeat of a placed sitting that adds few terms moves down."""
+    from memory_adapters.engine import novelty
+    out = {f"penalty {novelty.PENALTY} when under {novelty.NOVEL:.0%} new terms (default)": with_constants(),
+           "off": with_constants((novelty, "PENALTY", 0.0))}
+    for penalty in (0.25, 0.5, 1.0, 2.0):
+        for novel in (0.3, 0.5, 0.7, 0.9):
+            if (penalty, novel) != (novelty.PENALTY, novelty.NOVEL):
+                out[f"penalty {penalty} when under {novel:.0%} new terms"] = with_constants(
+                    (novelty, "PENALTY", penalty), (novelty, "NOVEL", novel))
+    return out
+
+
 def spread_neighbours(top: int, sittings: int, fewer: int):
     """`with_constants` changes: neighbours for only the best `fewer` hits (packing.NEIGHBOURS_FOR) when the
     best `top` hits of a recall come from at least `sittings` sittings (a question whose answer is
@@ -352,6 +368,7 @@ EXPERIMENTS = {
     "speakers": speakers_grid,
     "sittings": sittings_grid,
     "feedback": feedback_grid,
+    "novelty": novelty_grid,
     "budget": budget_grid,
     "inference": inference_grid,
     "coverage": coverage_grid,

@@ -38,9 +38,11 @@ from ..engine.episodes import episodes_from_entry, recall_query
 from ..engine.heap import HEAP
 from ..engine.index import AgentIndex, RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.pins import pinned_first
+from ..engine.profile import PROFILE, newer, profile_memories
 from ..engine.project_scope import project_of, scope_to_project
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
+from ..engine.updates import marking_earlier
 from .sqlite_store import SQLiteStore
 
 
@@ -254,10 +256,10 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = scope_to_project(await self.redactor.off_loop(req.entry, episodes_from_entry, agent_id,
+                    made = scope_to_project(await self.redactor.off_loop(req.entry, _memories_from_entry, agent_id,
                                                                          req.entry, req.metadata, self.redactor),
                                             req.metadata)
-                    put += made
+                    put += await self._keyed(made, put)
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
             if marks:
@@ -272,6 +274,23 @@ class EmbeddedMemory:
                 if self.curator is not None:  # counts only; the curator works in the background
                     self.curator.observe(agent_id, put)
             return outcomes
+
+    async def _keyed(self, made: list[StoredMemory], put: list[StoredMemory]) -> list[StoredMemory]:
+        """`made` with each profile fact taking the id of the one its key already holds (stored, or
+        earlier in this batch `put`), and left out when that one was said later (profile.newer)."""
+        out = []
+        for m in made:
+            if m.key.startswith(PROFILE):
+                current = next((p for p in reversed(put) if p.key == m.key and p.scope == m.scope
+                                and p.session_id == m.session_id), None)
+                if current is None:
+                    current = await self.store.by_key(m.agent_id, m.scope, m.session_id, m.key)
+                if not newer(m, current):
+                    continue
+                if current is not None:
+                    m.id, m.created_at = current.id, current.created_at
+            out.append(m)
+        return out
 
     async def _enforce_cap(self, agent_id: str, idx: AgentIndex) -> None:
         """Past `max_memories_per_agent`, the oldest episodes (by when they were said) leave the
@@ -324,7 +343,8 @@ class EmbeddedMemory:
                                      RecallQuery(text, budget_tokens=budget, max_blocks=max_blocks,
                                                  session_id=session_id),
                                      visible=visible_in(session_id, time.time(), project_of(req.metadata)),
-                                     recall=pinned_first(recall_curated_first if self.curator else recall_with_shared))
+                                     recall=pinned_first(marking_earlier(
+                                         recall_curated_first if self.curator else recall_with_shared)))
         return RecallAnswer([RecalledMemory(text=p.text, score=p.score, kind=p.kind, source="embedded", ts=p.ts,
                                             id=p.id, origin=p.origin, writer=p.writer,
                                             bounded=wire_bounded(p.origin, p.bounded)) for p in packed],
@@ -393,6 +413,13 @@ class EmbeddedMemory:
             if m.agent_id in self._indexes:
                 self._indexes[m.agent_id].drop(memory_id)
         return True
+
+
+def _memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
+                         redactor: Redactor) -> list[StoredMemory]:
+    """The turn's episodes and the profile facts the person's words state (profile.py)."""
+    episodes = episodes_from_entry(agent_id, entry, metadata, redactor)
+    return episodes + profile_memories(agent_id, entry, episodes) if episodes else []
 
 
 def _positive(value: Any, default: int) -> int:

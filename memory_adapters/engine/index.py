@@ -19,7 +19,7 @@ import numpy as np
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import character, context, schedule
+from . import character, context, novelty, schedule
 from .dates import indexed
 from .fused import RowLinks, fused, fused_rows
 from .heap import HEAP
@@ -288,6 +288,7 @@ class AgentIndex:
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
                                                       sum(s.floor() for s in signals), self.asking))
+            out = novelty.diversified(out, self.sittings.of, self.lexical.docs)
         return out
 
     def _in_context(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None
@@ -311,7 +312,9 @@ class AgentIndex:
         rows, scores = self.speakers.boosted_rows(rows, scores, text, facts.speaker, facts.speakers_named)
         rows, scores = context.rerank_rows(rows, scores, facts, sum(s.floor() for s in signals))
         order, scores = lift(facts.sitting[rows], scores)
-        return RankedRows(rows[order], scores, self.lexical.ids, facts)
+        rows, scores = novelty.diversified_rows(rows[order], scores, facts.sitting, self.lexical.ids,
+                                                self.lexical.docs)
+        return RankedRows(rows, scores, self.lexical.ids, facts)
 
     def _may_hide(self, visible: Any) -> Container[str]:
         """The memories `visible` could refuse: a `Visible` only those in `conditional`, any other

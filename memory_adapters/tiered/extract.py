@@ -15,6 +15,7 @@ from memplane_core.turn_text import user_text
 
 from ..engine.episodes import episodes_from_entry, sentences
 from ..engine.lexical import terms
+from ..engine.profile import profile_memories
 from ..engine.project_scope import scope_to_project
 from ..engine.record import StoredMemory
 
@@ -26,34 +27,12 @@ _RULES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
                                    r"\bmy favou?rite\b", re.I)),
     ("fact", 0.7, re.compile(r"^(?:please\s+)?(?:remember|note|keep in mind|don't forget|fyi)\b(?:\s+that)?", re.I)),
 )
-_PLACE = r"(?P<v>[A-Z][\w'-]+(?:[ -][A-Z][\w'-]+)*)"
-_ROLE = r"(?:an? )?(?P<v>[a-z][a-z -]{2,40}?)(?=[,.;!?]| at | for | in | with | which | and | this | last | since |$)"
-# First-person statements about the user's current situation. Each becomes one keyed fact, so a
-# later statement about the same thing replaces the earlier one (knowledge updates).
-PROFILE_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    ("home", "Current home city: {v}.", re.compile(
-        rf"\bI(?:'ve| have)? (?:just |recently |finally |now )?(?:moved|relocated) (?:back )?(?:to|into) {_PLACE}")),
-    ("home", "Current home city: {v}.", re.compile(rf"\bI (?:now |currently |still )?live in {_PLACE}")),
-    ("home", "Current home city: {v}.", re.compile(rf"\bI'm (?:now |currently )?(?:based|living) in {_PLACE}")),
-    ("job", "Current job: {v}.", re.compile(rf"\bI (?:now |currently )?work as {_ROLE}")),
-    ("job", "Current job: {v}.", re.compile(rf"\b(?:started|starting|start) (?:a new job |work |working )?as {_ROLE}")),
-    ("job", "Current job: {v}.", re.compile(rf"\bmy new (?:job|role|position) (?:is )?as {_ROLE}")),
-)
 
 
 def slug(text: str, words: int = 6) -> str:
     t = terms(text)[:words]
     base = "-".join(t) or "note"
     return f"{base}-{hashlib.sha256(text.lower().encode()).hexdigest()[:8]}"
-
-
-def profile_facts(text: str) -> list[tuple[str, str]]:
-    """(slot, canonical fact) pairs stated in `text`; the last statement of a slot wins."""
-    found: dict[str, str] = {}
-    for slot, template, rule in PROFILE_RULES:
-        for m in rule.finditer(text):
-            found[slot] = template.format(v=m.group("v").strip())
-    return list(found.items())
 
 
 def memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
@@ -77,13 +56,7 @@ def _with_statements(agent_id: str, entry: dict[str, Any], episodes: list[Stored
     if any(e.metadata.get("tainted") for e in episodes):
         meta["tainted"] = True
     user = " ".join(user_text(entry).split()) if user_text(entry) else ""
-    out: list[StoredMemory] = list(episodes)
-    stated = profile_facts(user)
-    if stated:  # the values this turn stated, so that a later change marks it as past (updates.py)
-        episodes[0].metadata["profile"] = dict(stated)
-    for slot, fact in stated:
-        out.append(StoredMemory(agent_id=agent_id, scope="agent", key=f"profile:{slot}", value=fact, type="fact",
-                          importance=0.8, said_at=said, metadata={**meta, "slot": slot}, source_entry_ids=[eid]))
+    out: list[StoredMemory] = list(episodes) + profile_memories(agent_id, entry, episodes)
     whole = {" ".join(e.value.split()).casefold(): e for e in episodes}
     for s in sentences(user):
         for kind, importance, rule in _RULES:

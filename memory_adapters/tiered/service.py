@@ -31,15 +31,16 @@ from ..engine.heap import HEAP
 from ..engine.index import RecallAnswer, RecallQuery, recall_with_shared, visible_in
 from ..engine.project_scope import project_of
 from ..engine.pins import pinned_first
+from ..engine.profile import PROFILE, newer
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
+from ..engine.updates import marking_earlier
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, SharedVersionReads, VersionedIndex
 from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
 from .stm import RedisSTM
-from .updates import marking_earlier
 
 
 class TieredMemory:
@@ -155,9 +156,9 @@ class TieredMemory:
         does not overwrite it: the newest statement of a fact wins.
         """
         m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
-        if m.said_at is not None and m.key.startswith("profile:"):
+        if m.said_at is not None and m.key.startswith(PROFILE):
             current = await self.ltm.by_key(m.agent_id, m.scope, m.session_id, m.key)
-            if current is not None and (current.said_at or 0) > m.said_at:
+            if not newer(m, current):
                 return current, False
         if self.backlog is not None and m.embedding is None:
             # on the backlog's low-priority thread, after the recalls in hand (never at recall's
