@@ -297,6 +297,20 @@ def test_the_book_of_main_calls_is_bounded_across_agents():
     assert book.of("agent-1").sessions.get("s4") is not None  # the newest stays
 
 
+def test_an_agent_flooding_new_sessions_pushes_out_only_its_own():
+    """One agent naming a new session id on every call (a bug, or on purpose) fills only its own
+    share of the book: another agent's session, and what it says of its calls, stays."""
+    from proxy.coding.sessions import SessionBook
+    book = SessionBook(max_sessions=50, per_agent=10)
+    book.main_call("coder", "the-real-session", "sys", "m", "first", "billing-api", tools=True)
+    for n in range(5_000):
+        book.main_call("flooder", f"s{n}", "sys", "m", "first", None)
+    kept = book.of("coder").sessions.get("the-real-session")
+    assert kept is not None and kept.project == "billing-api"
+    assert book.of("flooder").sessions.get("s4999") is not None  # its newest stays
+    assert sum(book.of("flooder").sessions.get(f"s{n}") is not None for n in range(5_000)) == 10
+
+
 @pytest.mark.parametrize("system", [
     None,  # the plainest SDK use: one user message
     "You are a helpful assistant.",

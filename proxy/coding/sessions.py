@@ -20,6 +20,7 @@ from cachetools import LRUCache
 
 MAX_AGENTS = 10_000
 MAX_SESSIONS = 50_000  # (agent, session) pairs across agents, ~20 MB at most
+MAX_SESSIONS_PER_AGENT = 1_000  # one agent's share: its flood of new session ids evicts only its own
 MAX_MAINS = 16  # system prompts / models per agent
 RECENT_S = 3600.0  # an agent's latest declared project stays its "recent" one this long
 
@@ -33,17 +34,36 @@ class SessionSeen:
     tools: bool = False  # a main call of the session offered tools (a coding client's, not a chat's)
 
 
+class _Owned(LRUCache):
+    """One agent's session keys in the shared store, at most `maxsize`: the key this cache lets go
+    leaves the shared store with it, so an agent naming a new session on every call only ever pushes
+    out its own sessions, never another agent's."""
+
+    def __init__(self, maxsize: int, store: LRUCache[tuple[str, str], SessionSeen]) -> None:
+        super().__init__(maxsize)
+        self._store = store
+
+    def popitem(self):  # cachetools calls this to evict
+        key, value = super().popitem()
+        self._store.pop(key, None)
+        return key, value
+
+
 class Sessions:
     """One agent's view of the book's sessions (one bounded store for every agent)."""
 
-    def __init__(self, store: LRUCache[tuple[str, str], SessionSeen], agent_id: str) -> None:
+    def __init__(self, store: LRUCache[tuple[str, str], SessionSeen], agent_id: str,
+                 per_agent: int = MAX_SESSIONS_PER_AGENT) -> None:
         self._store, self._agent = store, agent_id
+        self._own = _Owned(per_agent, store)
 
     def get(self, session: str) -> SessionSeen | None:
         return self._store.get((self._agent, session))
 
     def __setitem__(self, session: str, seen: SessionSeen) -> None:
-        self._store[(self._agent, session)] = seen
+        key = (self._agent, session)
+        self._own[key] = True
+        self._store[key] = seen
 
 
 @dataclass
@@ -65,14 +85,16 @@ class AgentSeen:
 class SessionBook:
     """Every agent's `AgentSeen`, bounded."""
 
-    def __init__(self, max_agents: int = MAX_AGENTS, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(self, max_agents: int = MAX_AGENTS, max_sessions: int = MAX_SESSIONS,
+                 per_agent: int = MAX_SESSIONS_PER_AGENT) -> None:
         self._agents: LRUCache[str, AgentSeen] = LRUCache(maxsize=max_agents)
         self._sessions: LRUCache[tuple[str, str], SessionSeen] = LRUCache(maxsize=max_sessions)
+        self._per_agent = per_agent
 
     def of(self, agent_id: str) -> AgentSeen:
         seen = self._agents.get(agent_id)
         if seen is None:
-            seen = self._agents[agent_id] = AgentSeen(Sessions(self._sessions, agent_id))
+            seen = self._agents[agent_id] = AgentSeen(Sessions(self._sessions, agent_id, self._per_agent))
         return seen
 
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
