@@ -268,20 +268,10 @@ def test_what_a_coding_agent_needs_to_remember_is_kept(text):
 def test_public_scanner_fixtures_meet_the_recall_and_look_alike_targets():
     """The public fixtures (bench/redaction_public/, attributed there): a guard, not a tuning set —
     bench/README.md says which parts were seen while writing the rules."""
-    from bench.redaction_public_data import samples
-    from memplane_core.redaction.corpus import redacted
-    redactor = Redactor()
-    found = changed = secrets = looks = 0
-    for s in samples():
-        out = redacted(redactor, s.text)
-        if s.secret:
-            secrets += 1
-            found += s.secret not in out
-        else:
-            looks += 1
-            changed += out != s.text
-    assert secrets > 300 and looks > 150
-    assert found / secrets >= 0.97 and changed / looks <= 0.05, (found / secrets, changed / looks)
+    from bench.redaction_quality import public_report
+    t = public_report(Redactor())["all"]["total"]
+    assert t["secrets"] > 300 and t["lookalikes"] > 150
+    assert t["recall"] >= 0.97 and t["fp_rate"] <= 0.05, (t["recall"], t["fp_rate"])
 
 
 def test_a_key_in_a_long_turn_split_into_episode_pieces_is_redacted_in_every_piece():

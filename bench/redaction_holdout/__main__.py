@@ -11,10 +11,10 @@ import argparse
 from collections import defaultdict
 
 from memplane_core.redact import Redactor
-from memplane_core.redaction.corpus import Sample, redacted
+from memplane_core.redaction.corpus import redacted
 
 from ..harness import table, write_results
-from ..redaction_public_data import samples as public_samples
+from ..redaction_quality import public_report
 from .generate import Item, load
 
 
@@ -57,24 +57,6 @@ def score(items: list[Item], redactor: Redactor) -> dict:
     return {"rows": dict(sorted(rows.items())), "misses": misses}
 
 
-def public_rows(redactor: Redactor) -> dict[str, dict]:
-    out = {}
-    for split, keep in (("held-out", lambda s: s.held_out), ("all", lambda s: True)):
-        found = secrets = looks = changed = 0
-        for s in public_samples():
-            if not keep(s):
-                continue
-            got = redacted(redactor, Sample(s.context, s.secret, s.text, s.context, s.held_out).text)
-            if s.secret:
-                secrets += 1
-                found += s.secret not in got
-            else:
-                looks += 1
-                changed += got != s.text
-        out[split] = {"secrets": secrets, "recall": found / secrets, "lookalikes": looks, "fp": changed / looks}
-    return out
-
-
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
@@ -102,11 +84,11 @@ def main() -> None:
         if args.misses == split:
             for it, out in res["misses"]:
                 print(f"--- {it.group} {it.vendor} {it.context}\n{it.text}\n=> {out}")
-    pub = public_rows(redactor)
+    pub = {split: groups["total"] for split, groups in public_report(redactor).items()}
     report["public"] = pub
     for split, r in pub.items():
         print(f"public fixtures ({split}): recall {_pct(r['recall'])} of {r['secrets']}, look-alikes changed "
-              f"{_pct(r['fp'])} of {r['lookalikes']}")
+              f"{_pct(r['fp_rate'])} of {r['lookalikes']}")
     if args.code:
         report["code"] = code_collateral(redactor)
         c = report["code"]
