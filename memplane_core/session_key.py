@@ -1,7 +1,7 @@
 """A client-chosen session id as a key of an in-memory book (taint, main calls, recurrence).
 
 Those books are bounded by entries, not bytes: a session id is whatever the client sends (an
-`X-Session-Id` header of 8 KB, a `metadata.session_id` or `prompt_cache_key` of megabytes), so a
+`X-Session-Id` header of 8 KB, a `metadata.session_id` of megabytes), so a
 client naming a new long session every call would hold entries × that size. A long id is kept as
 its digest instead: the same id still finds the same entry, and an entry costs at most ~100 bytes.
 """
