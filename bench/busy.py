@@ -1,7 +1,7 @@
 """The LoCoMo protocol on a busy machine: does every question still get its memories in time?
 
     python -m bench.busy [--adapters embedded,tiered] [--burners 0,1,2] [--in-flight 8]
-                         [--idle-c1] [--questions N] [--ask-when retained|embedded] [--agents N]
+                         [--idle-c1] [--questions N] [--ask-when retained|embedded] [--agents N] [--replies NAME]
 
 Each part runs as its own process, as users run them: the proxy (`bench.servers memplane`), the
 memory service (`bench.servers embedded|tiered`), and this process, which holds the fake provider
@@ -38,6 +38,7 @@ from manifests.agents import memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_cli.runner import Site, start_site
 from proxy.testing.fake_provider import FakeProvider
+from proxy.testing.fake_provider.repliers import REPLIERS, body_replier
 
 from .burner import burners, load_average
 from .harness import mongo, redis_url, role, table, write_results
@@ -77,8 +78,8 @@ def as_agents(convs: list[dict], n: int) -> list[dict]:
 
 
 async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
-                  ask_when: str, tmp: Path, questions_limit: int | None) -> dict:
-    provider = FakeProvider(reply=lambda body: "OK.")
+                  ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok") -> dict:
+    provider = FakeProvider(reply=body_replier(replies))
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     label = f"{adapter}-b{n_burners}-c{in_flight}"
     ctx, hist = tmp / label / "ctx", tmp / label / "hist"
@@ -229,7 +230,7 @@ async def main_async(args) -> None:
             run_dir.mkdir(parents=True, exist_ok=True)
             if adapter == "embedded":
                 rows[name] = await run_one(convs, adapter, ["--data-dir", str(run_dir / "data")], n_burners,
-                                           in_flight, args.ask_when, tmp, args.questions)
+                                           in_flight, args.ask_when, tmp, args.questions, args.replies)
             else:
                 rurl = redis_url()
                 with mongo(run_dir) as murl:
@@ -240,7 +241,7 @@ async def main_async(args) -> None:
                     redis_sync.Redis.from_url(rurl).flushdb()
                     rows[name] = await run_one(convs, adapter, ["--redis-url", rurl, "--mongo-url",
                                                                 murl.rsplit("/", 1)[0] + "/busy"],
-                                               n_burners, in_flight, args.ask_when, tmp, args.questions)
+                                               n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies)
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
                   f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}; "
@@ -264,6 +265,8 @@ def main() -> None:
     p.add_argument("--idle-c1", action="store_true", help="add a run with no burner and one question at a time")
     p.add_argument("--questions", type=int, default=None, help="at most this many questions per conversation")
     p.add_argument("--ask-when", choices=["retained", "embedded"], default="retained")
+    p.add_argument("--replies", choices=tuple(REPLIERS), default="ok",
+                   help="how the provider answers each fed turn (fake_provider/repliers.py)")
     p.add_argument("--agents", type=int, default=3, help="agents fed at once (10: the acceptance protocol's scale)")
     asyncio.run(main_async(p.parse_args()))
 

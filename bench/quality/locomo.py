@@ -37,7 +37,8 @@ from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import STATE, build_app
 from proxy.config import ProxySettings
 from memplane_cli.runner import Site, start_site
-from proxy.testing.fake_provider import FakeProvider, small_talk, small_talk_reply
+from proxy.testing.fake_provider import FakeProvider
+from proxy.testing.fake_provider.repliers import REPLIERS, body_replier, reply_to
 
 from ..harness import mongo, redis_url, table, write_results
 
@@ -58,14 +59,14 @@ _MEMORY = re.compile(r"<memory\b[^>]*>(.*?)</memory>", re.S)
 
 
 # What the provider answers each fed turn: ordinary small talk by default, as every real conversation
-# has replies beside the person's words (fake_provider/small_talk.py: no fact, no word of the turn),
+# has replies beside the person's words (fake_provider/repliers.py: how each replier answers),
 # or the published protocol's bare "OK." for comparison.
-REPLIES = ("small-talk", "ok")
+REPLIES = tuple(REPLIERS)
 
 
 def protocol_reply(message: str, replies: str = "small-talk") -> str:
     """The provider's answer to one fed turn under `replies` (one of REPLIES)."""
-    return "OK." if replies == "ok" else small_talk(message)
+    return reply_to(replies, message)
 
 
 def content_words(text: str) -> set[str]:
@@ -146,7 +147,7 @@ async def feed_conversations(ask, convs: list[dict]) -> float:
 
 async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool,
                  replies: str = "small-talk") -> dict:
-    provider = FakeProvider(reply=lambda body: "OK." if replies == "ok" else small_talk_reply(body))
+    provider = FakeProvider(reply=body_replier(replies))
     log = io.StringIO()
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     ad_runner, ad_port = await start_site(Site(adapter_app, "127.0.0.1", 0))
