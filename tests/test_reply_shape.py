@@ -59,8 +59,13 @@ def entry(user: str, reply: str) -> dict:
 def test_an_episode_keeps_the_persons_words_and_only_a_reply_that_tells():
     [quiet] = episodes_from_entry("a", entry(USER, SMALL_TALK[4]), {}, Redactor())
     assert quiet.value == USER and quiet.metadata["origin"] == "user"
-    [told] = episodes_from_entry("a", entry(USER, TELLING[0]), {}, Redactor())
-    assert told.value == f"user: {USER}\nassistant: {TELLING[0]}"
+    # however short the turn, the reply is a part of its own, the model's: never merged into the person's
+    said, told = episodes_from_entry("a", entry(USER, TELLING[0]), {}, Redactor())
+    assert said.value == USER and said.metadata["origin"] == "user"
+    assert told.value == f"assistant: {TELLING[0]}" and told.metadata["origin"] == "model"
+    # a kept reply is remembered as what it states: its reaction and question back are left out
+    said, told = episodes_from_entry("a", entry(USER, f"Oh nice! {TELLING[1]} Did it perk up?"), {}, Redactor())
+    assert said.value == USER and told.value == f"assistant: {TELLING[1]}"
     long_user = " ".join([USER] * 12)  # several pieces: the reply is a part of its own, the model's
     parts = episodes_from_entry("a", entry(long_user, TELLING[1]), {}, Redactor())
     assert parts[-1].value == f"assistant: {TELLING[1]}" and parts[-1].metadata["origin"] == "model"

@@ -72,8 +72,21 @@ def _states(sentence: str, said: set[str]) -> bool:
     return len(new) >= NEW_WORDS
 
 
+def _said(user: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
+
+
+def stated(reply: str, user: str) -> list[str]:
+    """The sentences of `reply` that state something beyond `user` (`_states`), in order: what a
+    kept reply is remembered as. Its reactions, questions back and the person's words said back
+    (the same rule that drops a reply made only of them) are left out, so the reply's memory
+    holds what it told, not an echo of the person's turn that would match their questions."""
+    said = _said(user)
+    return [s for s in _sentences(reply) if _states(s, said)]
+
+
 def adds_fact(reply: str, user: str) -> bool:
     """Whether `reply` (the assistant's words) states something beyond `user` (the person's words
     it answers): some sentence of it does (`_states`)."""
-    said = {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
+    said = _said(user)
     return any(_states(s, said) for s in _sentences(reply))
