@@ -342,9 +342,8 @@ ANSWERS = ["I don't have personal experiences, but many people would say it depe
            "Could you tell me a bit more about what you mean? I'd be happy to help."]
 
 TOPIC_QUESTIONS = ["What was the most memorable part of {p}?", "What do you enjoy most about {p}?",
-                   "How did {p} come about?", "Do you have any plans for {p} coming up?",
-                   "What inspired {p}?", "How are you feeling about {p} now?",
-                   "What's the story behind {p}?"]
+                   "What inspired {p}?", "How are you feeling about {p} now?", "What's the story behind {p}?",
+                   "What's been the best part of {p} for you?"]
 QUESTION_ECHO = ["When it comes to {p}, a lot depends on what matters most to you.",
                  "{P} {be} a great thing to ask about.", "There's a lot to think about with {p}."]
 ACTIVITY_QUESTIONS = ["How did it go?", "What was the highlight for you?", "Would you do it again?",
