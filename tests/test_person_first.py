@@ -27,10 +27,13 @@ from proxy.testing.fake_provider.repliers import latest_message
 from tests.conftest import url_of
 from tests.test_memory_poisoning import memory_elements, presented_as_users
 
-SIGNED_UP = "[2:00 pm on 3 June, 2023] Rosa: I signed up for the Thursday evening pottery class at the community studio."
-# what an assistant says back: it names her, echoes her turn and adds a long generic sentence in new words
-ADVICE = "Creative hobbies often help people unwind and process difficult emotions after a stressful week."
-ADVICE_REPLY = f"That's wonderful, Rosa! It sounds like you signed up for a pottery class. {ADVICE} How do you feel?"
+SIGNED_UP = "[2:00 pm on 3 June, 2023] Rosa: I signed up for the Thursday night pottery class at the community studio."
+# what an assistant says back: it names her, echoes her turn, adds a long generic sentence in new words
+# (general knowledge: not remembered) and a sentence that names something (remembered, as the model's)
+GENERIC = "Creative hobbies often help people unwind and process difficult emotions after a stressful week."
+ADVICE = "Many beginners unwind at open evenings, and the Ceramic Arts Guild runs them every month."
+ADVICE_REPLY = (f"That's wonderful, Rosa! It sounds like you signed up for a pottery class. {GENERIC} {ADVICE} "
+                "How do you feel?")
 KILN = "Kilns in most community studios fire to about 1,200 degrees."
 
 
@@ -71,24 +74,29 @@ def origins(attrs: str) -> set[str]:
 async def test_the_persons_fact_comes_back_as_theirs_without_the_replys_advice(stack, engine):
     stack.add_agent("rosa", engine)
     stack.provider.reply = replying({SIGNED_UP: ADVICE_REPLY})
-    for text in (SIGNED_UP, "[2:05 pm on 3 June, 2023] Tomas: Nice, I might join you one evening.",
+    for text in (SIGNED_UP, "[2:05 pm on 3 June, 2023] Tomas: Nice, I might join you one of these days.",
                  "[2:07 pm on 3 June, 2023] Rosa: The first session is about centering clay on the wheel."):
         await ask(stack, "rosa", text)
     await stack.settle()
 
     block = await ask(stack, "rosa", "Which class did Rosa sign up for at the community studio?")
-    said = [line for line in presented_as_users(block) if "signed up for the Thursday evening pottery class" in line]
+    said = [line for line in presented_as_users(block) if "signed up for the Thursday night pottery class" in line]
     assert said, block  # the person's words, as theirs
-    assert all(origins(a) >= {"user"} for a, t in memory_elements(block) if "Thursday evening" in t)
-    assert "Creative hobbies" not in block and "It sounds like" not in block  # the reply is not beside them
+    assert all(origins(a) >= {"user"} for a, t in memory_elements(block) if "Thursday night" in t)
+    assert "Ceramic Arts Guild" not in block and "It sounds like" not in block  # the reply is not beside them
 
-    # a question that matches only the reply's words: the advice may come back, as the model's, but
-    # it brings nothing of the person's labelled as theirs
-    block = await ask(stack, "rosa", "What helps people unwind and process difficult emotions after a stressful week?")
-    assert not [line for line in presented_as_users(block) if "pottery" in line or "Creative hobbies" in line], block
-    for attrs, text in memory_elements(block):
-        if "Creative hobbies" in text:
-            assert "model" in origins(attrs) and f"assistant: {ADVICE}" in text.split("\n"), (attrs, text)
+    # a question that matches only the reply's words finds the reply, as the model's, and brings
+    # nothing of the person's labelled as theirs
+    block = await ask(stack, "rosa", "Who runs open evenings where beginners unwind?")
+    assert not [line for line in presented_as_users(block) if "pottery" in line or "Ceramic" in line], block
+    holding = [(a, t) for a, t in memory_elements(block) if "Ceramic Arts Guild" in t]
+    assert holding, block
+    for attrs, text in holding:
+        assert "model" in origins(attrs) and f"assistant: {ADVICE}" in text.split("\n"), (attrs, text)
+
+    # general knowledge in new words is not remembered at all; nor is the reply's echo of her turn
+    block = await ask(stack, "rosa", "What helps people process difficult emotions after a stressful week?")
+    assert "Creative hobbies" not in block and "It sounds like" not in block, block
 
 
 async def test_a_reply_that_states_a_fact_is_findable_as_the_models_and_bounded(stack, engine):

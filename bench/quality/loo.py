@@ -44,8 +44,7 @@ Experiments:
   per-sitting spreading and per-speaker sitting units for those questions (not shipped).
 * `replies`: what an assistant's kept reply is (engine/replies.py, episodes.py; the corpus is built
   again for a setting that changes it): its stating sentences as a part of its own (the default),
-  the whole reply, no reply kept by the long-sentence rule (only a reply naming something specific),
-  that rule from a longer sentence; and how far a reply moves down after fusion (index.REPLY_PENALTY).
+  or the whole reply.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -307,9 +306,9 @@ def dates_grid(*_) -> dict:
 
 
 def replies_grid(*_) -> dict:
-    """What a kept reply is, and how far it moves down (`replies`). A setting's `building`: the
-    constants set while its corpus is made (a corpus of its own)."""
-    from memory_adapters.engine import episodes, index, replies
+    """What a kept reply is (`replies`). A setting's `building`: the constants set while its corpus
+    is made (a corpus of its own)."""
+    from memory_adapters.engine import episodes, replies
 
     def whole(reply: str, user: str) -> list[str]:
         return [reply] if replies.adds_fact(reply, user) else []
@@ -318,14 +317,8 @@ def replies_grid(*_) -> dict:
         setting = with_constants()
         setting.building = changes
         return setting
-    out = {"the reply's stating sentences, its own part (default)": with_constants(),
-           "the whole reply, its own part": built((episodes, "stated", whole)),
-           "no long-sentence rule (a reply kept only when it names something)":
-               built((replies, "LONG_SENTENCE_WORDS", 10 ** 9)),
-           "long-sentence rule from 20 words": built((replies, "LONG_SENTENCE_WORDS", 20))}
-    for penalty in (1.0, 2.0, 4.0):
-        out[f"a reply moves down {penalty} z"] = with_constants((index, "REPLY_PENALTY", penalty))
-    return out
+    return {"the reply's stating sentences, its own part (default)": with_constants(),
+            "the whole reply, its own part": built((episodes, "stated", whole))}
 
 
 def dense_skip(threshold: float):

@@ -37,7 +37,6 @@ IMPORTANCE_Z = 0.5  # REST search: how far importance 0 or 1 moves a memory, in 
 ANY_PROJECT = "\0any"  # a `Visible` that hides no project's memories (REST search, the inspector)
 IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share of its lexical z
 MAX_SKIP = 8  # replies stepped over, on each side, looking for a turn's neighbour
-REPLY_PENALTY = 0.0  # z units an assistant's reply moves down after fusion: the person's words first
 
 
 
@@ -151,7 +150,7 @@ class AgentIndex:
             self.sittings.put(m, sn.day, asks or m.id in self.replies)
         self.facts.put(self.lexical.docs[m.id][1], m.id, conditional=m.id in self.conditional,
                        sitting=self.sittings.of.get(m.id), speaker=self.speakers.of.get(m.id), norm=sn.norm,
-                       asks=m.id in self.asking, reply=m.id in self.replies)
+                       asks=m.id in self.asking)
         at = (*_order_key(m), m.id)
         i = bisect.bisect_left(self.order, at)
         self.order.insert(i, at)
@@ -312,10 +311,6 @@ class AgentIndex:
         if in_context and self.facts.enabled and (visible is None or isinstance(visible, Visible)):
             return self._in_context(text, vector, k, now, visible, limit)
         ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE, limit)
-        if REPLY_PENALTY and self.replies:
-            replies = self.replies
-            ranked = sorted(((d, s - REPLY_PENALTY if d in replies else s) for d, s in ranked),
-                            key=lambda pair: -pair[1])
         out = list(islice(self._shown(ranked, now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
@@ -339,8 +334,6 @@ class AgentIndex:
                     shown[i] = not (m.expired(now) or (visible is not None and not visible(m)))
             if not shown.all():
                 keys, scores = keys[shown], scores[shown]
-            if REPLY_PENALTY:
-                scores = scores - np.where(facts.reply[keys], REPLY_PENALTY, 0.0)
         order = best_first(keys, scores, facts, limit)
         rows, scores = keys[order], scores[order]
         rows, scores = self.speakers.boosted_rows(rows, scores, text, facts.speaker, facts.speakers_named)

@@ -33,7 +33,6 @@ class RowFacts:
         self.speaker = np.full(64, NONE, dtype=np.int32)
         self.norm = np.full(64, NONE, dtype=np.int32)
         self.asks = np.zeros(64, dtype=bool)
-        self.reply = np.zeros(64, dtype=bool)  # an assistant's reply kept beside a turn (record.a_reply)
         self.near = np.full((64, 2), NONE, dtype=np.int32)
         self.ids = ids  # row → memory id: the lexical index's own list (lexical.py), never a copy
         self.id_order = np.zeros(64, dtype=np.float64)  # ORDER_BYTES of the id past `_prefix`, as a number
@@ -46,7 +45,7 @@ class RowFacts:
         self._codes = 0  # texts numbered so far
 
     def put(self, row: int, memory_id: str, *, conditional: bool, sitting: int | None, speaker: str | None,
-            norm: str, asks: bool, reply: bool = False) -> None:
+            norm: str, asks: bool) -> None:
         self._fit(row)
         self.live[row] = True
         self.conditional[row] = conditional
@@ -61,7 +60,6 @@ class RowFacts:
         self._saying[code] += 1
         self.norm[row] = code
         self.asks[row] = asks
-        self.reply[row] = reply
         self.near[row] = NONE
         key = _utf8(memory_id)
         if self._prefix is None:
@@ -126,7 +124,6 @@ class RowFacts:
         self.speaker = np.concatenate([self.speaker, np.full(grow, NONE, dtype=np.int32)])
         self.norm = np.concatenate([self.norm, np.full(grow, NONE, dtype=np.int32)])
         self.asks = np.concatenate([self.asks, np.zeros(grow, dtype=bool)])
-        self.reply = np.concatenate([self.reply, np.zeros(grow, dtype=bool)])
         self.near = np.concatenate([self.near, np.full((grow, 2), NONE, dtype=np.int32)])
         self.id_order = np.concatenate([self.id_order, np.zeros(grow, dtype=np.float64)])
         self.at = np.concatenate([self.at, np.full(grow, NONE, dtype=np.int64)])
