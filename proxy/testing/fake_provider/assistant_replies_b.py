@@ -55,6 +55,7 @@ meant hope hoped guess able new old big small little many one two first still we
 often sometimes usually again already enough almost really happy excited proud love loved hard tough sad
 tired stressed busy hmm different same other whole special real true important favorite entire certain main
 huge positive negative right wrong better cute late early sorry together else forever anymore instead
+hear talk chat listen wait check share happen
 """.split())
 
 # Bland words that may open a noun phrase ("my first pottery class"), never end one.
@@ -338,6 +339,16 @@ def _name(r: _Reading, rng: random.Random, share: float) -> str:
     return f", {r.speaker.split()[0]}" if r.speaker and rng.random() < share else ""
 
 
+def _plural(topic: str) -> bool:
+    last = topic.split()[-1].lower() if topic else ""
+    return last.endswith("s") and not last.endswith(("ss", "us", "is", "ics"))
+
+
+def _verb(topic: str, singular: str, plural: str) -> str:
+    """Agreement with the echoed topic: "the class means", "the memories mean"."""
+    return plural if _plural(topic) else singular
+
+
 def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
 
@@ -359,10 +370,10 @@ def _warm(r: _Reading, rng: random.Random) -> list[str]:
     if r.picture and rng.random() < 0.5:
         out.append(f"What a lovely photo of {r.picture}!")
     elif topic:
-        out.append(rng.choice([f"It sounds like {topic} really means a lot to you.",
-                               f"{_cap(topic)} sounds like it was really special.",
+        out.append(rng.choice([f"It sounds like {topic} really {_verb(topic, 'means', 'mean')} a lot to you.",
+                               f"{_cap(topic)} {_verb(topic, 'sounds', 'sound')} really special.",
                                f"It's clear how much you care about {topic}.",
-                               f"I can tell {topic} brings you a lot of joy."]))
+                               f"I can tell {topic} {_verb(topic, 'brings', 'bring')} you a lot of joy."]))
     if rng.random() < 0.75:
         q = [f"How are you feeling about it now?", "What was the best part for you?",
              "What made you decide to do it?", "Are you planning to do it again?"]
@@ -399,7 +410,7 @@ def _advisor(r: _Reading, rng: random.Random) -> list[str]:
     opener = (rng.choice(["That sounds stressful.", "I'm sorry it's been rough.", "That's a lot to deal with."])
               if r.mood == "negative" else
               rng.choice([f"Good for you for making time for {topic}!", "That's a great thing to be working on.",
-                          f"Sounds like {topic} is going well.", "That's a great step."]))
+                          f"Sounds like {topic} {_verb(topic, 'is', 'are')} going well.", "That's a great step."]))
     style = rng.random()
     if style < 0.45:
         n = rng.choice([2, 3])
@@ -420,7 +431,7 @@ def _curious(r: _Reading, rng: random.Random) -> list[str]:
         out = [rng.choice([f"So {r.restated}, that's great!", f"Oh wow, so {r.restated}?", f"It sounds like {r.restated}."])
                if r.mood != "negative" else f"So {r.restated}. I'm sorry, that can't be easy."]
     elif topic:
-        out = [rng.choice([f"Sounds like {topic} has been on your mind.", f"Ooh, {topic}!", f"Tell me more about {topic}!"])]
+        out = [rng.choice([f"Sounds like {topic} {_verb(topic, 'has', 'have')} been on your mind.", f"Ooh, {topic}!", f"Tell me more about {topic}!"])]
     else:
         out = [rng.choice(["Interesting!", "Tell me more!", "I'd love to hear more."])]
     q = ["Who did you go with?", "How long have you been into it?", "What got you started?", "What's next for you?",
@@ -451,8 +462,13 @@ def _terse(r: _Reading, rng: random.Random) -> list[str]:
 
 def _chatty(r: _Reading, rng: random.Random) -> list[str]:
     topic, name = _topic(r, rng), _name(r, rng, 0.3)
-    lead = (rng.choice([f"Oh, {topic}!", f"I love hearing about {topic}{name}.", f"{_cap(topic)}, how fun!"])
-            if topic else rng.choice([f"That's great{name}!", "How nice!"]))
+    if r.mood == "negative":
+        lead = rng.choice([f"Sorry to hear about {topic}{name}, that sounds stressful." if topic else
+                           f"Sorry to hear that{name}.", f"That sounds rough{name}."])
+    elif topic:
+        lead = rng.choice([f"Oh, {topic}!", f"I love hearing about {topic}{name}.", f"{_cap(topic)}, how fun!"])
+    else:
+        lead = rng.choice([f"That's great{name}!", "How nice!"])
     out = [lead, rng.choice(["Fun fact: ", "Did you know? ", "", "Interestingly, "]) + _fact(r, rng)]
     if rng.random() < 0.6:
         out.append(rng.choice(["Anyway, how did it go?", "What's next for you?", "Have you heard that before?",
