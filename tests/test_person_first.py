@@ -161,3 +161,29 @@ def test_a_reply_is_its_own_bounded_memory_and_no_turn_of_the_conversation():
     # a question on the reply's words alone finds the reply, and nothing of the person's beside it
     [block] = idx.recall(RecallQuery("What helps people unwind and process difficult emotions?"))
     assert block.text.split("\n")[1:] == [f"assistant: {ADVICE}"] and block.origin == "model" and block.bounded
+
+
+def test_the_links_past_replies_hold_whatever_order_turns_arrive_and_go_in():
+    """`around` (what the context step and packing read) is kept as turns are put and dropped: each
+    of the person's turns is linked to the nearest of the person's turns on each side, replies
+    between stepped over; a reply is linked to none."""
+    import random
+    rng = random.Random(53)
+    for _ in range(30):
+        said = [(f"Ana: turn {n} about the harbour.", KILN if rng.random() < 0.6 else "OK.") for n in range(12)]
+        memories = turns(*said)
+        idx = AgentIndex()
+        for m in rng.sample(memories, len(memories)):
+            idx.put(m)
+        for m in rng.sample(memories, 4):
+            idx.drop(m.id)
+        kept = [m for m in memories if m.id in idx.memories]  # in time order
+        persons = [m for m in kept if m.metadata["origin"] == "user"]
+        for m in kept:
+            if m.metadata["origin"] == "model":
+                assert idx.around[m.id] == ()
+                continue
+            i = persons.index(m)
+            expected = tuple(p.id for p in (persons[i - 1] if i else None,
+                                            persons[i + 1] if i + 1 < len(persons) else None) if p)
+            assert idx.around[m.id] == expected
