@@ -318,8 +318,12 @@ async def test_side_calls_subagents_and_compaction_do_not_multiply_memories(codi
     await stack.settle()
 
     stored = await memories_of(service, "cc")
-    assert len(stored) == before + 1  # the summary; the title call and the subagent left nothing
+    # the summary, as the model's (bounded) memory beside memplane's question; the title call and the
+    # subagent left nothing
+    assert len(stored) == before + 2
     assert sum("Summary of this session" in m.value for m in stored) == 1
+    [summary] = [m for m in stored if m.value.startswith("assistant: Summary: the person asked")]
+    assert summary.metadata["origin"] == "model"
 
     # the session continues after compaction: the summary it resends is not stored again
     continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
@@ -330,7 +334,7 @@ async def test_side_calls_subagents_and_compaction_do_not_multiply_memories(codi
     await continued.ask("Now add a rollback case to the migration test.")
     await stack.settle()
     again = await memories_of(service, "cc")
-    assert len(again) == before + 2
+    assert len(again) == before + 4  # the turn and its reply, which names its things (pelican-7)
     assert sum("This session is being continued" in m.value for m in again) == 0
 
 

@@ -1,6 +1,7 @@
 """An assistant's reply is remembered when it states something, judged by its shape (replies.py):
-small talk (acknowledgements, questions back) is not, in any wording; a reply naming a number, a
-name, a path, or saying more than a reaction in new words is, as the reply (`origin="model"`)."""
+small talk (acknowledgements, questions back) is not, in any wording, nor general knowledge in
+plain words; a reply naming a number, a name, a path or an identifier is, as the reply
+(`origin="model"`, its own memory: tests/test_person_first.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ TELLING = [
     "The Boston fern is the easiest variety to keep on a balcony.",
     "Your notes are in ~/garden/notes.md, under the repotting section.",
     "Ferns need twice as much humidity as most houseplants do.",
+    "A good mix is peat moss with perlite; the Royal Horticultural Society suggests a third of each.",
+]
+GENERAL = [  # true, long, in new words, and what any model says again when asked: not this conversation's memory
     "A good mix for ferns is peat moss with perlite and some bark chips, which keeps the roots moist but never soggy.",
+    "Creative hobbies often help people unwind and process difficult emotions after a stressful week.",
+    "Indirect light and consistently moist soil usually keep ferns healthy through the warmer months.",
 ]
 
 
@@ -39,6 +45,11 @@ def test_small_talk_adds_no_fact(reply):
 @pytest.mark.parametrize("reply", TELLING)
 def test_a_reply_that_tells_something_adds_a_fact(reply):
     assert adds_fact(reply, USER)
+
+
+@pytest.mark.parametrize("reply", GENERAL)
+def test_general_knowledge_in_plain_words_adds_no_fact(reply):
+    assert not adds_fact(reply, USER)
 
 
 def test_the_fake_providers_small_talk_adds_no_fact_and_never_repeats_the_message():
@@ -59,8 +70,13 @@ def entry(user: str, reply: str) -> dict:
 def test_an_episode_keeps_the_persons_words_and_only_a_reply_that_tells():
     [quiet] = episodes_from_entry("a", entry(USER, SMALL_TALK[4]), {}, Redactor())
     assert quiet.value == USER and quiet.metadata["origin"] == "user"
-    [told] = episodes_from_entry("a", entry(USER, TELLING[0]), {}, Redactor())
-    assert told.value == f"user: {USER}\nassistant: {TELLING[0]}"
+    # however short the turn, the reply is a part of its own, the model's: never merged into the person's
+    said, told = episodes_from_entry("a", entry(USER, TELLING[0]), {}, Redactor())
+    assert said.value == USER and said.metadata["origin"] == "user"
+    assert told.value == f"assistant: {TELLING[0]}" and told.metadata["origin"] == "model"
+    # a kept reply is remembered as what it states: its reaction and question back are left out
+    said, told = episodes_from_entry("a", entry(USER, f"Oh nice! {TELLING[1]} Did it perk up?"), {}, Redactor())
+    assert said.value == USER and told.value == f"assistant: {TELLING[1]}"
     long_user = " ".join([USER] * 12)  # several pieces: the reply is a part of its own, the model's
     parts = episodes_from_entry("a", entry(long_user, TELLING[1]), {}, Redactor())
     assert parts[-1].value == f"assistant: {TELLING[1]}" and parts[-1].metadata["origin"] == "model"
@@ -97,6 +113,6 @@ def test_long_reactions_and_the_persons_own_words_said_back_add_no_fact():
                   "I can only imagine how satisfying it must feel to finally see the finished piece after all that.",
                   "Well done, Rosa! 10 km is a lot.", "Congratulations, Rosa. How long did the painting take?"):
         assert not adds_fact(reply, user), reply
-    assert adds_fact("Oil paint usually needs several weeks to dry completely before it can be varnished safely.",
-                     user)
+    assert not adds_fact("Oil paint usually needs several weeks to dry completely before it can be varnished.", user)
+    assert adds_fact("Oil paint usually needs 6 weeks to dry completely before it can be varnished.", user)
     assert adds_fact("Well done, Rosa! The club record is 38 minutes.", user)

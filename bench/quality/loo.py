@@ -2,7 +2,7 @@
 
     python -m bench.quality.loo [--replies assistant|assistant-b|small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|novelty|budget|coverage|
-                                               inference]
+                                               inference|replies]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -42,6 +42,9 @@ Experiments:
   (engine/character.py; the settings in bench/quality/inference.py): its query vector without the
   names, and its best hits bringing the person's own turns two away, each taken away or moved;
   per-sitting spreading and per-speaker sitting units for those questions (not shipped).
+* `replies`: what an assistant's kept reply is (engine/replies.py, episodes.py; the corpus is built
+  again for a setting that changes it): its stating sentences as a part of its own (the default),
+  or the whole reply.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -74,14 +77,16 @@ def turn_entry(n: int, message: str, prefix: str = "hist1", hour: int = 0) -> di
             "response": {"format": "json", "json": {"choices": [{"message": {"content": reply}}]}}}
 
 
-def build(conv: dict, embedder) -> tuple:
-    """The conversation's episodes and their vectors: an index is made of them per evaluation."""
+def build(conv: dict, embedder, changes=()) -> tuple:
+    """The conversation's episodes and their vectors: an index is made of them per evaluation.
+    `changes`: module constants `(owner, name, value)` set while the episodes are made."""
     from memory_adapters.engine.episodes import episodes_from_entry
 
     redactor = Redactor()
     memories = []
-    for n, t in enumerate(conv["turns"]):
-        memories += episodes_from_entry(conv["name"], turn_entry(n, t["message"]), {}, redactor)
+    with patched(changes):
+        for n, t in enumerate(conv["turns"]):
+            memories += episodes_from_entry(conv["name"], turn_entry(n, t["message"]), {}, redactor)
     return memories, embedder.embed([m.value for m in memories])
 
 
@@ -300,6 +305,22 @@ def dates_grid(*_) -> dict:
             "no resolved dates": with_constants((packing, "note", none), (index, "indexed", none))}
 
 
+def replies_grid(*_) -> dict:
+    """What a kept reply is (`replies`). A setting's `building`: the constants set while its corpus
+    is made (a corpus of its own)."""
+    from memory_adapters.engine import episodes, replies
+
+    def whole(reply: str, user: str) -> list[str]:
+        return [reply] if replies.adds_fact(reply, user) else []
+
+    def built(*changes):
+        setting = with_constants()
+        setting.building = changes
+        return setting
+    return {"the reply's stating sentences, its own part (default)": with_constants(),
+            "the whole reply, its own part": built((episodes, "stated", whole))}
+
+
 def dense_skip(threshold: float):
     from memory_adapters.engine.index import RecallQuery
 
@@ -370,6 +391,7 @@ EXPERIMENTS = {
     "feedback": feedback_grid,
     "novelty": novelty_grid,
     "budget": budget_grid,
+    "replies": replies_grid,
     "inference": inference_grid,
     "coverage": coverage_grid,
 }
@@ -418,8 +440,14 @@ def main() -> None:
     asked = query_vectors(embedder, convs, corpora, qvecs)
     settings = EXPERIMENTS[args.experiment]
     settings = settings(embedder, convs) if callable(settings) else settings
+    built = {name: {c["name"]: build(c, embedder, s.building) for c in convs}
+             for name, s in settings.items() if getattr(s, "building", ())}  # a corpus of their own
+
+    def corpus(name: str, conv: str) -> tuple:
+        return built[name][conv] if name in built else corpora[conv]
     grid: dict[str, dict[str, tuple[list, float]]] = {
-        name: {c["name"]: evaluate(c, corpora[c["name"]], qvecs, s, args.retained, args.lag, asked[c["name"]]) for c in convs}
+        name: {c["name"]: evaluate(c, corpus(name, c["name"]), qvecs, s, args.retained, args.lag, asked[c["name"]])
+               for c in convs}
         for name, s in settings.items()}
     default = next(iter(settings))
     rows, doc = [], {}

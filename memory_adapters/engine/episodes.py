@@ -18,7 +18,7 @@ from memplane_core.turn_text import assistant_text, bounded_query, calls_tools, 
 
 from .dates import dated
 from .record import StoredMemory
-from .replies import adds_fact
+from .replies import stated
 
 PIECE_CHARS = 600  # a long turn is kept whole, as several pieces of whole sentences
 ASSISTANT_MAX_CHARS = 400
@@ -150,10 +150,12 @@ def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[
     """The turn's words as (origin, text) parts: the user's, in pieces (`user`), what its tools
     returned (`tool`, always a part of its own: a fetched page's words never sit in the user's
     part) and the assistant's reply when it states something (`model`; an acknowledgement or a
-    question back does not, `replies.adds_fact`). A short turn keeps the
-    user's words and the reply together, each on its own labelled line ('user: …\nassistant: …');
-    that part is the user's, and its 'assistant:' line is labelled as the reply. `user`: the
-    user's words when the caller has them already (without their stamp, `said_words`).
+    question back does not, `replies.adds_fact`), as its stating sentences (`replies.stated`)
+    on a line labelled 'assistant: '. The reply is always a part of its own, never merged into
+    the person's, however short the turn: the person's part holds the person's words alone, so
+    the reply's words neither match the person's memory to a question nor speak under their
+    label, and the reply itself stays findable as the model's, bounded (memplane_core/provenance.py).
+    `user`: the user's words when the caller has them already (without their stamp, `said_words`).
 
     A tool loop is one user turn over several calls: a call answered with tool calls is a step on
     the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
@@ -163,17 +165,12 @@ def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[
     user = said_words(entry)[0] if user is None else user
     parts = [("user", unlabelled(p)) for p in pieces(user)]
     steps = tool_steps(entry)
-    tools = ("tool", "tools: " + "; ".join(steps)) if steps else None
+    if steps:
+        parts.append(("tool", "tools: " + "; ".join(steps)))
     reply = visible(assistant_text(entry))
-    if reply and _informative(reply) and adds_fact(reply, user):  # small talk is not remembered (replies.py)
-        reply = _clip(reply, ASSISTANT_MAX_CHARS)
-        if len(parts) == 1:
-            return [("user", f"user: {parts[0][1]}\nassistant: {reply}"), *([tools] if tools else [])]
-        if tools:
-            parts.append(tools)
-        parts.append(("model", f"assistant: {reply}"))
-    elif tools:
-        parts.append(tools)
+    told = stated(reply, user) if reply and _informative(reply) else []  # small talk is not remembered
+    if told:
+        parts.append(("model", "assistant: " + _clip(" ".join(told), ASSISTANT_MAX_CHARS)))
     return parts
 
 

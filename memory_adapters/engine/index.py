@@ -26,7 +26,7 @@ from .heap import HEAP
 from .lexical import LexicalIndex
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
-from .record import StoredMemory, bounded, is_pinned, iso, origin_attr, writer_attr
+from .record import StoredMemory, a_reply, bounded, is_pinned, iso, origin_attr, writer_attr
 from .rowfacts import RowFacts, best_first
 from .sittings import Sittings, lift
 from .speakers import Speakers
@@ -36,6 +36,7 @@ NEIGHBOURS = 1  # turns on each side of a hit that come with it
 IMPORTANCE_Z = 0.5  # REST search: how far importance 0 or 1 moves a memory, in standard deviations
 ANY_PROJECT = "\0any"  # a `Visible` that hides no project's memories (REST search, the inspector)
 IMPUTE_DENSE = 0.5  # a memory not embedded yet: its dense z taken as this share of its lexical z
+MAX_SKIP = 8  # replies stepped over, on each side, looking for a turn's neighbour
 
 
 
@@ -116,6 +117,7 @@ class AgentIndex:
     pinned: set[str] = field(default_factory=set)  # ids an operator pinned (recalled first, pins.py)
     around: dict[str, tuple[str, ...]] = field(default_factory=dict)  # episode id → its neighbours' ids (span 1)
     asking: set[str] = field(default_factory=set)  # episodes that only ask (context.asks)
+    replies: set[str] = field(default_factory=set)  # an assistant's replies kept beside turns (record.a_reply)
     conditional: set[str] = field(default_factory=set)  # ids a `Visible` may hide: expiring, session- or project-scoped
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
     sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
@@ -142,8 +144,10 @@ class AgentIndex:
             asks = context.asks(m.value)
             if asks:
                 self.asking.add(m.id)
+            if a_reply(m):  # the model's words beside a turn: no turn of the conversation (record.a_reply)
+                self.replies.add(m.id)
             self.speakers.put(m.id, m.value)
-            self.sittings.put(m, sn.day, asks)
+            self.sittings.put(m, sn.day, asks or m.id in self.replies)
         self.facts.put(self.lexical.docs[m.id][1], m.id, conditional=m.id in self.conditional,
                        sitting=self.sittings.of.get(m.id), speaker=self.speakers.of.get(m.id), norm=sn.norm,
                        asks=m.id in self.asking)
@@ -203,6 +207,7 @@ class AgentIndex:
         self.snippets.pop(memory_id, None)
         self.pinned.discard(memory_id)
         self.asking.discard(memory_id)
+        self.replies.discard(memory_id)
         self.speakers.drop(memory_id)
         self.sittings.drop(memory_id)
         self.conditional.discard(memory_id)
@@ -218,8 +223,18 @@ class AgentIndex:
         return m
 
     def _relink(self, i: int) -> None:
-        """Refresh `around` for the turns at and beside position `i` of `order` (one changed there)."""
-        for j in range(max(0, i - 1), min(len(self.order), i + 2)):
+        """Refresh `around` for the turns at and beside position `i` of `order` (one changed there):
+        the nearest turn on each side, past the replies between (`_beside` steps over them)."""
+        size, replies = len(self.order), self.replies
+        todo = [i] if i < size else []
+        for step in (-1, 1):
+            j, skipped = i + step, 0
+            while 0 <= j < size:
+                todo.append(j)
+                if self.order[j][3] not in replies or skipped >= MAX_SKIP:
+                    break
+                j, skipped = j + step, skipped + 1
+        for j in sorted(todo):
             m = self.memories.get(self.order[j][3])
             if m is not None:
                 self.around[m.id] = near = tuple(n.id for n in self._beside(j, m, 1))
@@ -256,13 +271,25 @@ class AgentIndex:
 
     def _beside(self, i: int, m: StoredMemory, span: int) -> list[StoredMemory]:
         """The episodes within `span` of position `i` of `order` (where `m` stands) in `m`'s session,
-        nearest first, before then after; none for a memory that is not an episode."""
-        if m.type != "episode":
+        nearest first, before then after; none for a memory that is not an episode. The assistant's
+        replies kept beside turns (`replies`) are stepped over and have none: the conversation is
+        the person's turns, so a reply neither stands between two of them nor brings them (a
+        question that matches only a reply's words does not bring the person's memory)."""
+        if m.type != "episode" or m.id in self.replies:
             return []
-        out = []
-        for j in [*range(i - 1, i - span - 1, -1), *range(i + 1, i + span + 1)]:
-            if 0 <= j < len(self.order):
-                other = self.memories.get(self.order[j][3])
+        out, order, replies = [], self.order, self.replies
+        for step in (-1, 1):
+            j, found, skipped = i + step, 0, 0
+            while found < span and 0 <= j < len(order):
+                other_id = order[j][3]
+                j += step
+                if other_id in replies:
+                    skipped += 1
+                    if skipped > MAX_SKIP:
+                        break
+                    continue
+                found += 1
+                other = self.memories.get(other_id)
                 if other is not None and other.type == "episode" and other.session_id == m.session_id:
                     out.append(other)
         return out

@@ -74,6 +74,14 @@ def untrusted(m: "StoredMemory") -> bool:
     return origins_of(m) <= UNTRUSTED_ORIGINS
 
 
+def a_reply(m: "StoredMemory") -> bool:
+    """An assistant's reply kept as a part of its turn (episodes.episode_parts): the model's words
+    beside the person's. It is findable on its own words, but it is no turn of the person's
+    conversation: not a neighbour of their turns, not in their sitting (index.py)."""
+    return m.type == "episode" and origin_of(m) == "model" and not (isinstance(m.metadata, dict)
+                                                                   and m.metadata.get("via") == "store_memory")
+
+
 def shared(m: "StoredMemory") -> bool:
     return m.scope == "global" or m.agent_id == GLOBAL_AGENT
 

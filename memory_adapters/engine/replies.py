@@ -1,16 +1,16 @@
 """Whether an assistant's reply adds a fact to what the person said, judged by its shape.
 
 Every real conversation has replies beside the person's words, and most of them in a chat are
-small talk: an acknowledgement ("That's great to hear!"), a question back ("How did it go?").
-Kept in the episode, such a line matches every question a little (its words are the commonest
+small talk: an acknowledgement ("That's great to hear!"), a question back ("How did it go?"), the
+person's own words said back, and often a general sentence in new words ("Creative hobbies often
+help people relax"). Kept, such a line matches every question a little (its words are the commonest
 words there are) and takes a share of the block. So a reply is remembered only when one of its
-sentences states something: a statement (a question asks, it does not tell) that names something
-specific (a number, a name written with a capital mid-sentence, a path, an address, an identifier),
-or that is long, impersonal and says it in words the person did not use. A long sentence that
-speaks to the person or of the speaker ("you", "I") or opens by pointing back at what was said
-("That…", "It sounds…", "What a…") is a reaction, however many words it takes. Nothing here lists
-a reply's phrases: the rule is the general shape of small talk (pronouns and the grammar of a
-reaction), and a reply that states a fact stays findable.
+sentences states something this conversation holds and a model could not say again: a statement
+(a question asks, it does not tell) that names something specific the person did not say (a
+number, a name written with a capital mid-sentence, a path, an address, an identifier). General
+knowledge in plain words, however long and true, is what any model says again when asked; what
+was decided, done or found names its things. Nothing here lists a reply's phrases: the rule is the
+general shape of a statement that names something, and a reply that states a fact stays findable.
 
 Patterns are RE2 (linear time on any input).
 """
@@ -19,21 +19,11 @@ from __future__ import annotations
 
 import re2
 
-from .lexical import STOPWORDS
-
-LONG_SENTENCE_WORDS = 12  # a sentence longer than this is more than a reaction
-NEW_WORDS = 3  # ... when it says this many content words the person did not use
 _WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'’]*")
-_CONTENT = re2.compile(r"[a-z]{3,}")
 # a word that names something: a digit, a path, an address, an identifier (`a/b`, `x.py`, `@me`, `k=v`)
 _SPECIFIC = re2.compile(r"[0-9]|[A-Za-z0-9][/_@#=:.][A-Za-z0-9]")
 _NUMBER_WORDS = frozenset("two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
                           "hundred thousand million billion twice thrice dozen half quarter".split())
-# a sentence with one of these is said to the person or of the speaker: a reaction, unless specific
-_PERSONAL = frozenset("i i'm i'd i've i'll me my mine myself you you're you've you'll you'd your yours yourself "
-                      "yourselves we we're we've let's us our".split())
-# a sentence opening with one of these points back at what the person said (anaphora, exclamation)
-_POINTING_BACK = frozenset("that that's this it it's what how wow so oh sounds such".split())
 _PRONOUN_I = frozenset(("I", "I'm", "I'd", "I've", "I'll", "I’m", "I’d", "I’ve", "I’ll", "OK"))
 
 
@@ -48,12 +38,10 @@ def _sentences(text: str) -> list[str]:
 
 
 def _states(sentence: str, said: set[str]) -> bool:
-    """A sentence that tells something: not a question, and specific, or long, impersonal and in new words."""
+    """A sentence that tells something: not a question, and naming something the person did not."""
     if sentence.rstrip(" \"')").endswith("?"):
         return False
     words = _WORD.findall(sentence)
-    if not words:
-        return False
     for n, w in enumerate(words):
         if w.lower() in said:
             continue  # the person's own name, number or word, said back: nothing new
@@ -65,15 +53,24 @@ def _states(sentence: str, said: set[str]) -> bool:
         token = token.strip(".,;:!?\"'()[]")
         if token.lower() not in said and _SPECIFIC.search(token):
             return True
-    lowered = [w.lower().replace("’", "'") for w in words]
-    if len(words) <= LONG_SENTENCE_WORDS or lowered[0] in _POINTING_BACK or _PERSONAL.intersection(lowered):
-        return False
-    new = {w for w in _CONTENT.findall(sentence.lower()) if w not in STOPWORDS and w not in said}
-    return len(new) >= NEW_WORDS
+    return False
+
+
+def _said(user: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
+
+
+def stated(reply: str, user: str) -> list[str]:
+    """The sentences of `reply` that state something beyond `user` (`_states`), in order: what a
+    kept reply is remembered as. Its reactions, questions back and the person's words said back
+    (the same rule that drops a reply made only of them) are left out, so the reply's memory
+    holds what it told, not an echo of the person's turn that would match their questions."""
+    said = _said(user)
+    return [s for s in _sentences(reply) if _states(s, said)]
 
 
 def adds_fact(reply: str, user: str) -> bool:
     """Whether `reply` (the assistant's words) states something beyond `user` (the person's words
     it answers): some sentence of it does (`_states`)."""
-    said = {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
+    said = _said(user)
     return any(_states(s, said) for s in _sentences(reply))

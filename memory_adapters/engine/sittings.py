@@ -9,8 +9,8 @@ the mean of their best `TOP` hits (a hit below the mean counts 0), and every tur
 x its sitting's score; a sitting with a single strong hit gains a third as much as one with three. The whole ranking a recall reads is reordered (the turns this
 lifts into the block ranked 60th-300th before), after the speaker and context steps.
 
-Only episodes that state something have a sitting: a typed memory (a fact, a preference) and a
-turn that only asks are each a sitting of their own.
+Only episodes that state something have a sitting: a typed memory (a fact, a preference), a
+turn that only asks and an assistant's reply are each a sitting of their own.
 Chosen leave-one-conversation-out on LoCoMo's dev set (bench/results/HISTORY.md, "Memory that connects").
 """
 
@@ -34,11 +34,12 @@ class Sittings:
     of: dict[str, int] = field(default_factory=dict)  # episode id → its sitting's number
     numbers: dict[tuple[str | None, str], int] = field(default_factory=dict)  # (session, day) → number
 
-    def put(self, m: Any, day: str, asks: bool = False) -> None:
+    def put(self, m: Any, day: str, alone: bool = False) -> None:
         """`m` said under `day` (the stamp or date its run is filed under, packing.Snippet.day). A turn
-        that only `asks` (context.asks) is a sitting of its own: the questions a user asked today do
-        not lift each other, and a question that matches does not lift the turns said around it."""
-        if m.type == "episode" and not asks:
+        that only asks (context.asks) or an assistant's reply kept beside a turn (record.a_reply) is
+        `alone`, a sitting of its own: the questions a user asked today do not lift each other, and a
+        question that matches such a memory does not lift the person's turns said around it."""
+        if m.type == "episode" and not alone:
             self.of[m.id] = self.numbers.setdefault((m.session_id, day), len(self.numbers))
         else:
             self.of.pop(m.id, None)
