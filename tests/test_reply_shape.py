@@ -116,3 +116,19 @@ def test_long_reactions_and_the_persons_own_words_said_back_add_no_fact():
     assert not adds_fact("Oil paint usually needs several weeks to dry completely before it can be varnished.", user)
     assert adds_fact("Oil paint usually needs 6 weeks to dry completely before it can be varnished.", user)
     assert adds_fact("Well done, Rosa! The club record is 38 minutes.", user)
+
+
+def test_a_long_reply_that_names_things_costs_what_its_kept_part_costs():
+    """A kept reply is at most ASSISTANT_MAX_CHARS of its stating sentences: a coding agent's 2 MB
+    answer naming a path in every sentence is judged only as far as that, not sentence by sentence
+    to its end (seconds of a retain thread's CPU, holding the interpreter from recalls)."""
+    reply = "The parser lives in src/parser_v2.py and keeps comments. " * 36_000
+    assert len(reply) > 2_000_000
+    best = float("inf")
+    for _ in range(2):
+        started = time.process_time()
+        said, told = episodes_from_entry("a", entry(USER, reply), {}, Redactor())
+        best = min(best, time.process_time() - started)
+    assert told.metadata["origin"] == "model" and told.value.startswith("assistant: The parser lives in")
+    assert len(told.value) <= len("assistant: ") + 400
+    assert best < 0.5, best

@@ -17,6 +17,8 @@ Patterns are RE2 (linear time on any input).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import re2
 
 _WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'’]*")
@@ -27,14 +29,16 @@ _NUMBER_WORDS = frozenset("two three four five six seven eight nine ten eleven t
 _PRONOUN_I = frozenset(("I", "I'm", "I'd", "I've", "I'll", "I’m", "I’d", "I’ve", "I’ll", "OK"))
 
 
-def _sentences(text: str) -> list[str]:
-    out, start = [], 0
+def _sentences(text: str) -> Iterator[str]:
+    """The sentences of `text`, one at a time: a caller that has enough stops reading there."""
+    start = 0
     for i, ch in enumerate(text):
         if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1] in " \n\t\"')"):
-            out.append(text[start:i + 1].strip())
+            if sentence := text[start:i + 1].strip():
+                yield sentence
             start = i + 1
-    out.append(text[start:].strip())
-    return [s for s in out if s]
+    if sentence := text[start:].strip():
+        yield sentence
 
 
 def _states(sentence: str, said: set[str]) -> bool:
@@ -60,13 +64,21 @@ def _said(user: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
 
 
-def stated(reply: str, user: str) -> list[str]:
+def stated(reply: str, user: str, enough: int | None = None) -> list[str]:
     """The sentences of `reply` that state something beyond `user` (`_states`), in order: what a
     kept reply is remembered as. Its reactions, questions back and the person's words said back
     (the same rule that drops a reply made only of them) are left out, so the reply's memory
-    holds what it told, not an echo of the person's turn that would match their questions."""
-    said = _said(user)
-    return [s for s in _sentences(reply) if _states(s, said)]
+    holds what it told, not an echo of the person's turn that would match their questions.
+    `enough`: stop once the sentences found take that many characters joined (a kept reply is
+    clipped there; a 2 MB answer is not judged sentence by sentence to its end)."""
+    said, out, size = _said(user), [], -1
+    for s in _sentences(reply):
+        if _states(s, said):
+            out.append(s)
+            size += 1 + len(s)
+            if enough is not None and size >= enough:
+                break
+    return out
 
 
 def adds_fact(reply: str, user: str) -> bool:
