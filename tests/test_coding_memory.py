@@ -534,3 +534,60 @@ def test_a_continued_session_does_not_get_its_own_compaction_summary_back():
     assert kept == [other] and dropped == 2
     kept, _ = drop_already_said([mine], request_shingles(["Please say ok, and summarise the parser work."]))
     assert kept == [mine]  # a summary this request does not carry is still recalled
+
+
+async def test_a_continued_session_does_not_get_its_compaction_summary_back_through_the_proxy(coding):
+    """The stored summary (the model's own memory since replies are never merged into the person's)
+    is what a continued session resends in its first message: recalled again, it would fill the
+    block with the request's own words."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    other = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await other.ask("Remember that the release branch of the parser is called release-granite.")
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    model.answer = ("Summary: the person asked to use the staging database pelican-7 for the migration test; "
+                    "the migration test was updated on port 6543 and passes.")
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    summary = model.answer
+    await stack.settle()
+    assert any(m.value == f"assistant: {summary}" for m in await memories_of(service, "cc"))
+
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
+        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
+                                      "conversation that ran out of context. " + summary}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    model.answer = "Done."
+    await continued.ask("Which release branch and which staging database port does the migration test use?")
+    block = last_block(stack)
+    assert "release-granite" in block  # another session's fact: recalled
+    assert "port 6543" not in block  # the summary the request carries: left out
+    assert SUMMARY_QUESTION_TEXT not in block  # memplane's own question is nobody's memory to show
+
+
+SUMMARY_QUESTION_TEXT = "Summary of this session so far"
+
+
+async def test_a_resumed_session_does_not_get_its_own_replies_back_as_memories(coding):
+    """A reply that names something is its own memory, the model's: a resumed session that resends
+    it (as the assistant's message) does not get it back in the block beside the person's turn."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    other = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await other.ask("Remember that the release branch of the parser is called release-granite.")
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Done: the migration test now runs against that database on port 6543."
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    await stack.settle()
+    assert any(m.value == f"assistant: {model.answer}" for m in await memories_of(service, "cc"))
+
+    resumed = ClaudeCode(stack, "cc", "/home/ana/parser", history=session.messages)
+    await resumed.ask("Which staging database port and which release branch do we use for the parser migration?")
+    block = last_block(stack)
+    assert "release-granite" in block
+    assert "6543" not in block and "pelican-7" not in block
