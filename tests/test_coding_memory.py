@@ -591,3 +591,53 @@ async def test_a_resumed_session_does_not_get_its_own_replies_back_as_memories(c
     block = last_block(stack)
     assert "release-granite" in block
     assert "6543" not in block and "pelican-7" not in block
+
+
+CLAUDE_COMPACTION_SUMMARY = """<analysis>
+Let me go through the conversation chronologically. The user wants the parser to keep comments.
+</analysis>
+
+<summary>
+1. Primary Request and Intent:
+   The user asked to make the parser keep comments when it rewrites a file, and wants every test to run without
+   network access. The user prefers small commits and does not want new dependencies.
+
+2. Files and Code Sections:
+   - src/parser/lexer.py: comments are now kept as trivia tokens.
+   - tests/test_comments.py: new tests for comment round trips.
+
+3. Errors and fixes:
+   - The round trip test failed because trailing comments were dropped; fixed by attaching them to the previous token.
+
+4. Current Work:
+   Finishing the comment round trip for block comments.
+</summary>"""
+
+
+async def test_after_a_compaction_a_new_session_still_gets_the_projects_facts(coding):
+    """A compaction summary is the model's bounded memory holding only its sentences that name
+    something (its paths): the person's rules in plain words come back from the person's own turn,
+    and the file the work is in from the summary."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Understood."
+    await session.ask("Make the parser keep comments when it rewrites a file. Every test must run without network "
+                      "access, and please add no new dependencies.")
+    model.answer = CLAUDE_COMPACTION_SUMMARY
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    await stack.settle()
+    [summary] = [m for m in await memories_of(service, "cc") if m.metadata.get("origin") == "model"]
+    assert "src/parser/lexer.py" in summary.value
+
+    fresh = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Done."
+    await fresh.ask("Can the new tests for the parser use the network, and may I add a dependency for them?")
+    block = last_block(stack)
+    assert "run without network access" in block and "no new dependencies" in block
+    await fresh.ask("In which file are the parser's comments kept as trivia tokens?")
+    assert "src/parser/lexer.py" in last_block(stack)
