@@ -641,3 +641,32 @@ async def test_after_a_compaction_a_new_session_still_gets_the_projects_facts(co
     assert "run without network access" in block and "no new dependencies" in block
     await fresh.ask("In which file are the parser's comments kept as trivia tokens?")
     assert "src/parser/lexer.py" in last_block(stack)
+
+
+async def test_a_continued_session_does_not_get_its_summary_back_when_only_the_summary_matches(coding):
+    """The summary is the model's own memory, no neighbour of memplane's question: a question only
+    the summary answers finds it alone. The continued session resends that summary, so it is left
+    out all the same."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    model.answer = ("Summary: the migration test now runs against pelican-7; the harbour proxy in front of it "
+                    "listens on port 6543 and the CI job reaches it through HARBOUR_URL.")
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    summary = model.answer
+    await stack.settle()
+
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
+        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
+                                      "conversation that ran out of context. " + summary}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    model.answer = "Done."
+    await continued.ask("What does the harbour proxy listen on, and how does CI reach it?")
+    doc = await explanation(stack, continued.turn_ids[-1])
+    assert "6543" not in last_block(stack), last_block(stack)
+    assert doc["already_in_request"] >= 1
