@@ -132,3 +132,22 @@ def test_a_long_reply_that_names_things_costs_what_its_kept_part_costs():
     assert told.metadata["origin"] == "model" and told.value.startswith("assistant: The parser lives in")
     assert len(told.value) <= len("assistant: ") + 400
     assert best < 0.5, best
+
+
+LISTED = [  # general advice laid out as a list: its numbers and line breaks are layout, not facts
+    "That is a great question! Here are some tips that usually help:\n1. Drink plenty of water during the day\n"
+    "2. Go to sleep at the same hour\n3. Take short breaks away from screens",
+    "Here are some ideas:\n- Drink water\n- Sleep well\n\n1) Walk more often\n2) Eat well at lunch",
+    "A few things to try:\n* Stretch before bed\n* Keep a journal\n* Talk to a friend about it",
+]
+
+
+@pytest.mark.parametrize("reply", LISTED)
+def test_a_list_of_general_advice_adds_no_fact(reply):
+    assert not adds_fact(reply, "How do I feel less tired?")
+
+
+def test_a_list_that_names_things_is_kept_as_its_naming_items():
+    reply = "Here is the plan:\n1. Install nginx from the usual packages\n2. Open port 443 on the firewall\n3. Restart it"
+    [_, told] = episodes_from_entry("a", entry("What is the plan for the web server?", reply), {}, Redactor())
+    assert told.value == "assistant: 2. Open port 443 on the firewall"

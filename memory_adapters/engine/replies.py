@@ -26,14 +26,19 @@ _WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'’]*")
 _SPECIFIC = re2.compile(r"[0-9]|[A-Za-z0-9][/_@#=:.][A-Za-z0-9]")
 _NUMBER_WORDS = frozenset("two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
                           "hundred thousand million billion twice thrice dozen half quarter".split())
+# a list item's mark at the start of a line: a bullet, or a number or letter before '.' or ')'
+_LIST_MARK = re2.compile(r"^\s*(?:[-*•+]|[0-9]{1,3}[.)]|[A-Za-z]\))(?:\s+|$)")
 _PRONOUN_I = frozenset(("I", "I'm", "I'd", "I've", "I'll", "I’m", "I’d", "I’ve", "I’ll", "OK"))
 
 
 def _sentences(text: str) -> Iterator[str]:
-    """The sentences of `text`, one at a time: a caller that has enough stops reading there."""
+    """The sentences of `text`, one at a time: a caller that has enough stops reading there. A line
+    break ends one (a list's items, a heading), and a list's number does not ('2. Open port 443')."""
     start = 0
     for i, ch in enumerate(text):
-        if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1] in " \n\t\"')"):
+        if ch == "\n" or ch in ".!?" and (i + 1 == len(text) or text[i + 1] in " \n\t\"')"):
+            if ch == "." and i - start <= 4 and text[start:i].strip().isdigit():
+                continue  # an item's number, not a sentence of its own
             if sentence := text[start:i + 1].strip():
                 yield sentence
             start = i + 1
@@ -45,6 +50,7 @@ def _states(sentence: str, said: set[str]) -> bool:
     """A sentence that tells something: not a question, and naming something the person did not."""
     if sentence.rstrip(" \"')").endswith("?"):
         return False
+    sentence = _LIST_MARK.sub("", sentence, count=1)  # layout ('1.', '2)', '-'), not a number the reply states
     words = _WORD.findall(sentence)
     for n, w in enumerate(words):
         if w.lower() in said:
