@@ -534,3 +534,139 @@ def test_a_continued_session_does_not_get_its_own_compaction_summary_back():
     assert kept == [other] and dropped == 2
     kept, _ = drop_already_said([mine], request_shingles(["Please say ok, and summarise the parser work."]))
     assert kept == [mine]  # a summary this request does not carry is still recalled
+
+
+async def test_a_continued_session_does_not_get_its_compaction_summary_back_through_the_proxy(coding):
+    """The stored summary (the model's own memory since replies are never merged into the person's)
+    is what a continued session resends in its first message: recalled again, it would fill the
+    block with the request's own words."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    other = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await other.ask("Remember that the release branch of the parser is called release-granite.")
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    model.answer = ("Summary: the person asked to use the staging database pelican-7 for the migration test; "
+                    "the migration test was updated on port 6543 and passes.")
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    summary = model.answer
+    await stack.settle()
+    assert any(m.value == f"assistant: {summary}" for m in await memories_of(service, "cc"))
+
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
+        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
+                                      "conversation that ran out of context. " + summary}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    model.answer = "Done."
+    await continued.ask("Which release branch and which staging database port does the migration test use?")
+    block = last_block(stack)
+    assert "release-granite" in block  # another session's fact: recalled
+    assert "port 6543" not in block  # the summary the request carries: left out
+    assert SUMMARY_QUESTION_TEXT not in block  # memplane's own question is nobody's memory to show
+
+
+SUMMARY_QUESTION_TEXT = "Summary of this session so far"
+
+
+async def test_a_resumed_session_does_not_get_its_own_replies_back_as_memories(coding):
+    """A reply that names something is its own memory, the model's: a resumed session that resends
+    it (as the assistant's message) does not get it back in the block beside the person's turn."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    other = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await other.ask("Remember that the release branch of the parser is called release-granite.")
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Done: the migration test now runs against that database on port 6543."
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    await stack.settle()
+    assert any(m.value == f"assistant: {model.answer}" for m in await memories_of(service, "cc"))
+
+    resumed = ClaudeCode(stack, "cc", "/home/ana/parser", history=session.messages)
+    await resumed.ask("Which staging database port and which release branch do we use for the parser migration?")
+    block = last_block(stack)
+    assert "release-granite" in block
+    assert "6543" not in block and "pelican-7" not in block
+
+
+CLAUDE_COMPACTION_SUMMARY = """<analysis>
+Let me go through the conversation chronologically. The user wants the parser to keep comments.
+</analysis>
+
+<summary>
+1. Primary Request and Intent:
+   The user asked to make the parser keep comments when it rewrites a file, and wants every test to run without
+   network access. The user prefers small commits and does not want new dependencies.
+
+2. Files and Code Sections:
+   - src/parser/lexer.py: comments are now kept as trivia tokens.
+   - tests/test_comments.py: new tests for comment round trips.
+
+3. Errors and fixes:
+   - The round trip test failed because trailing comments were dropped; fixed by attaching them to the previous token.
+
+4. Current Work:
+   Finishing the comment round trip for block comments.
+</summary>"""
+
+
+async def test_after_a_compaction_a_new_session_still_gets_the_projects_facts(coding):
+    """A compaction summary is the model's bounded memory holding only its sentences that name
+    something (its paths): the person's rules in plain words come back from the person's own turn,
+    and the file the work is in from the summary."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Understood."
+    await session.ask("Make the parser keep comments when it rewrites a file. Every test must run without network "
+                      "access, and please add no new dependencies.")
+    model.answer = CLAUDE_COMPACTION_SUMMARY
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    await stack.settle()
+    [summary] = [m for m in await memories_of(service, "cc") if m.metadata.get("origin") == "model"]
+    assert "src/parser/lexer.py" in summary.value
+
+    fresh = ClaudeCode(stack, "cc", "/home/ana/parser")
+    model.answer = "Done."
+    await fresh.ask("Can the new tests for the parser use the network, and may I add a dependency for them?")
+    block = last_block(stack)
+    assert "run without network access" in block and "no new dependencies" in block
+    await fresh.ask("In which file are the parser's comments kept as trivia tokens?")
+    assert "src/parser/lexer.py" in last_block(stack)
+
+
+async def test_a_continued_session_does_not_get_its_summary_back_when_only_the_summary_matches(coding):
+    """The summary is the model's own memory, no neighbour of memplane's question: a question only
+    the summary answers finds it alone. The continued session resends that summary, so it is left
+    out all the same."""
+    stack, memory_url, service, model = coding
+    add_agent(stack, "cc", memory_url)
+    model.calls = []
+    session = ClaudeCode(stack, "cc", "/home/ana/parser")
+    await session.ask("Our staging database is called pelican-7; use it for the migration test.")
+    model.answer = ("Summary: the migration test now runs against pelican-7; the harbour proxy in front of it "
+                    "listens on port 6543 and the CI job reaches it through HARBOUR_URL.")
+    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
+               "Your task is to create a detailed summary of the conversation so far, paying close attention "
+               "to the user's explicit requests and your previous actions."}]}]
+    await session.call(compact, tools=CLAUDE_TOOLS)
+    summary = model.answer
+    await stack.settle()
+
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
+        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
+                                      "conversation that ran out of context. " + summary}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    model.answer = "Done."
+    await continued.ask("What does the harbour proxy listen on, and how does CI reach it?")
+    doc = await explanation(stack, continued.turn_ids[-1])
+    assert "6543" not in last_block(stack), last_block(stack)
+    assert doc["already_in_request"] >= 1

@@ -187,3 +187,69 @@ def test_the_links_past_replies_hold_whatever_order_turns_arrive_and_go_in():
             expected = tuple(p.id for p in (persons[i - 1] if i else None,
                                             persons[i + 1] if i + 1 < len(persons) else None) if p)
             assert idx.around[m.id] == expected
+
+
+async def test_a_turns_two_memories_keep_their_origins_in_every_view_and_go_together(make_stack, engine, tmp_path):
+    """Listing, get, REST search, MCP search, export and import all say the reply part is the
+    model's and the person's part is theirs; retaining the same ledger entry again adds nothing;
+    forgetting the entry takes both parts."""
+    import asyncio
+
+    import aiohttp
+    import orjson
+    from click.testing import CliRunner
+
+    from memplane_cli.main import main
+    from tests.test_mcp_memory import connect
+    from tests.test_memory_poisoning import listing
+
+    stack = await make_stack()
+    stack.add_agent("rosa", engine, service="mem")
+    stack.provider.reply = replying({"What temperature": KILN})
+    await ask(stack, "rosa", "What temperature does a community studio kiln reach?")
+    await stack.settle()
+
+    def parts(rows: list[dict]) -> dict[str, str]:
+        return {("reply" if "1,200 degrees" in m["value"] else "person"): m["origin"] for m in rows
+                if "kiln" in m["value"].lower()}
+
+    listed = await listing(engine, "rosa")
+    assert parts(listed) == {"person": "user", "reply": "model"}, listed
+    async with aiohttp.ClientSession() as s:
+        [reply] = [m for m in listed if "1,200" in m["value"]]
+        async with s.get(f"{engine}/api/memories/{reply['id']}", params={"agent_id": "rosa"}) as r:
+            assert (await r.json())["origin"] == "model"
+        async with s.post(engine + "/api/memories/search", json={"agent_id": "rosa", "query": "kiln temperature"}) as r:
+            assert parts((await r.json())["results"]) == {"person": "user", "reply": "model"}
+    async with connect(stack, stack.tokens["rosa"]) as mcp:
+        found = await mcp.call_tool("search_memory", {"query": "How hot does a studio kiln fire, 1,200 degrees?"})
+    [via_mcp] = [m for m in found.structured_content["memories"] if "1,200 degrees" in m["text"]]
+    assert "user" not in via_mcp["origin"].split(), via_mcp
+    out = await asyncio.to_thread(CliRunner().invoke, main, ["memory", "export", "mem", "--agent", "rosa", "--url", engine])
+    assert out.exit_code == 0, out.output
+    exported = [orjson.loads(x) for x in out.stdout.splitlines() if x.strip()]
+    assert parts(exported) == {"person": "user", "reply": "model"}
+
+    # the same ledger entry retained twice (a retry, a backfill): its two memories, once
+    [entry_id] = {e for m in listed for e in m.get("source_entry_ids", []) if "kiln" in m["value"].lower()}
+    again = entry(7, "Which glaze did we pick for the studio mugs?", "We picked the Celadon 14 glaze.", "s9")
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):
+            async with s.post(engine + "/retain", json={"agent_id": "rosa", "entry": again}) as r:
+                assert r.status == 202, await r.text()
+    await stack.settle()
+    assert len(await listing(engine, "rosa")) == len(listed) + 2
+
+    # imported into an empty agent, the reply is still the model's
+    dump = tmp_path / "rosa.jsonl"
+    dump.write_text(out.stdout)
+    done = await asyncio.to_thread(CliRunner().invoke, main, ["memory", "import", "mem", str(dump), "--agent", "ana",
+                                                               "--url", engine])
+    assert done.exit_code == 0, done.output
+    assert parts(await listing(engine, "ana")) == {"person": "user", "reply": "model"}
+
+    # forgetting the turn takes both of its memories
+    async with aiohttp.ClientSession() as s:
+        async with s.post(engine + "/forget", json={"agent_id": "rosa", "entry_ids": [entry_id], "reason": "asked"}) as r:
+            assert r.status == 204, await r.text()
+    assert parts(await listing(engine, "rosa")) == {}

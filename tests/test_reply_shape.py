@@ -116,3 +116,38 @@ def test_long_reactions_and_the_persons_own_words_said_back_add_no_fact():
     assert not adds_fact("Oil paint usually needs several weeks to dry completely before it can be varnished.", user)
     assert adds_fact("Oil paint usually needs 6 weeks to dry completely before it can be varnished.", user)
     assert adds_fact("Well done, Rosa! The club record is 38 minutes.", user)
+
+
+def test_a_long_reply_that_names_things_costs_what_its_kept_part_costs():
+    """A kept reply is at most ASSISTANT_MAX_CHARS of its stating sentences: a coding agent's 2 MB
+    answer naming a path in every sentence is judged only as far as that, not sentence by sentence
+    to its end (seconds of a retain thread's CPU, holding the interpreter from recalls)."""
+    reply = "The parser lives in src/parser_v2.py and keeps comments. " * 36_000
+    assert len(reply) > 2_000_000
+    best = float("inf")
+    for _ in range(2):
+        started = time.process_time()
+        said, told = episodes_from_entry("a", entry(USER, reply), {}, Redactor())
+        best = min(best, time.process_time() - started)
+    assert told.metadata["origin"] == "model" and told.value.startswith("assistant: The parser lives in")
+    assert len(told.value) <= len("assistant: ") + 400
+    assert best < 0.5, best
+
+
+LISTED = [  # general advice laid out as a list: its numbers and line breaks are layout, not facts
+    "That is a great question! Here are some tips that usually help:\n1. Drink plenty of water during the day\n"
+    "2. Go to sleep at the same hour\n3. Take short breaks away from screens",
+    "Here are some ideas:\n- Drink water\n- Sleep well\n\n1) Walk more often\n2) Eat well at lunch",
+    "A few things to try:\n* Stretch before bed\n* Keep a journal\n* Talk to a friend about it",
+]
+
+
+@pytest.mark.parametrize("reply", LISTED)
+def test_a_list_of_general_advice_adds_no_fact(reply):
+    assert not adds_fact(reply, "How do I feel less tired?")
+
+
+def test_a_list_that_names_things_is_kept_as_its_naming_items():
+    reply = "Here is the plan:\n1. Install nginx from the usual packages\n2. Open port 443 on the firewall\n3. Restart it"
+    [_, told] = episodes_from_entry("a", entry("What is the plan for the web server?", reply), {}, Redactor())
+    assert told.value == "assistant: 2. Open port 443 on the firewall"

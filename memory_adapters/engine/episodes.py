@@ -168,7 +168,7 @@ def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[
     if steps:
         parts.append(("tool", "tools: " + "; ".join(steps)))
     reply = visible(assistant_text(entry))
-    told = stated(reply, user) if reply and _informative(reply) else []  # small talk is not remembered
+    told = stated(reply, user, ASSISTANT_MAX_CHARS) if reply and _informative(reply) else []  # small talk is not remembered
     if told:
         parts.append(("model", "assistant: " + _clip(" ".join(told), ASSISTANT_MAX_CHARS)))
     return parts

@@ -17,6 +17,8 @@ Patterns are RE2 (linear time on any input).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import re2
 
 _WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'’]*")
@@ -24,23 +26,31 @@ _WORD = re2.compile(r"[A-Za-z0-9][A-Za-z0-9'’]*")
 _SPECIFIC = re2.compile(r"[0-9]|[A-Za-z0-9][/_@#=:.][A-Za-z0-9]")
 _NUMBER_WORDS = frozenset("two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
                           "hundred thousand million billion twice thrice dozen half quarter".split())
+# a list item's mark at the start of a line: a bullet, or a number or letter before '.' or ')'
+_LIST_MARK = re2.compile(r"^\s*(?:[-*•+]|[0-9]{1,3}[.)]|[A-Za-z]\))(?:\s+|$)")
 _PRONOUN_I = frozenset(("I", "I'm", "I'd", "I've", "I'll", "I’m", "I’d", "I’ve", "I’ll", "OK"))
 
 
-def _sentences(text: str) -> list[str]:
-    out, start = [], 0
+def _sentences(text: str) -> Iterator[str]:
+    """The sentences of `text`, one at a time: a caller that has enough stops reading there. A line
+    break ends one (a list's items, a heading), and a list's number does not ('2. Open port 443')."""
+    start = 0
     for i, ch in enumerate(text):
-        if ch in ".!?\n" and (i + 1 == len(text) or text[i + 1] in " \n\t\"')"):
-            out.append(text[start:i + 1].strip())
+        if ch == "\n" or ch in ".!?" and (i + 1 == len(text) or text[i + 1] in " \n\t\"')"):
+            if ch == "." and i - start <= 4 and text[start:i].strip().isdigit():
+                continue  # an item's number, not a sentence of its own
+            if sentence := text[start:i + 1].strip():
+                yield sentence
             start = i + 1
-    out.append(text[start:].strip())
-    return [s for s in out if s]
+    if sentence := text[start:].strip():
+        yield sentence
 
 
 def _states(sentence: str, said: set[str]) -> bool:
     """A sentence that tells something: not a question, and naming something the person did not."""
     if sentence.rstrip(" \"')").endswith("?"):
         return False
+    sentence = _LIST_MARK.sub("", sentence, count=1)  # layout ('1.', '2)', '-'), not a number the reply states
     words = _WORD.findall(sentence)
     for n, w in enumerate(words):
         if w.lower() in said:
@@ -60,13 +70,21 @@ def _said(user: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(user)} | {t.strip(".,;:!?\"'()[]").lower() for t in user.split()}
 
 
-def stated(reply: str, user: str) -> list[str]:
+def stated(reply: str, user: str, enough: int | None = None) -> list[str]:
     """The sentences of `reply` that state something beyond `user` (`_states`), in order: what a
     kept reply is remembered as. Its reactions, questions back and the person's words said back
     (the same rule that drops a reply made only of them) are left out, so the reply's memory
-    holds what it told, not an echo of the person's turn that would match their questions."""
-    said = _said(user)
-    return [s for s in _sentences(reply) if _states(s, said)]
+    holds what it told, not an echo of the person's turn that would match their questions.
+    `enough`: stop once the sentences found take that many characters joined (a kept reply is
+    clipped there; a 2 MB answer is not judged sentence by sentence to its end)."""
+    said, out, size = _said(user), [], -1
+    for s in _sentences(reply):
+        if _states(s, said):
+            out.append(s)
+            size += 1 + len(s)
+            if enough is not None and size >= enough:
+                break
+    return out
 
 
 def adds_fact(reply: str, user: str) -> bool:

@@ -69,7 +69,9 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
     A block packs several turns (`user: …`, then its `tools: …` and `assistant: …` lines); a turn
     whose person's words are in the request's user messages goes with its tool and answer lines.
     A compaction summary (memplane's fixed question, then the summary) is compared by its summary,
-    which a continued session resends. Otherwise only the person's words are compared: a model that quoted a memory in an earlier answer still
+    which a continued session resends. A reply is a memory of its own, recalled without its turn
+    too: its line is also left out when its own words are in the request's user messages (a
+    continued session's summary). Otherwise only the person's words are compared: a model that quoted a memory in an earlier answer still
     gets it (it was recalled, not said in this conversation)."""
     if not carried:
         return list(memories), 0
@@ -80,7 +82,9 @@ def drop_already_said(memories: list[InjectedMemory], carried: set[tuple[str, ..
         dropping = False
         lines = m.text.split("\n")
         for i, line in enumerate(lines):
-            if line.startswith(("assistant: ", "tools: ")):
+            if line.startswith("assistant: "):  # goes with its turn, or alone when the request carries it
+                gone = dropping or already_there(line[11:], carried)  # (a reply is a memory of its own)
+            elif line.startswith("tools: "):
                 gone = dropping
             elif _read(line)[0] < 3:  # a date heading, a blank
                 dropping = gone = False
