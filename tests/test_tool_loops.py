@@ -385,8 +385,10 @@ async def test_a_tool_loop_is_remembered_once_with_its_tools_and_answer(stack, r
     # the engine: intermediate steps make no episode; the last step carries the loop
     redactor = Redactor()
     made = [episodes_from_entry("claude", e, {}, redactor) for e in entries]
-    assert [len(m) for m in made] == [0, 0, 2]  # the user's words with the answer; what the tools said apart
-    said, tools = made[2]
+    assert [len(m) for m in made] == [0, 0, 3]  # the user's words; what the tools said; the answer, each apart
+    said, tools, answer = made[2]
+    assert answer.metadata["origin"] == "model" and answer.value.startswith("assistant: ")
+    assert QUESTION not in answer.value and answer.metadata["tainted"] is True
     assert QUESTION in said.value and "get_weather" not in said.value and "<memories" not in said.value
     assert tools.value.startswith("tools: get_weather(") and tools.metadata["origin"] == "tool"
     assert said.metadata["origin"] == "user" and said.metadata["tainted"] is True
