@@ -332,5 +332,6 @@ class TieredMemory:
                 "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "gc": HEAP.as_dict(),
                 "version_reads": {"reads": self.versions.reads, "asked": self.versions.asked},
+                "index_loads": self.indexes.loads,
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
