@@ -117,6 +117,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
 
         started = time.perf_counter()
         fed_s = await feed_conversations(ask, convs)
+        fed_at = time.perf_counter()  # the feed's end: the lag the target speaks of counts from here
         while (await metric(http, px_url, 'memplane_memory_ops_total{op="retain",status="succeeded"}') < turns
                or await metric(http, px_url, "memplane_retain_backlog_entries") > 0):
             await asyncio.sleep(0.2)
@@ -134,7 +135,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
 
         async def watch_backlog() -> None:
             while await backlog():
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.1)
             caught_up.append(time.perf_counter() - started)
 
         watcher = asyncio.create_task(watch_backlog())
@@ -163,6 +164,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         load_samples.append(load_average())
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
             got = await r.json()
+            index_loads = got.get("index_loads")  # tiered: agents loaded from MongoDB, reloads included
             after = {**(got.get("recall_scheduling") or {}), **{
                 "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
                 **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
@@ -209,6 +211,11 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "backlog_at_retained": backlog_at_retained, "vectors_at_retained": vectors_at_retained,
             "feed_scheduling": before,  # the feed's recalls (the service's counters when it ended)
             "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
+            # seconds from the feed's end until every turn was retained (acknowledged: stored and
+            # searchable by its words) and until every one was also embedded (found by meaning too)
+            "retained_after_feed_s": round(started + retained_s - fed_at, 1),
+            "indexed_after_feed_s": round(started + caught_up[0] - fed_at, 1) if caught_up else None,
+            "index_loads": index_loads,
             "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
 
@@ -244,17 +251,22 @@ async def main_async(args) -> None:
                                                n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies)
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
-                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}; "
+                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, fed in {r['fed_s']} s, retained "
+                  f"+{r['retained_after_feed_s']} s, indexed +{r['indexed_after_feed_s']} s, index loads "
+                  f"{r['index_loads']}, load {r['load_average']}; "
                   f"service {r['recall_scheduling']}", flush=True)
     cats = [*CATEGORIES.values(), "all"]
-    print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "backlog s", "rankings"],
+    print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "fed s", "retained +s",
+                 "indexed +s", "backlog s", "rankings"],
                 [[name, f"{r['without_memories']}/{r['questions']}", r["recall_p50_ms"], r["recall_p99_ms"],
                   *[r["scores"].get(c) for c in cats], " ".join(f"{v:.2f}" for v in r["per_conversation"].values()),
+                  r["fed_s"], r["retained_after_feed_s"], r["indexed_after_feed_s"],
                   r["backlog_caught_up_s"], ", ".join(f"{k} {v}" for k, v in sorted(r["rankings"].items()))]
                  for name, r in rows.items()]))
     path = write_results("busy", {"args": vars(args), "rows": rows})
-    print(f"LoCoMo dev on a busy machine ({path.name}); 'backlog s': embedding caught up this long after "
-          f"every turn was retained")
+    print(f"LoCoMo dev on a busy machine ({path.name}); 'retained +s' / 'indexed +s': seconds after the feed's "
+          f"end until every turn was retained / also embedded (searchable by meaning); 'backlog s': embedding "
+          f"caught up this long after every turn was retained")
 
 
 def main() -> None:
