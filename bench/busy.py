@@ -122,6 +122,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
                or await metric(http, px_url, "memplane_retain_backlog_entries") > 0):
             await asyncio.sleep(0.2)
         retained_s = time.perf_counter() - started
+        shed = await metric(http, ad_url, 'memplane_adapter_retains_total{outcome="busy"}')  # 503 + Retry-After
 
         async def backlog() -> int:
             async with http.get(ad_url + "/health") as r:
@@ -165,6 +166,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
             got = await r.json()
             index_loads = got.get("index_loads")  # tiered: agents loaded from MongoDB, reloads included
+            retain_groups = got.get("retain_groups")  # tiered: writes made for the retain calls
             after = {**(got.get("recall_scheduling") or {}), **{
                 "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
                 **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
@@ -215,7 +217,8 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             # searchable by its words) and until every one was also embedded (found by meaning too)
             "retained_after_feed_s": round(started + retained_s - fed_at, 1),
             "indexed_after_feed_s": round(started + caught_up[0] - fed_at, 1) if caught_up else None,
-            "index_loads": index_loads,
+            "index_loads": index_loads, "retain_calls_shed": int(shed),
+            "retain_groups": retain_groups,
             "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
 
@@ -253,7 +256,8 @@ async def main_async(args) -> None:
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
                   f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, fed in {r['fed_s']} s, retained "
                   f"+{r['retained_after_feed_s']} s, indexed +{r['indexed_after_feed_s']} s, index loads "
-                  f"{r['index_loads']}, load {r['load_average']}; "
+                  f"{r['index_loads']}, retain calls shed {r['retain_calls_shed']}, retain groups {r['retain_groups']}, "
+                  f"load {r['load_average']}; "
                   f"service {r['recall_scheduling']}", flush=True)
     cats = [*CATEGORIES.values(), "all"]
     print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "fed s", "retained +s",

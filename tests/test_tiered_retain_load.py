@@ -57,3 +57,63 @@ async def test_turns_retained_while_an_agent_reloads_are_in_its_new_index_and_ca
         assert blocks, query
     assert service.indexes.loads == loads + 1  # no reload after it: every write since was its own
     assert service.indexes.current(agent) is fresh
+
+
+TURNS = ["My sister plays the cello in a youth orchestra.", "Remember that the gate code is 5512.",
+         "We painted the garden shed dark green.", "I prefer trains to planes for long trips.",
+         "The dentist appointment moved to Thursday.", "Our neighbour keeps three hens and a goat.",
+         "I started learning Portuguese on the bus.", "The library fines were waived this month.",
+         "My cousin opened a bakery near the harbour.", "We found an old typewriter in the attic."]
+QUERIES = ["cello", "gate code", "garden shed", "trains planes", "dentist appointment", "hens goat",
+           "learning Portuguese", "library fines", "bakery harbour", "typewriter attic"]
+
+
+async def test_an_agents_turns_sent_one_call_each_at_once_are_written_together_and_all_found(tiered):
+    """A proxy without the batch endpoint sends each turn as its own retain, many at once: they are
+    written in fewer writes than calls, each answered for itself, every turn found by its words,
+    every keyed statement stored once; sent again, each is a duplicate."""
+    _, service = tiered
+    agent = "grouped"
+    reqs = [RetainRequest(agent_id=agent, entry=entry(f"g{i}", text)) for i, text in enumerate(TURNS)]
+    writes = service.groups.writes
+    assert await asyncio.gather(*(service.retain(r) for r in reqs)) == ["stored"] * len(TURNS)
+    assert service.groups.writes - writes < len(TURNS)
+    stored = await service.ltm.all_for(agent)
+    assert sorted(m.source_entry_ids[0] for m in stored if m.key.startswith("episode:")) == sorted(f"g{i}" for i in range(10))
+    assert {m.type for m in stored} >= {"fact", "preference"}
+    assert len({(m.scope, m.session_id, m.key) for m in stored}) == len(stored)
+    for query, text in zip(QUERIES, TURNS):
+        blocks = await service.recall(RecallRequest(agent_id=agent, query=query))
+        assert any(text.split()[-1].rstrip(".") in b.text for b in blocks), query
+    assert await asyncio.gather(*(service.retain(r) for r in reqs)) == ["duplicate"] * len(TURNS)
+    assert len(await service.ltm.all_for(agent)) == len(stored)
+
+
+async def test_when_mongodb_fails_halfway_through_a_group_every_call_fails_and_its_retry_loses_nothing(tiered):
+    """MongoDB fails after a group's memories were written but before their retained marks: every
+    call of the group is told so (503 at the HTTP layer), nothing is marked retained, and the retry
+    stores every turn once — found by its words, no memory twice in the store or in the index."""
+    from memory_adapters.tiered.ltm import LTMUnavailable
+    _, service = tiered
+    agent = "halfway"
+    await service.recall(RecallRequest(agent_id=agent, query="anything"))  # its index is loaded, and kept
+    real = service.ltm.mark_retained_many
+
+    async def fail(agent_id, entry_ids):
+        raise LTMUnavailable("connection reset")
+
+    service.ltm.mark_retained_many = fail
+    reqs = [RetainRequest(agent_id=agent, entry=entry(f"h{i}", text)) for i, text in enumerate(TURNS)]
+    got = await asyncio.gather(*(service.retain(r) for r in reqs), return_exceptions=True)
+    assert all(isinstance(g, LTMUnavailable) for g in got)
+    assert await service.ltm.seen_entries(agent, [r.entry["id"] for r in reqs]) == {}
+    service.ltm.mark_retained_many = real
+    assert await asyncio.gather(*(service.retain(r) for r in reqs)) == ["stored"] * len(TURNS)
+    stored = await service.ltm.all_for(agent)
+    assert len({(m.scope, m.session_id, m.key) for m in stored}) == len(stored)
+    assert sorted(m.source_entry_ids[0] for m in stored if m.key.startswith("episode:")) == sorted(f"h{i}" for i in range(10))
+    index = service.indexes.current(agent)
+    assert sorted(index.memories) == sorted(m.id for m in stored)
+    for query, text in zip(QUERIES, TURNS):
+        blocks = await service.recall(RecallRequest(agent_id=agent, query=query))
+        assert any(text.split()[-1].rstrip(".") in b.text for b in blocks), query
