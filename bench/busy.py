@@ -41,7 +41,7 @@ from proxy.testing.fake_provider import FakeProvider
 from proxy.testing.fake_provider.repliers import REPLIERS, body_replier
 
 from .burner import burners, load_average
-from .harness import mongo, redis_url, role, table, write_results
+from .harness import PIDS, cpu_seconds, mongo, redis_url, role, table, write_results
 from .quality.locomo import CATEGORIES, DATASET, evidence_found, feed_conversations, load, memory_elements, scores
 
 _RECALL = re.compile(r"^(\w+); blocks=(\d+); removed=\d+; latency_ms=([\d.]+)")
@@ -78,7 +78,8 @@ def as_agents(convs: list[dict], n: int) -> list[dict]:
 
 
 async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
-                  ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok") -> dict:
+                  ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok",
+                  store_pids: tuple[int, ...] = ()) -> dict:
     provider = FakeProvider(reply=body_replier(replies))
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     label = f"{adapter}-b{n_burners}-c{in_flight}"
@@ -91,7 +92,9 @@ async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_bu
             tokens = {c["name"]: write_agent(ctx, c["name"], memory=memory_manifest(
                 adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" else None))[0]
                 for c in convs}
-            return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit)
+            # the memory service, and the store it runs on (tiered: the Mongo-wire server)
+            return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit,
+                               lambda: (cpu_seconds([PIDS[ad_port]]), cpu_seconds(list(store_pids))))
     finally:
         await prov_runner.cleanup()
 
@@ -101,7 +104,7 @@ def _quarters(values: list[float]) -> list[list[float]]:
     return [values[i * n // 4:(i + 1) * n // 4] for i in range(4)] if n >= 4 else []
 
 
-async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit) -> dict:
+async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit, service_cpu) -> dict:
     url = px_url + "/v1/chat/completions"
     turns = sum(len(c["turns"]) for c in convs)
     load_samples: list[str] = [load_average()]
@@ -115,6 +118,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
                 await r.read()
                 return r.headers
 
+        cpu0 = service_cpu()
         started = time.perf_counter()
         fed_s = await feed_conversations(ask, convs)
         fed_at = time.perf_counter()  # the feed's end: the lag the target speaks of counts from here
@@ -123,6 +127,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             await asyncio.sleep(0.2)
         retained_s = time.perf_counter() - started
         shed = await metric(http, ad_url, 'memplane_adapter_retains_total{outcome="busy"}')  # 503 + Retry-After
+        cpu_fed = service_cpu()
 
         async def backlog() -> int:
             async with http.get(ad_url + "/health") as r:
@@ -162,11 +167,13 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         q_started = time.perf_counter()
         await asyncio.gather(*(question(c, i, q) for c, i, q in todo))
         asked_s = time.perf_counter() - q_started
+        cpu_asked = service_cpu()
         load_samples.append(load_average())
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
             got = await r.json()
             index_loads = got.get("index_loads")  # tiered: agents loaded from MongoDB, reloads included
             retain_groups = got.get("retain_groups")  # tiered: writes made for the retain calls
+            access_counts = got.get("access_counts")  # tiered: recalled memories counted / written to MongoDB
             after = {**(got.get("recall_scheduling") or {}), **{
                 "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
                 **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
@@ -218,9 +225,23 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "retained_after_feed_s": round(started + retained_s - fed_at, 1),
             "indexed_after_feed_s": round(started + caught_up[0] - fed_at, 1) if caught_up else None,
             "index_loads": index_loads, "retain_calls_shed": int(shed),
-            "retain_groups": retain_groups,
+            # CPU of the memory service (and, for tiered, its Mongo-wire server) a fed turn (feed,
+            # its recalls and retains, until all retained) and a question: robust where wall time is not
+            "service_cpu_ms_per_turn": round(1000 * (cpu_fed[0] - cpu0[0]) / max(turns, 1), 2),
+            "service_cpu_ms_per_question": round(1000 * (cpu_asked[0] - cpu_fed[0]) / max(len(asked), 1), 2),
+            "store_cpu_ms_per_turn": round(1000 * (cpu_fed[1] - cpu0[1]) / max(turns, 1), 2),
+            "store_cpu_ms_per_question": round(1000 * (cpu_asked[1] - cpu_fed[1]) / max(len(asked), 1), 2),
+            "retain_groups": retain_groups, "access_counts": access_counts,
             "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
+
+
+def _nx_pid(run_dir: Path) -> tuple[int, ...]:
+    """The Mongo-wire server bench.harness.mongo started for this run, if it did."""
+    try:
+        return (int((run_dir / "nx.pid").read_text().split()[0]),)
+    except (OSError, ValueError, IndexError):
+        return ()
 
 
 async def main_async(args) -> None:
@@ -251,12 +272,16 @@ async def main_async(args) -> None:
                     redis_sync.Redis.from_url(rurl).flushdb()
                     rows[name] = await run_one(convs, adapter, ["--redis-url", rurl, "--mongo-url",
                                                                 murl.rsplit("/", 1)[0] + "/busy"],
-                                               n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies)
+                                               n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies,
+                                               store_pids=_nx_pid(run_dir))
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
                   f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, fed in {r['fed_s']} s, retained "
                   f"+{r['retained_after_feed_s']} s, indexed +{r['indexed_after_feed_s']} s, index loads "
                   f"{r['index_loads']}, retain calls shed {r['retain_calls_shed']}, retain groups {r['retain_groups']}, "
+                  f"access counts {r['access_counts']}, "
+                  f"CPU ms a fed turn / a question: service {r['service_cpu_ms_per_turn']} / {r['service_cpu_ms_per_question']}, "
+                  f"store {r['store_cpu_ms_per_turn']} / {r['store_cpu_ms_per_question']}, "
                   f"load {r['load_average']}; "
                   f"service {r['recall_scheduling']}", flush=True)
     cats = [*CATEGORIES.values(), "all"]

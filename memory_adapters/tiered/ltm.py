@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -184,10 +184,13 @@ class MongoLTM:
             counts = {i: 1 for i in counts}
         if not counts:
             return
+        by_count: dict[int, list[str]] = {}  # one update of many documents per count, not one per memory
+        for i, n in counts.items():
+            by_count.setdefault(n, []).append(i)
         try:
-            await self.memories.bulk_write([UpdateOne({"_id": i}, {"$inc": {"access_count": n},
-                                                                   "$set": {"last_accessed_at": now}})
-                                            for i, n in counts.items()], ordered=False)
+            await self.memories.bulk_write([UpdateMany({"_id": {"$in": ids}}, {"$inc": {"access_count": n},
+                                                                              "$set": {"last_accessed_at": now}})
+                                            for n, ids in by_count.items()], ordered=False)
         except PyMongoError:
             pass  # access counts are a ranking hint; losing one bump is harmless
 

@@ -377,5 +377,6 @@ class TieredMemory:
                 "version_reads": {"reads": self.versions.reads, "asked": self.versions.asked},
                 "index_loads": self.indexes.loads,
                 "retain_groups": {"writes": self.groups.writes, "entries": self.groups.entries},
+                "access_counts": {"counted": self.access.counted, "written": self.access.written},
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}
