@@ -4,8 +4,10 @@ acceptance protocol scores them (../shared/datasets/locomo-dev/README.md).
 Every dialogue turn is one chat completion through the proxy whose only message is
 `[<session date time>] <Speaker>: <text>` (` [shares <caption>]` when an image was shared); all
 conversations are fed at once, one agent each, as fast as the proxy answers. The provider replies
-to each turn as an assistant would, with one or two ordinary sentences that carry no fact
-(`--replies small-talk`, the default), or with the published protocol's bare "OK." (`--replies ok`). When every turn is
+to each turn as an ordinary chat assistant would (`--replies assistant`, the default: the speaker's
+name, the message's topic said back, a generic remark or tip in new words, often a question back),
+with the held-out replier written apart from the engine (`assistant-b`, report it first), with
+bare small talk (`small-talk`), or with the published protocol's bare "OK." (`ok`). When every turn is
 retained, each question (categories 1-4) is asked in a fresh conversation, and it counts when
 every evidence turn has >= 60 % of its content words inside one `<memory>` element of the block
 the provider received. A plain BM25 over the raw turns (top 8) is scored beside it. Skipped with
@@ -64,7 +66,7 @@ _MEMORY = re.compile(r"<memory\b[^>]*>(.*?)</memory>", re.S)
 REPLIES = tuple(REPLIERS)
 
 
-def protocol_reply(message: str, replies: str = "small-talk") -> str:
+def protocol_reply(message: str, replies: str = "assistant") -> str:
     """The provider's answer to one fed turn under `replies` (one of REPLIES)."""
     return reply_to(replies, message)
 
@@ -146,7 +148,7 @@ async def feed_conversations(ask, convs: list[dict]) -> float:
     return time.perf_counter() - started
 
 async def replay(convs: list[dict], adapter_app, tmp: Path, label: str, *, batch: bool,
-                 replies: str = "small-talk") -> dict:
+                 replies: str = "assistant") -> dict:
     provider = FakeProvider(reply=body_replier(replies))
     log = io.StringIO()
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
@@ -262,8 +264,9 @@ async def main_async(args) -> dict | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--adapters", default=os.environ.get("QUALITY_ADAPTERS", "embedded,reference,tiered"))
-    p.add_argument("--replies", choices=REPLIES, default="small-talk",
-                   help='what the provider answers each fed turn: ordinary small talk (default) or "OK."')
+    p.add_argument("--replies", choices=REPLIES, default="assistant",
+                   help='what the provider answers each fed turn (fake_provider/repliers.py): an ordinary chat '
+                        'assistant\'s replies (assistant, the default), the held-out assistant-b, small-talk, or "OK."')
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -1,6 +1,6 @@
 """Leave-one-conversation-out: judge a ranking change so that a gain on one conversation shows as such.
 
-    python -m bench.quality.loo [--replies small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
+    python -m bench.quality.loo [--replies assistant|assistant-b|small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|novelty|budget|coverage|
                                                inference]
                                 [--no-retained-questions] [--lag SHARE]
@@ -62,7 +62,7 @@ from memplane_core.redact import Redactor
 from ..harness import table, write_results
 from .locomo import CATEGORIES, DATASET, REPLIES, bm25_baseline, evidence_found, load, memory_elements, protocol_reply, scores
 
-REPLYING = {"replies": "small-talk"}  # what the provider answered each turn (--replies)
+REPLYING = {"replies": "assistant"}  # what the provider answered each turn (--replies)
 
 
 def turn_entry(n: int, message: str, prefix: str = "hist1", hour: int = 0) -> dict:
@@ -400,8 +400,9 @@ def main() -> None:
                    help="share of each conversation's newest turns not embedded yet (a backlog behind)")
     p.add_argument("--no-retained-questions", dest="retained", action="store_false",
                    help="score over the conversation's turns alone (the questions are not retained)")
-    p.add_argument("--replies", choices=REPLIES, default="small-talk",
-                   help='what the provider answered each turn: ordinary small talk (default) or "OK."')
+    p.add_argument("--replies", choices=REPLIES, default="assistant",
+                   help='what the provider answered each turn (fake_provider/repliers.py): an ordinary chat '
+                        'assistant\'s replies (assistant, the default), the held-out assistant-b, small-talk, or "OK."')
     args = p.parse_args()
     REPLYING["replies"] = args.replies
     if not DATASET.is_dir():

@@ -13,13 +13,17 @@ from typing import Any, Callable
 
 from memplane_core.turn_text import latest_user_index, text_of
 
+from .assistant_replies import assistant_reply
+from .assistant_replies_b import assistant_reply_b
 from .small_talk import small_talk
 
 Replier = Callable[[str], str]
 
 REPLIERS: dict[str, Replier] = {
     "small-talk": small_talk,
+    "assistant": assistant_reply,
     "ok": lambda message: "OK.",
+    "assistant-b": assistant_reply_b,  # the held-out stand-in: written apart, never tuned against
 }
 
 
