@@ -44,6 +44,13 @@ from .retain_group import RetainGroups
 from .stm import RedisSTM
 
 
+def stored_vectors(vecs: Any) -> list[list[float]]:
+    """Vectors as MongoDB keeps them: floats rounded to 5 places. In numpy, not a Python `round`
+    per number: 384 of them a memory took ~0.7 ms of the event loop, recalls waiting behind it."""
+    import numpy as np  # present whenever there is an encoder
+    return np.round(np.asarray(vecs, dtype=np.float64), 5).tolist()
+
+
 class TieredMemory:
     def __init__(self, settings: TieredSettings, ltm: MongoLTM, stm: RedisSTM, *,
                  telemetry: Telemetry, redactor: Redactor) -> None:
@@ -112,7 +119,7 @@ class TieredMemory:
         bump as a write)."""
         vecs = await self.backlog.embed([m.value for m in batch])
         try:
-            await self.ltm.set_vectors([(m, [round(float(x), 5) for x in v]) for m, v in zip(batch, vecs)])
+            await self.ltm.set_vectors(list(zip(batch, stored_vectors(vecs))))
         except LTMUnavailable as exc:  # this process's index still gets them; a restart embeds again
             self.telemetry.warning("embedding_not_saved", error=str(exc)[:200])
         by_agent: dict[str, list[tuple[str, Any]]] = {}
@@ -166,7 +173,7 @@ class TieredMemory:
         if self.backlog is not None and m.embedding is None:
             # on the backlog's low-priority thread, after the recalls in hand (never at recall's
             # priority); stored with its vector, so a search right after the store finds it by meaning
-            m.embedding = [round(float(x), 5) for x in (await self.backlog.embed([m.value]))[0]]
+            m.embedding = stored_vectors(await self.backlog.embed([m.value]))[0]
         stored, created = await self.ltm.upsert(m)
         removed = await self.ltm.enforce_cap(stored.agent_id, self.settings.ltm_max_entries)
         await self.stm.put([stored])
