@@ -79,7 +79,7 @@ def as_agents(convs: list[dict], n: int) -> list[dict]:
 
 async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
                   ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok",
-                  store_pids: tuple[int, ...] = ()) -> dict:
+                  store_pids: tuple[int, ...] = (), batch: bool = False) -> dict:
     provider = FakeProvider(reply=body_replier(replies))
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     label = f"{adapter}-b{n_burners}-c{in_flight}"
@@ -90,7 +90,7 @@ async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_bu
                      "--history-root", str(hist)) as px_port:
             ad_url, px_url = f"http://127.0.0.1:{ad_port}", f"http://127.0.0.1:{px_port}"
             tokens = {c["name"]: write_agent(ctx, c["name"], memory=memory_manifest(
-                adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" else None))[0]
+                adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" or batch else None))[0]
                 for c in convs}
             # the memory service, and the store it runs on (tiered: the Mongo-wire server)
             return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit,
@@ -273,7 +273,7 @@ async def main_async(args) -> None:
                     rows[name] = await run_one(convs, adapter, ["--redis-url", rurl, "--mongo-url",
                                                                 murl.rsplit("/", 1)[0] + "/busy"],
                                                n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies,
-                                               store_pids=_nx_pid(run_dir))
+                                               store_pids=_nx_pid(run_dir), batch=args.tiered_batch)
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
                   f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, fed in {r['fed_s']} s, retained "
@@ -308,6 +308,9 @@ def main() -> None:
     p.add_argument("--ask-when", choices=["retained", "embedded"], default="retained")
     p.add_argument("--replies", choices=tuple(REPLIERS), default="ok",
                    help="how the provider answers each fed turn (fake_provider/repliers.py)")
+    p.add_argument("--tiered-batch", action="store_true",
+                   help="tiered gets the batch endpoint its descriptor offers, as a compiled pod does (default: "
+                        "one retain call a turn, as `memplane agent add --memory-url` and earlier runs)")
     p.add_argument("--agents", type=int, default=3, help="agents fed at once (10: the acceptance protocol's scale)")
     asyncio.run(main_async(p.parse_args()))
 
