@@ -117,3 +117,18 @@ async def test_when_mongodb_fails_halfway_through_a_group_every_call_fails_and_i
     for query, text in zip(QUERIES, TURNS):
         blocks = await service.recall(RecallRequest(agent_id=agent, query=query))
         assert any(text.split()[-1].rstrip(".") in b.text for b in blocks), query
+
+
+async def test_recall_counts_of_many_memories_land_in_one_flush_each_with_its_own_count(tiered):
+    """Counts are written one update per count value, not one per memory: each memory still gets
+    exactly the number of times it was recalled, and when."""
+    _, service = tiered
+    a, b, c = [(await service.store(StoredMemory(agent_id="counted", scope="agent", key=k, value=v)))[0]
+               for k, v in (("a", "The bike has a red bell"), ("b", "Lunch is at noon"), ("c", "The plant needs water"))]
+    service.access.recalled([a, b, c])
+    service.access.recalled([a, b])
+    service.access.recalled([a])
+    await service.access.flush()
+    stored = [await service.ltm.get(m.id) for m in (a, b, c)]
+    assert [m.access_count for m in stored] == [3, 2, 1]
+    assert all(m.last_accessed_at is not None for m in stored)
