@@ -41,7 +41,7 @@ from proxy.testing.fake_provider import FakeProvider
 from proxy.testing.fake_provider.repliers import REPLIERS, body_replier
 
 from .burner import burners, load_average
-from .harness import mongo, redis_url, role, table, write_results
+from .harness import PIDS, cpu_seconds, mongo, redis_url, role, table, write_results
 from .quality.locomo import CATEGORIES, DATASET, evidence_found, feed_conversations, load, memory_elements, scores
 
 _RECALL = re.compile(r"^(\w+); blocks=(\d+); removed=\d+; latency_ms=([\d.]+)")
@@ -78,7 +78,8 @@ def as_agents(convs: list[dict], n: int) -> list[dict]:
 
 
 async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_burners: int, in_flight: int,
-                  ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok") -> dict:
+                  ask_when: str, tmp: Path, questions_limit: int | None, replies: str = "ok",
+                  store_pids: tuple[int, ...] = (), batch: bool = False) -> dict:
     provider = FakeProvider(reply=body_replier(replies))
     prov_runner, prov_port = await start_site(Site(provider.app(), "127.0.0.1", 0))
     label = f"{adapter}-b{n_burners}-c{in_flight}"
@@ -89,9 +90,11 @@ async def run_one(convs: list[dict], adapter: str, adapter_args: list[str], n_bu
                      "--history-root", str(hist)) as px_port:
             ad_url, px_url = f"http://127.0.0.1:{ad_port}", f"http://127.0.0.1:{px_port}"
             tokens = {c["name"]: write_agent(ctx, c["name"], memory=memory_manifest(
-                adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" else None))[0]
+                adapter, ad_url, retain_batch_path=RETAIN_BATCH_PATH if adapter == "embedded" or batch else None))[0]
                 for c in convs}
-            return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit)
+            # the memory service, and the store it runs on (tiered: the Mongo-wire server)
+            return await drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit,
+                               lambda: (cpu_seconds([PIDS[ad_port]]), cpu_seconds(list(store_pids))))
     finally:
         await prov_runner.cleanup()
 
@@ -101,7 +104,7 @@ def _quarters(values: list[float]) -> list[list[float]]:
     return [values[i * n // 4:(i + 1) * n // 4] for i in range(4)] if n >= 4 else []
 
 
-async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit) -> dict:
+async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, questions_limit, service_cpu) -> dict:
     url = px_url + "/v1/chat/completions"
     turns = sum(len(c["turns"]) for c in convs)
     load_samples: list[str] = [load_average()]
@@ -115,12 +118,16 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
                 await r.read()
                 return r.headers
 
+        cpu0 = service_cpu()
         started = time.perf_counter()
         fed_s = await feed_conversations(ask, convs)
+        fed_at = time.perf_counter()  # the feed's end: the lag the target speaks of counts from here
         while (await metric(http, px_url, 'memplane_memory_ops_total{op="retain",status="succeeded"}') < turns
                or await metric(http, px_url, "memplane_retain_backlog_entries") > 0):
             await asyncio.sleep(0.2)
         retained_s = time.perf_counter() - started
+        shed = await metric(http, ad_url, 'memplane_adapter_retains_total{outcome="busy"}')  # 503 + Retry-After
+        cpu_fed = service_cpu()
 
         async def backlog() -> int:
             async with http.get(ad_url + "/health") as r:
@@ -134,7 +141,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
 
         async def watch_backlog() -> None:
             while await backlog():
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.1)
             caught_up.append(time.perf_counter() - started)
 
         watcher = asyncio.create_task(watch_backlog())
@@ -160,9 +167,13 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         q_started = time.perf_counter()
         await asyncio.gather(*(question(c, i, q) for c, i, q in todo))
         asked_s = time.perf_counter() - q_started
+        cpu_asked = service_cpu()
         load_samples.append(load_average())
         async with http.get(ad_url + "/health") as r:  # where the service's recall time went
             got = await r.json()
+            index_loads = got.get("index_loads")  # tiered: agents loaded from MongoDB, reloads included
+            retain_groups = got.get("retain_groups")  # tiered: writes made for the retain calls
+            access_counts = got.get("access_counts")  # tiered: recalled memories counted / written to MongoDB
             after = {**(got.get("recall_scheduling") or {}), **{
                 "encoder_" + k: v for k, v in (got.get("query_encoder") or {}).items()},
                 **{"gc_" + k: v for k, v in (got.get("gc") or {}).items()}}
@@ -209,8 +220,28 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
             "backlog_at_retained": backlog_at_retained, "vectors_at_retained": vectors_at_retained,
             "feed_scheduling": before,  # the feed's recalls (the service's counters when it ended)
             "backlog_caught_up_s": round(caught_up[0] - retained_s, 1) if caught_up else None,
+            # seconds from the feed's end until every turn was retained (acknowledged: stored and
+            # searchable by its words) and until every one was also embedded (found by meaning too)
+            "retained_after_feed_s": round(started + retained_s - fed_at, 1),
+            "indexed_after_feed_s": round(started + caught_up[0] - fed_at, 1) if caught_up else None,
+            "index_loads": index_loads, "retain_calls_shed": int(shed),
+            # CPU of the memory service (and, for tiered, its Mongo-wire server) a fed turn (feed,
+            # its recalls and retains, until all retained) and a question: robust where wall time is not
+            "service_cpu_ms_per_turn": round(1000 * (cpu_fed[0] - cpu0[0]) / max(turns, 1), 2),
+            "service_cpu_ms_per_question": round(1000 * (cpu_asked[0] - cpu_fed[0]) / max(len(asked), 1), 2),
+            "store_cpu_ms_per_turn": round(1000 * (cpu_fed[1] - cpu0[1]) / max(turns, 1), 2),
+            "store_cpu_ms_per_question": round(1000 * (cpu_asked[1] - cpu_fed[1]) / max(len(asked), 1), 2),
+            "retain_groups": retain_groups, "access_counts": access_counts,
             "recall_scheduling": scheduling, "scores": scores(results), "per_conversation": {k: scores(v)["all"] for k, v in per_conv.items()},
             "load_average": load_samples}
+
+
+def _nx_pid(run_dir: Path) -> tuple[int, ...]:
+    """The Mongo-wire server bench.harness.mongo started for this run, if it did."""
+    try:
+        return (int((run_dir / "nx.pid").read_text().split()[0]),)
+    except (OSError, ValueError, IndexError):
+        return ()
 
 
 async def main_async(args) -> None:
@@ -241,20 +272,30 @@ async def main_async(args) -> None:
                     redis_sync.Redis.from_url(rurl).flushdb()
                     rows[name] = await run_one(convs, adapter, ["--redis-url", rurl, "--mongo-url",
                                                                 murl.rsplit("/", 1)[0] + "/busy"],
-                                               n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies)
+                                               n_burners, in_flight, args.ask_when, tmp, args.questions, args.replies,
+                                               store_pids=_nx_pid(run_dir), batch=args.tiered_batch)
             r = rows[name]
             print(f"{name}: {r['without_memories']}/{r['questions']} without memories, p50 {r['recall_p50_ms']} "
-                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, load {r['load_average']}; "
+                  f"p99 {r['recall_p99_ms']} ms, all {r['scores'].get('all')}, fed in {r['fed_s']} s, retained "
+                  f"+{r['retained_after_feed_s']} s, indexed +{r['indexed_after_feed_s']} s, index loads "
+                  f"{r['index_loads']}, retain calls shed {r['retain_calls_shed']}, retain groups {r['retain_groups']}, "
+                  f"access counts {r['access_counts']}, "
+                  f"CPU ms a fed turn / a question: service {r['service_cpu_ms_per_turn']} / {r['service_cpu_ms_per_question']}, "
+                  f"store {r['store_cpu_ms_per_turn']} / {r['store_cpu_ms_per_question']}, "
+                  f"load {r['load_average']}; "
                   f"service {r['recall_scheduling']}", flush=True)
     cats = [*CATEGORIES.values(), "all"]
-    print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "backlog s", "rankings"],
+    print(table(["run", "no memories", "p50 ms", "p99 ms", *cats, "per conversation", "fed s", "retained +s",
+                 "indexed +s", "backlog s", "rankings"],
                 [[name, f"{r['without_memories']}/{r['questions']}", r["recall_p50_ms"], r["recall_p99_ms"],
                   *[r["scores"].get(c) for c in cats], " ".join(f"{v:.2f}" for v in r["per_conversation"].values()),
+                  r["fed_s"], r["retained_after_feed_s"], r["indexed_after_feed_s"],
                   r["backlog_caught_up_s"], ", ".join(f"{k} {v}" for k, v in sorted(r["rankings"].items()))]
                  for name, r in rows.items()]))
     path = write_results("busy", {"args": vars(args), "rows": rows})
-    print(f"LoCoMo dev on a busy machine ({path.name}); 'backlog s': embedding caught up this long after "
-          f"every turn was retained")
+    print(f"LoCoMo dev on a busy machine ({path.name}); 'retained +s' / 'indexed +s': seconds after the feed's "
+          f"end until every turn was retained / also embedded (searchable by meaning); 'backlog s': embedding "
+          f"caught up this long after every turn was retained")
 
 
 def main() -> None:
@@ -267,6 +308,9 @@ def main() -> None:
     p.add_argument("--ask-when", choices=["retained", "embedded"], default="retained")
     p.add_argument("--replies", choices=tuple(REPLIERS), default="ok",
                    help="how the provider answers each fed turn (fake_provider/repliers.py)")
+    p.add_argument("--tiered-batch", action="store_true",
+                   help="tiered gets the batch endpoint its descriptor offers, as a compiled pod does (default: "
+                        "one retain call a turn, as `memplane agent add --memory-url` and earlier runs)")
     p.add_argument("--agents", type=int, default=3, help="agents fed at once (10: the acceptance protocol's scale)")
     asyncio.run(main_async(p.parse_args()))
 

@@ -264,7 +264,7 @@ async def test_recalled_memories_get_their_access_counted(tiered):
     for _ in range(3):
         [block] = await service.recall(RecallRequest(agent_id="acc", query="what milk in my coffee"))
         assert block.id == stored.id
-    await service.access.flush()  # what the adapter does within a second, and on shutdown
+    await service.access.flush()  # what the adapter does within FLUSH_EVERY_S, and on shutdown
     fresh = await service.ltm.get(stored.id)
     assert fresh.access_count == 3 and fresh.last_accessed_at is not None
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory
@@ -183,10 +184,13 @@ class MongoLTM:
             counts = {i: 1 for i in counts}
         if not counts:
             return
+        by_count: dict[int, list[str]] = {}  # one update of many documents per count, not one per memory
+        for i, n in counts.items():
+            by_count.setdefault(n, []).append(i)
         try:
-            await self.memories.bulk_write([UpdateOne({"_id": i}, {"$inc": {"access_count": n},
-                                                                   "$set": {"last_accessed_at": now}})
-                                            for i, n in counts.items()], ordered=False)
+            await self.memories.bulk_write([UpdateMany({"_id": {"$in": ids}}, {"$inc": {"access_count": n},
+                                                                              "$set": {"last_accessed_at": now}})
+                                            for n, ids in by_count.items()], ordered=False)
         except PyMongoError:
             pass  # access counts are a ranking hint; losing one bump is harmless
 
@@ -284,11 +288,13 @@ class MongoLTM:
     async def seen_entries(self, agent_id: str, entry_ids: list[str]) -> dict[str, str]:
         """entry id → 'tombstoned' | 'duplicate' for the ids already seen (two queries for a batch;
         retained marks are found by primary key)."""
-        try:
-            tomb = {d["entry_id"] async for d in self.tombstones.find(
-                {"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})}
-            done = {d["entry_id"] async for d in self.retained.find(
-                {"_id": {"$in": [_mark_id(agent_id, e) for e in entry_ids]}}, {"entry_id": 1})}
+        async def ids(cursor: Any) -> set[str]:
+            return {d["entry_id"] async for d in cursor}
+
+        try:  # both at once: one round trip's wait, not two
+            tomb, done = await asyncio.gather(
+                ids(self.tombstones.find({"agent_id": agent_id, "entry_id": {"$in": entry_ids}}, {"entry_id": 1})),
+                ids(self.retained.find({"_id": {"$in": [_mark_id(agent_id, e) for e in entry_ids]}}, {"entry_id": 1})))
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
         return {**{e: "duplicate" for e in done}, **{e: "tombstoned" for e in tomb}}
@@ -316,6 +322,36 @@ class MongoLTM:
             await self.memories.bulk_write(ops, ordered=False)
         except PyMongoError as exc:
             raise LTMUnavailable(str(exc)) from None
+
+    async def by_keys(self, agent_id: str, keys: list[str]) -> list[StoredMemory]:
+        """The agent's memories under any of `keys` (any scope and session), in one query."""
+        if not keys:
+            return []
+        try:
+            return await self._decoded(self.memories.find({"agent_id": agent_id, "key": {"$in": list(dict.fromkeys(keys))}}))
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+
+    async def upsert_keyed(self, memories: list[StoredMemory]) -> set[int]:
+        """`upsert` for several memories in one unordered bulk write; returns the positions that
+        were inserted (the others updated the memory their (agent, scope, session, key) holds)."""
+        if not memories:
+            return set()
+        ops = []
+        for m in memories:
+            doc = to_doc(m)
+            ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
+            on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
+            fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
+                      and k not in ("last_accessed_at", "source_entry_ids")}
+            ops.append(UpdateOne(ident, {"$set": fields, "$setOnInsert": on_insert,
+                                         "$addToSet": {"source_entry_ids": {"$each": m.source_entry_ids}}},
+                                 upsert=True))
+        try:
+            res = await self.memories.bulk_write(ops, ordered=False)
+        except PyMongoError as exc:
+            raise LTMUnavailable(str(exc)) from None
+        return set(res.upserted_ids)
 
     async def set_vectors(self, vectors: list[tuple[StoredMemory, list[float]]]) -> None:
         """Embeddings computed after the write, in one bulk write; a memory whose value changed

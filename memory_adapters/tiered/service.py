@@ -40,7 +40,15 @@ from .coherence import CoherentIndexes, SharedVersionReads, VersionedIndex
 from .config import TieredSettings
 from .extract import memories_from_entry
 from .ltm import LTMUnavailable, MongoLTM
+from .retain_group import RetainGroups
 from .stm import RedisSTM
+
+
+def stored_vectors(vecs: Any) -> list[list[float]]:
+    """Vectors as MongoDB keeps them: floats rounded to 5 places. In numpy, not a Python `round`
+    per number: 384 of them a memory took ~0.7 ms of the event loop, recalls waiting behind it."""
+    import numpy as np  # present whenever there is an encoder
+    return np.round(np.asarray(vecs, dtype=np.float64), 5).tolist()
 
 
 class TieredMemory:
@@ -62,6 +70,7 @@ class TieredMemory:
         # fair recall slots per agent; background work yields to recalls
         self.scheduler = RecallScheduler(per_agent=settings.recalls_per_agent)
         self.curator: Any = None  # engine.curator.Curator when the operator turned it on (app.py)
+        self.groups = RetainGroups(self._retain_together)  # an agent's retains arriving together: one write
 
     # -- lifecycle --
 
@@ -110,7 +119,7 @@ class TieredMemory:
         bump as a write)."""
         vecs = await self.backlog.embed([m.value for m in batch])
         try:
-            await self.ltm.set_vectors([(m, [round(float(x), 5) for x in v]) for m, v in zip(batch, vecs)])
+            await self.ltm.set_vectors(list(zip(batch, stored_vectors(vecs))))
         except LTMUnavailable as exc:  # this process's index still gets them; a restart embeds again
             self.telemetry.warning("embedding_not_saved", error=str(exc)[:200])
         by_agent: dict[str, list[tuple[str, Any]]] = {}
@@ -130,6 +139,7 @@ class TieredMemory:
         return count
 
     async def close(self) -> None:
+        await self.groups.close()
         if self.backlog is not None:
             await self.backlog.stop()
         if self.queries is not None:
@@ -163,7 +173,7 @@ class TieredMemory:
         if self.backlog is not None and m.embedding is None:
             # on the backlog's low-priority thread, after the recalls in hand (never at recall's
             # priority); stored with its vector, so a search right after the store finds it by meaning
-            m.embedding = [round(float(x), 5) for x in (await self.backlog.embed([m.value]))[0]]
+            m.embedding = stored_vectors(await self.backlog.embed([m.value]))[0]
         stored, created = await self.ltm.upsert(m)
         removed = await self.ltm.enforce_cap(stored.agent_id, self.settings.ltm_max_entries)
         await self.stm.put([stored])
@@ -228,13 +238,18 @@ class TieredMemory:
         return True
 
     async def retain(self, req: RetainRequest) -> str:
-        return (await self.retain_many([req]))[0]
+        return (await self.groups.retain([req]))[0]
 
     async def retain_many(self, reqs: list[RetainRequest]) -> list[str]:
-        """One agent's retains together: one query for what was seen, one bulk write to MongoDB,
-        one Redis pipeline, one version bump; the episodes' vectors follow in the background
-        (`_embed_batch`). Keyed facts and typed statements go through `store` one by one (they
-        may replace older ones)."""
+        """One agent's retains; with those of its calls that arrive meanwhile, one write (retain_group.py)."""
+        return await self.groups.retain(reqs)
+
+    async def _retain_together(self, reqs: list[RetainRequest]) -> list[str]:
+        """One agent's retains together: one query for what was seen, one bulk write to MongoDB for
+        the episodes and one for the keyed facts and typed statements, then Redis, the index and
+        the retained marks at once (Redis: one script run and one version bump). Vectors follow
+        in the background (`_embed_batch`). The marks are written only once every memory is in
+        MongoDB: a failure before leaves the entries unseen, and their retry writes them again."""
         if not reqs:
             return []
         agent_id = reqs[0].agent_id
@@ -253,22 +268,57 @@ class TieredMemory:
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)
             outcomes.append("stored" if made else "empty")
-        await self.ltm.upsert_many(episodes)
-        removed = await self.ltm.enforce_cap(agent_id, self.settings.ltm_max_entries) if episodes else []
-        await self.stm.put(episodes)
+        keyed, new = await self._keyed(agent_id, keyed)
+        inserted = (await asyncio.gather(self.ltm.upsert_many(episodes), self.ltm.upsert_keyed(keyed)))[1]
+        if new - inserted:  # another replica stored the same key meanwhile: its id, merged sources
+            keyed = await self._as_stored(agent_id, keyed)
+        written = episodes + keyed
+        removed = await self.ltm.enforce_cap(agent_id, self.settings.ltm_max_entries) if written else []
+        unembedded = [m for m in written if m.embedding is None]  # the index takes the vectors it is given
+        await asyncio.gather(self.stm.put(written), self.ltm.mark_retained_many(agent_id, fresh),
+                             self.indexes.written(agent_id, written, removed) if written or removed else asyncio.sleep(0))
         if removed:
             await self.stm.remove(agent_id, removed)
-        if episodes or removed:
-            await self.indexes.written(agent_id, episodes, removed)
         if self.backlog is not None:
-            for m in episodes:
+            for m in unembedded:
                 self.backlog.add(m, m.value)
         if self.curator is not None:  # counts only; the curator works in the background
             self.curator.observe(agent_id, episodes)
-        for m in keyed:
-            await self.store(m)
-        await self.ltm.mark_retained_many(agent_id, fresh)
         return outcomes
+
+    async def _keyed(self, agent_id: str, made: list[StoredMemory]) -> tuple[list[StoredMemory], set[int]]:
+        """A batch's keyed facts and typed statements as `store` writes them one at a time: redacted;
+        a profile fact said earlier than the one its key holds left out (the newest statement wins);
+        one that replaces a stored memory takes its id, and its vector when the text is the same
+        (else the background embeds the new text). Their vectors are not made here: they join the
+        episodes' in the background instead of each holding the batch for an encoder call.
+        Also returns the positions of those no stored memory holds the key of (to be inserted)."""
+        if not made:
+            return [], set()
+        for m in made:
+            m.key, m.value, m.metadata, _ = await self.redactor.fields_async(m.key, m.value, m.metadata)
+        current = {(c.scope, c.session_id, c.key): c for c in await self.ltm.by_keys(agent_id, [m.key for m in made])}
+        out: dict[tuple, StoredMemory] = {}
+        for m in made:
+            ident = (m.scope, m.session_id, m.key)
+            cur = out.get(ident) or current.get(ident)
+            if m.said_at is not None and m.key.startswith(PROFILE) and not newer(m, cur):
+                continue
+            if cur is not None:
+                m.id, m.created_at = cur.id, cur.created_at
+                m.access_count, m.last_accessed_at = cur.access_count, cur.last_accessed_at
+                m.source_entry_ids = list(dict.fromkeys([*cur.source_entry_ids, *m.source_entry_ids]))
+                if m.embedding is None and cur.value == m.value:
+                    m.embedding = cur.embedding
+            out.pop(ident, None)
+            out[ident] = m  # in the order written
+        kept = list(out.values())
+        return kept, {i for i, m in enumerate(kept) if (m.scope, m.session_id, m.key) not in current}
+
+    async def _as_stored(self, agent_id: str, keyed: list[StoredMemory]) -> list[StoredMemory]:
+        """The keyed memories as MongoDB holds them now (their ids, merged sources)."""
+        stored = {(c.scope, c.session_id, c.key): c for c in await self.ltm.by_keys(agent_id, [m.key for m in keyed])}
+        return [stored.get((m.scope, m.session_id, m.key), m) for m in keyed]
 
     async def forget(self, req: ForgetRequest) -> int:
         await self.ltm.tombstone(req.agent_id, req.entry_ids, req.reason)
@@ -332,5 +382,8 @@ class TieredMemory:
                 "embedded_from_queries": self.backlog.reused if self.backlog is not None else 0,
                 "recall_scheduling": self.scheduler.stats.as_dict(), "gc": HEAP.as_dict(),
                 "version_reads": {"reads": self.versions.reads, "asked": self.versions.asked},
+                "index_loads": self.indexes.loads,
+                "retain_groups": {"writes": self.groups.writes, "entries": self.groups.entries},
+                "access_counts": {"counted": self.access.counted, "written": self.access.written},
                 "query_encoder": ({k: round(v, 3) for k, v in self.queries.stats.items()}
                                   if self.queries is not None else None)}

@@ -17,6 +17,23 @@ from ..engine.record import StoredMemory
 from .documents import from_doc, to_doc
 
 
+# KEYS: the agent's id set and doc hash; ARGV: max entries, then (score, id, doc) per memory.
+# Adds them, then removes what falls past the newest `max entries` from both.
+_PUT = """
+for i = 2, #ARGV, 3 do
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[2], ARGV[i + 1], ARGV[i + 2])
+end
+local over = redis.call('ZRANGE', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
+for i = 1, #over, 1000 do
+  local part = {unpack(over, i, math.min(i + 999, #over))}
+  redis.call('ZREM', KEYS[1], unpack(part))
+  redis.call('HDEL', KEYS[2], unpack(part))
+end
+return #over
+"""
+
+
 class RedisSTM:
     def __init__(self, url: str, *, max_entries: int, prefix: str = "memplane",
                  on_state: Callable[[bool, str], None] | None = None) -> None:
@@ -26,6 +43,7 @@ class RedisSTM:
         self.prefix = prefix
         self.available = True
         self._on_state = on_state
+        self._put_script = self.client.register_script(_PUT)
 
     def _mark(self, ok: bool, error: str = "") -> None:
         if ok != self.available:
@@ -43,36 +61,26 @@ class RedisSTM:
         await self.client.aclose()
 
     async def put(self, memories: list[StoredMemory]) -> bool:
-        """Write memories and trim each agent's set to the newest `max_entries`."""
+        """Write memories and trim each agent's set to the newest `max_entries`: one script run per
+        agent (one round trip; before: a pipeline, a read of the overflow, and a pipeline removing it)."""
         if not memories:
             return True
+        by_agent: dict[str, list[StoredMemory]] = {}
+        for m in memories:
+            by_agent.setdefault(m.agent_id, []).append(m)
         try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                agents = set()
-                for m in memories:
-                    ids, docs = self._keys(m.agent_id)
-                    pipe.zadd(ids, {m.id: m.updated_at})
+            for agent_id, ms in by_agent.items():
+                args: list = [self.max_entries]
+                for m in ms:
                     doc = to_doc(m)
                     doc.pop("embedding", None)  # vectors stay in MongoDB and the index, not in Redis
-                    pipe.hset(docs, m.id, orjson.dumps(doc, default=str))
-                    agents.add(m.agent_id)
-                await pipe.execute()
-            for agent_id in agents:
-                await self._trim(agent_id)
+                    args += [m.updated_at, m.id, orjson.dumps(doc, default=str)]
+                await self._put_script(keys=list(self._keys(agent_id)), args=args)
             self._mark(True)
             return True
         except (RedisError, OSError) as exc:
             self._mark(False, type(exc).__name__)
             return False
-
-    async def _trim(self, agent_id: str) -> None:
-        ids, docs = self._keys(agent_id)
-        overflow = await self.client.zrange(ids, 0, -(self.max_entries + 1))
-        if overflow:
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.zrem(ids, *overflow)
-                pipe.hdel(docs, *overflow)
-                await pipe.execute()
 
     async def remove(self, agent_id: str, memory_ids: list[str]) -> None:
         if not memory_ids:
