@@ -202,7 +202,7 @@ async def drive(convs, provider, px_url, ad_url, tokens, in_flight, ask_when, qu
         statuses[status] += 1
         if latency is not None:
             latencies.append(latency)
-        if status != "succeeded" or not blocks:
+        if status not in ("succeeded", "degraded") or not blocks:  # degraded: a lesser ranking, memories injected
             without += 1
         by_id = {t["id"]: t for t in conv["turns"]}
         elements = memory_elements(by_user[user].memories_block if user in by_user else None)
