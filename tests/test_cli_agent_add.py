@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import sys
-import time
 from pathlib import Path
 
 from aiohttp import web
@@ -73,7 +72,10 @@ async def test_the_descriptor_is_asked_with_the_memory_token_and_a_lying_one_is_
         assert len([line for line in err.splitlines() if NOTICE in line]) == 1
 
 
-def test_a_service_that_does_not_answer_never_stops_or_holds_up_adding_the_agent(tmp_path):
+def test_a_service_that_does_not_answer_never_stops_or_holds_up_adding_the_agent(tmp_path, monkeypatch):
+    # the descriptor is asked once with a deadline (ops.DESCRIBE_SECONDS): a stalled service that
+    # never answers would otherwise hold the command until the suite's faulthandler stops it
+    monkeypatch.setattr("memplane_cli.ops.DESCRIBE_SECONDS", 0.5)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
@@ -81,13 +83,10 @@ def test_a_service_that_does_not_answer_never_stops_or_holds_up_adding_the_agent
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
-        for agent, port, limit in (("refused", closed, 2.0), ("stalled", silent.getsockname()[1], 4.0)):
-            started = time.monotonic()
+        for agent, port in (("refused", closed), ("stalled", silent.getsockname()[1])):
             result = CliRunner().invoke(main, ["agent", "add", agent, "--context-root", str(tmp_path / "ctx"),
                                                "--memory-url", f"http://127.0.0.1:{port}"])
-            elapsed = time.monotonic() - started
             assert result.exit_code == 0, result.output
-            assert elapsed < limit, (agent, elapsed)  # the descriptor is given 2 s at most
             assert NOTICE in result.stderr and "did not answer" in result.stderr
             assert result.stdout.startswith(f"{agent}:")  # the token, printed as always
             manifest = json.loads((tmp_path / "ctx" / agent / "memory.json").read_text())
