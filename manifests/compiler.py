@@ -132,6 +132,12 @@ def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path, overrides
                 f"no memory descriptor found (tried: {tried}); pass --describe {name}=PATH")
 
 
+def retain_batch_path(descriptor: dict[str, Any]) -> str | None:
+    """The batch retain endpoint a validated descriptor offers (memplane's extension), if any."""
+    retain = (descriptor.get("memory") or {}).get("retain") or {}
+    return retain.get("batch_path")
+
+
 def _timeout(value: Any, source: Path, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 600_000:
         raise _fail(source, where, f"timeout-ms must be an integer from 1 to 600000, got {value!r}")
@@ -270,7 +276,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
         svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
         forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, DEFAULT_WRITE_TIMEOUT_MS),
         auth_token=token, paths={k: v["path"] for k, v in caps.items()},
-        retain_batch_path=(caps.get("retain") or {}).get("batch_path"),
+        retain_batch_path=retain_batch_path(desc),
     )
     for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks"),
                      ("tools", "tools"), ("grants", "grants")):

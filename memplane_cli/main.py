@@ -27,7 +27,7 @@ from proxy.forward_policy import DEFAULT_PASSTHROUGH, parse_allow_list
 
 from . import runner
 from .ledger import ledger_group
-from .ops import CONTEXT_ROOT
+from .ops import CONTEXT_ROOT, offered_retain_batch_path
 
 DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
 # Adapters read MEMPLANE_ADAPTER_HOST/PORT; the generic HOST/PORT still work (the first one set wins).
@@ -406,7 +406,8 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
     if no_memory:
         memory = None
     elif memory_url:
-        memory = memory_manifest(memory_service, memory_url, auth_token=memory_token)
+        memory = memory_manifest(memory_service, memory_url, auth_token=memory_token,
+                                 retain_batch_path=offered_retain_batch_path(memory_service, memory_url, memory_token))
     else:  # the embedded engine that `memplane up` serves on its default port
         memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
                                  retain_batch_path=RETAIN_BATCH_PATH)

@@ -56,15 +56,42 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
             click.echo(f"ANTHROPIC_API_KEY={agent.token}")
 
 
-def fetch_descriptor(url: str) -> dict:
+def fetch_descriptor(url: str, *, token: str | None = None, seconds: float = 5) -> dict:
     """A descriptor URL read by the one memory-service client (for the compiler, which cannot import it)."""
     from manifests.compiler import DescriptorUnavailable
     from proxy.memory_service import MemoryServiceError
 
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        return _with_client(url, {}, "", lambda client: client.describe(url), seconds=5)
+        return _with_client(url, headers, "", lambda client: client.describe(url), seconds=seconds)
     except MemoryServiceError as exc:
         raise DescriptorUnavailable(str(exc)) from None
+
+
+DESCRIBE_SECONDS = 2  # `agent add` asks once and goes on without: it must never hang on a dead service
+
+
+def offered_retain_batch_path(service: str, base_url: str, token: str | None) -> str | None:
+    """The batch retain endpoint the service at `base_url` declares in its descriptor, read and
+    validated as `memplane compile --describe SERVICE=URL` reads it (so an agent added by hand
+    retains like a compiled one). A service that does not answer, or whose descriptor is invalid,
+    gets none and a one-line notice on stderr: the agent is still added, one retain call a turn."""
+    from manifests.compiler import CompileError, load_descriptor, retain_batch_path
+    from proxy.memory_service.client import DESCRIBE_PATH
+
+    url = base_url.rstrip("/") + DESCRIBE_PATH
+    if not url.startswith(("http://", "https://")):  # the compiler would read anything else as a local file
+        why = f"{base_url!r} is not an http(s) URL with a host"
+    else:
+        try:
+            desc, _ = load_descriptor(service, {}, Path.cwd(), {service: url}, Path("--memory-url"),
+                                      lambda u: fetch_descriptor(u, token=token, seconds=DESCRIBE_SECONDS))
+            return retain_batch_path(desc)
+        except CompileError as exc:
+            why = str(exc)
+    why = " ".join(why.split())
+    click.echo(f"note: agent added without batch retain (one retain call a turn): {why[:300]}", err=True)
+    return None
 
 
 @click.group("memory")
