@@ -206,6 +206,22 @@ def tiered_settings(redis_url, mongo_url):
     return TieredSettings(redis_url=redis_url, mongo_url=mongo_url, key_prefix=f"t{uuid.uuid4().hex[:6]}")
 
 
+@pytest.fixture(params=["embedded", "tiered"])
+async def engine(request, aiohttp_server, tmp_path) -> str:
+    """The base URL of each memory engine (embedded, tiered: they share memory_adapters/engine),
+    ranking by words alone so a story's outcome does not wait on the encoder."""
+    from memory_adapters.embedded.app import build_embedded_app
+    quiet = Telemetry(make_logger(io.StringIO()))
+    if request.param == "embedded":
+        app = build_embedded_app(tmp_path / "memory", redactor=Redactor(), telemetry=quiet, embeddings="off")
+    else:
+        from memory_adapters.tiered.app import build_tiered_app
+        settings = request.getfixturevalue("tiered_settings")
+        settings.embeddings = "off"
+        app = build_tiered_app(settings, quiet, Redactor())
+    return url_of(await aiohttp_server(app))
+
+
 @pytest.fixture
 async def tiered(aiohttp_server, tiered_settings):
     """A live tiered adapter; returns (base_url, service)."""

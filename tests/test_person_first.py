@@ -11,20 +11,16 @@ index's neighbours and sittings around a reply.
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
 
-from memory_adapters.embedded.app import build_embedded_app
 from memory_adapters.engine.episodes import episodes_from_entry
 from memory_adapters.engine.index import AgentIndex, RecallQuery
 from memory_adapters.engine.record import bounded
 from memplane_core.redact import Redactor
-from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import small_talk
 from proxy.testing.fake_provider.repliers import latest_message
-from tests.conftest import url_of
 from tests.test_memory_poisoning import memory_elements, presented_as_users
 
 SIGNED_UP = "[2:00 pm on 3 June, 2023] Rosa: I signed up for the Thursday night pottery class at the community studio."
@@ -35,19 +31,6 @@ ADVICE = "Many beginners unwind at open evenings, and the Ceramic Arts Guild run
 ADVICE_REPLY = (f"That's wonderful, Rosa! It sounds like you signed up for a pottery class. {GENERIC} {ADVICE} "
                 "How do you feel?")
 KILN = "Kilns in most community studios fire to about 1,200 degrees."
-
-
-@pytest.fixture(params=["embedded", "tiered"])
-async def engine(request, aiohttp_server, tmp_path) -> str:
-    quiet = Telemetry(make_logger(io.StringIO()))
-    if request.param == "embedded":
-        app = build_embedded_app(tmp_path / "memory", redactor=Redactor(), telemetry=quiet, embeddings="off")
-    else:
-        from memory_adapters.tiered.app import build_tiered_app
-        settings = request.getfixturevalue("tiered_settings")
-        settings.embeddings = "off"
-        app = build_tiered_app(settings, quiet, Redactor())
-    return url_of(await aiohttp_server(app))
 
 
 def replying(replies: dict[str, str]):

@@ -11,34 +11,15 @@ server), the strict fake provider replying as an assistant does (one or two ordi
 from __future__ import annotations
 
 import html
-import io
 import re
 from datetime import datetime, timezone
 
 import pytest
 
-from memory_adapters.embedded.app import build_embedded_app
 from memory_adapters.engine.packing import PAST_MARK
-from memplane_core.redact import Redactor
-from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import small_talk_reply
-from tests.conftest import url_of
 
 _MEMORY = re.compile(r"<memory\b([^>]*)>(.*?)</memory>", re.S)
-
-
-@pytest.fixture(params=["embedded", "tiered"])
-async def engine(request, aiohttp_server, tmp_path) -> str:
-    """The engine's base URL."""
-    quiet = Telemetry(make_logger(io.StringIO()))
-    if request.param == "embedded":
-        app = build_embedded_app(tmp_path / "memory", redactor=Redactor(), telemetry=quiet, embeddings="off")
-    else:
-        from memory_adapters.tiered.app import build_tiered_app
-        settings = request.getfixturevalue("tiered_settings")
-        settings.embeddings = "off"
-        app = build_tiered_app(settings, quiet, Redactor())
-    return url_of(await aiohttp_server(app))
 
 
 def memories(block: str | None) -> list[tuple[str, str]]:
