@@ -308,10 +308,7 @@ async def test_side_calls_subagents_and_compaction_do_not_multiply_memories(codi
     # a compaction request: no block, and its answer is stored once, as the session's summary
     model.answer = ("Summary: the person asked to use the staging database pelican-7 for the migration test; "
                     "the migration test was updated and passes.")
-    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
-               "Your task is to create a detailed summary of the conversation so far, paying close attention "
-               "to the user's explicit requests and your previous actions."}]}]
-    await session.call(compact, tools=CLAUDE_TOOLS)
+    await compact(session)
     assert stack.provider.received[-1].memories_block is None
     doc = await explanation(stack, session.turn_ids[-1])
     assert doc["call_kind"] == "compaction"
@@ -326,10 +323,7 @@ async def test_side_calls_subagents_and_compaction_do_not_multiply_memories(codi
     assert summary.metadata["origin"] == "model"
 
     # the session continues after compaction: the summary it resends is not stored again
-    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
-        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
-                                      "conversation that ran out of context. " + model.answer}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=continued_from(model.answer))
     model.answer = "Done: the migration test now also covers rollbacks on pelican-7."
     await continued.ask("Now add a rollback case to the migration test.")
     await stack.settle()
@@ -549,18 +543,12 @@ async def test_a_continued_session_does_not_get_its_compaction_summary_back_thro
     await session.ask("Our staging database is called pelican-7; use it for the migration test.")
     model.answer = ("Summary: the person asked to use the staging database pelican-7 for the migration test; "
                     "the migration test was updated on port 6543 and passes.")
-    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
-               "Your task is to create a detailed summary of the conversation so far, paying close attention "
-               "to the user's explicit requests and your previous actions."}]}]
-    await session.call(compact, tools=CLAUDE_TOOLS)
+    await compact(session)
     summary = model.answer
     await stack.settle()
     assert any(m.value == f"assistant: {summary}" for m in await memories_of(service, "cc"))
 
-    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
-        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
-                                      "conversation that ran out of context. " + summary}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=continued_from(summary))
     model.answer = "Done."
     await continued.ask("Which release branch and which staging database port does the migration test use?")
     block = last_block(stack)
@@ -568,6 +556,20 @@ async def test_a_continued_session_does_not_get_its_compaction_summary_back_thro
     assert "port 6543" not in block  # the summary the request carries: left out
     assert SUMMARY_QUESTION_TEXT not in block  # memplane's own question is nobody's memory to show
 
+
+
+async def compact(session) -> None:
+    """Claude Code's compaction call: the whole session and its request for a summary."""
+    await session.call([*session.messages, {"role": "user", "content": [{"type": "text", "text":
+                        "Your task is to create a detailed summary of the conversation so far, paying close "
+                        "attention to the user's explicit requests and your previous actions."}]}], tools=CLAUDE_TOOLS)
+
+
+def continued_from(summary: str) -> list[dict]:
+    """The history a session continued after compaction opens with: the summary, and an acknowledgement."""
+    return [{"role": "user", "content": [{"type": "text", "text": "This session is being continued from a "
+                                         "previous conversation that ran out of context. " + summary}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}]
 
 SUMMARY_QUESTION_TEXT = "Summary of this session so far"
 
@@ -626,10 +628,7 @@ async def test_after_a_compaction_a_new_session_still_gets_the_projects_facts(co
     await session.ask("Make the parser keep comments when it rewrites a file. Every test must run without network "
                       "access, and please add no new dependencies.")
     model.answer = CLAUDE_COMPACTION_SUMMARY
-    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
-               "Your task is to create a detailed summary of the conversation so far, paying close attention "
-               "to the user's explicit requests and your previous actions."}]}]
-    await session.call(compact, tools=CLAUDE_TOOLS)
+    await compact(session)
     await stack.settle()
     [summary] = [m for m in await memories_of(service, "cc") if m.metadata.get("origin") == "model"]
     assert "src/parser/lexer.py" in summary.value
@@ -654,17 +653,11 @@ async def test_a_continued_session_does_not_get_its_summary_back_when_only_the_s
     await session.ask("Our staging database is called pelican-7; use it for the migration test.")
     model.answer = ("Summary: the migration test now runs against pelican-7; the harbour proxy in front of it "
                     "listens on port 6543 and the CI job reaches it through HARBOUR_URL.")
-    compact = [*session.messages, {"role": "user", "content": [{"type": "text", "text":
-               "Your task is to create a detailed summary of the conversation so far, paying close attention "
-               "to the user's explicit requests and your previous actions."}]}]
-    await session.call(compact, tools=CLAUDE_TOOLS)
+    await compact(session)
     summary = model.answer
     await stack.settle()
 
-    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=[
-        {"role": "user", "content": [{"type": "text", "text": "This session is being continued from a previous "
-                                      "conversation that ran out of context. " + summary}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "Understood, continuing."}]}])
+    continued = ClaudeCode(stack, "cc", "/home/ana/parser", history=continued_from(summary))
     model.answer = "Done."
     await continued.ask("What does the harbour proxy listen on, and how does CI reach it?")
     doc = await explanation(stack, continued.turn_ids[-1])
