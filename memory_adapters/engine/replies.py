@@ -89,6 +89,5 @@ def stated(reply: str, user: str, enough: int | None = None) -> list[str]:
 
 def adds_fact(reply: str, user: str) -> bool:
     """Whether `reply` (the assistant's words) states something beyond `user` (the person's words
-    it answers): some sentence of it does (`_states`)."""
-    said = _said(user)
-    return any(_states(s, said) for s in _sentences(reply))
+    it answers): some sentence of it does (`stated`, stopping at the first)."""
+    return bool(stated(reply, user, enough=0))
