@@ -46,6 +46,18 @@ def _ignore(memory_id: str, error: str) -> None:
     pass
 
 
+def _upsert(m: StoredMemory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filter and update that insert `m`, or update the memory holding its (agent_id, scope,
+    session_id, key): its fields set, its id, creation time and count kept, its sources added."""
+    doc = to_doc(m)
+    ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
+    on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
+    fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
+              and k not in ("last_accessed_at", "source_entry_ids")}
+    return ident, {"$set": fields, "$setOnInsert": on_insert,
+                   "$addToSet": {"source_entry_ids": {"$each": doc.get("source_entry_ids", [])}}}
+
+
 class MongoLTM:
     """`on_bad_row(memory_id, error)` hears of each stored document skipped because it cannot be
     indexed (written by an older version or by hand): one bad row never fails a load or a listing."""
@@ -127,16 +139,10 @@ class MongoLTM:
 
         Returns the stored memory and whether it was newly created.
         """
-        doc = to_doc(m)
-        ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
-        on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
-        update_fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
-                         and k not in ("last_accessed_at",)}
-        sources = update_fields.pop("source_entry_ids", [])
+        ident, update = _upsert(m)
+        sources = update["$addToSet"]["source_entry_ids"]["$each"]
         try:
-            res = await self.memories.update_one(
-                ident, {"$set": update_fields, "$setOnInsert": on_insert,
-                        "$addToSet": {"source_entry_ids": {"$each": sources}}}, upsert=True)
+            res = await self.memories.update_one(ident, update, upsert=True)
             if res.upserted_id is not None:  # inserted: what we wrote is what is stored
                 return replace(m, access_count=0, last_accessed_at=None,
                                source_entry_ids=list(dict.fromkeys(sources))), True
@@ -337,16 +343,7 @@ class MongoLTM:
         were inserted (the others updated the memory their (agent, scope, session, key) holds)."""
         if not memories:
             return set()
-        ops = []
-        for m in memories:
-            doc = to_doc(m)
-            ident = {"agent_id": m.agent_id, "scope": m.scope, "session_id": m.session_id, "key": m.key}
-            on_insert = {"_id": doc["_id"], "created_at": doc["created_at"], "access_count": 0}
-            fields = {k: v for k, v in doc.items() if k not in on_insert and k not in ident
-                      and k not in ("last_accessed_at", "source_entry_ids")}
-            ops.append(UpdateOne(ident, {"$set": fields, "$setOnInsert": on_insert,
-                                         "$addToSet": {"source_entry_ids": {"$each": m.source_entry_ids}}},
-                                 upsert=True))
+        ops = [UpdateOne(*_upsert(m), upsert=True) for m in memories]
         try:
             res = await self.memories.bulk_write(ops, ordered=False)
         except PyMongoError as exc:
