@@ -132,6 +132,12 @@ def load_descriptor(name: str, service: dict[str, Any], pod_dir: Path, overrides
                 f"no memory descriptor found (tried: {tried}); pass --describe {name}=PATH")
 
 
+def offered_paths(descriptor: dict[str, Any]) -> dict[str, str]:
+    """The memory capabilities a validated descriptor declares, each with its path (CONTRACT §3)."""
+    memory = descriptor.get("memory") or {}
+    return {k: v["path"] for k, v in memory.items() if k in ("recall", "retain", "forget")}
+
+
 def retain_batch_path(descriptor: dict[str, Any]) -> str | None:
     """The batch retain endpoint a validated descriptor offers (memplane's extension), if any."""
     retain = (descriptor.get("memory") or {}).get("retain") or {}
@@ -266,7 +272,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
     if svc_name not in descriptors:
         descriptors[svc_name] = load_descriptor(svc_name, svc, pod_dir, describe, source, fetch)
     desc, desc_where = descriptors[svc_name]
-    caps = {k: v for k, v in (desc.get("memory") or {}).items() if k in ("recall", "retain", "forget")}
+    caps = offered_paths(desc)
     if not caps:
         raise _fail(source, f"{where}.service",
                     f"agent '{agent_id}': service '{svc_name}' declares no memory capability ({desc_where})")
@@ -275,7 +281,7 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
     doc = memory_manifest(
         svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
         forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, DEFAULT_WRITE_TIMEOUT_MS),
-        auth_token=token, paths={k: v["path"] for k, v in caps.items()},
+        auth_token=token, paths=caps,
         retain_batch_path=retain_batch_path(desc),
     )
     for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks"),

@@ -27,7 +27,7 @@ from proxy.forward_policy import DEFAULT_PASSTHROUGH, parse_allow_list
 
 from . import runner
 from .ledger import ledger_group
-from .ops import CONTEXT_ROOT, offered_retain_batch_path
+from .ops import CONTEXT_ROOT, offered_memory
 
 DEFAULT_EMBEDDED_URL = "http://127.0.0.1:8081"  # where `memplane up` serves the embedded engine
 # Adapters read MEMPLANE_ADAPTER_HOST/PORT; the generic HOST/PORT still work (the first one set wins).
@@ -406,8 +406,17 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
     if no_memory:
         memory = None
     elif memory_url:
-        memory = memory_manifest(memory_service, memory_url, auth_token=memory_token,
-                                 retain_batch_path=offered_retain_batch_path(memory_service, memory_url, memory_token))
+        offer = offered_memory(memory_service, memory_url, memory_token)
+        if offer is None:  # not read: the contract's defaults (notice printed)
+            memory = memory_manifest(memory_service, memory_url, auth_token=memory_token)
+        elif not offer.paths:
+            raise click.ClickException(f"the memory service at {memory_url} declares no memory capability "
+                                       "(recall, retain or forget) in its descriptor")
+        else:
+            memory = memory_manifest(memory_service, memory_url, auth_token=memory_token,
+                                     recall="recall" in offer.paths, retain="retain" in offer.paths,
+                                     forget="forget" in offer.paths, paths=offer.paths,
+                                     retain_batch_path=offer.retain_batch_path)
     else:  # the embedded engine that `memplane up` serves on its default port
         memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
                                  retain_batch_path=RETAIN_BATCH_PATH)

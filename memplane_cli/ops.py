@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 import orjson
@@ -71,12 +72,21 @@ def fetch_descriptor(url: str, *, token: str | None = None, seconds: float = 5) 
 DESCRIBE_SECONDS = 2  # `agent add` asks once and goes on without: it must never hang on a dead service
 
 
-def offered_retain_batch_path(service: str, base_url: str, token: str | None) -> str | None:
-    """The batch retain endpoint the service at `base_url` declares in its descriptor, read and
-    validated as `memplane compile --describe SERVICE=URL` reads it (so an agent added by hand
-    retains like a compiled one). A service that does not answer, or whose descriptor is invalid,
-    gets none and a one-line notice on stderr: the agent is still added, one retain call a turn."""
-    from manifests.compiler import CompileError, load_descriptor, retain_batch_path
+class Offered(NamedTuple):
+    """What a memory service's descriptor offers an agent: its capabilities with their paths, and
+    the batch retain endpoint (memplane's extension), read as `memplane compile` reads them."""
+
+    paths: dict[str, str]
+    retain_batch_path: str | None
+
+
+def offered_memory(service: str, base_url: str, token: str | None) -> Offered | None:
+    """What the service at `base_url` declares in its descriptor, read and validated as `memplane
+    compile --describe SERVICE=URL` reads it (so an agent added by hand calls the paths a compiled
+    one would, and retains in batches where offered). A service that does not answer, or whose
+    descriptor is invalid, gives None and a one-line notice on stderr: the agent is still added,
+    with the contract's default paths and one retain call a turn."""
+    from manifests.compiler import CompileError, load_descriptor, offered_paths, retain_batch_path
     from proxy.memory_service.client import DESCRIBE_PATH
 
     url = base_url.rstrip("/") + DESCRIBE_PATH
@@ -86,11 +96,12 @@ def offered_retain_batch_path(service: str, base_url: str, token: str | None) ->
         try:
             desc, _ = load_descriptor(service, {}, Path.cwd(), {service: url}, Path("--memory-url"),
                                       lambda u: fetch_descriptor(u, token=token, seconds=DESCRIBE_SECONDS))
-            return retain_batch_path(desc)
+            return Offered(offered_paths(desc), retain_batch_path(desc))
         except CompileError as exc:
             why = str(exc)
     why = " ".join(why.split())
-    click.echo(f"note: agent added without batch retain (one retain call a turn): {why[:300]}", err=True)
+    click.echo(f"note: agent added with the default paths, without batch retain (one retain call a turn): "
+               f"{why[:300]}", err=True)
     return None
 
 

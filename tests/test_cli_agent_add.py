@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from memplane_cli.main import main
 
 MEMPLANE = str(Path(sys.executable).parent / "memplane")
-NOTICE = "agent added without batch retain"
+NOTICE = "agent added with the default paths, without batch retain"
 
 
 async def add(ctx: Path, agent: str, url: str, *more: str) -> tuple[int, str, dict]:
@@ -105,3 +105,61 @@ def test_a_url_that_is_not_http_is_never_read_as_a_local_descriptor_file(tmp_pat
     assert result.exit_code == 0, result.output
     assert NOTICE in result.stderr and "not an http(s) URL" in result.stderr
     assert "batch_path" not in json.loads((tmp_path / "ctx" / "a" / "memory.json").read_text())["retain"]
+
+
+async def test_an_agent_added_for_a_service_with_its_own_paths_recalls_and_retains_there(stack, aiohttp_server):
+    # a third-party memory service that serves the contract under /v2 and offers no forget: the
+    # agent added by hand must call what the service declares, as a compiled agent would
+    calls: list[tuple[str, str]] = []
+
+    async def describe(request: web.Request) -> web.Response:
+        return web.json_response({"version": 2, "memory": {"recall": {"path": "/v2/recall"},
+                                                            "retain": {"path": "/v2/retain"}}})
+
+    async def recall(request: web.Request) -> web.Response:
+        calls.append(("recall", request.path))
+        return web.json_response({"memories": [{"text": "Ana lives in Porto.", "score": 0.9, "kind": "fact",
+                                                "source": "v2"}]})
+
+    async def retain(request: web.Request) -> web.Response:
+        calls.append(("retain", request.path))
+        return web.json_response({"ok": True}, status=202)
+
+    app = web.Application()
+    app.router.add_get("/.claw-describe.json", describe)
+    app.router.add_post("/v2/recall", recall)
+    app.router.add_post("/v2/retain", retain)
+    service = await aiohttp_server(app)
+
+    proc = await asyncio.create_subprocess_exec(
+        MEMPLANE, "agent", "add", "v2agent", "--context-root", str(stack.context_root),
+        "--memory-url", str(service.make_url("/")), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert NOTICE not in err.decode()
+    manifest = json.loads((stack.context_root / "v2agent" / "memory.json").read_text())
+    assert manifest["recall"]["path"] == "/v2/recall" and manifest["retain"]["path"] == "/v2/retain"
+    assert "forget" not in manifest  # the service offers none: nothing is sent to a path it never served
+
+    stack.tokens["v2agent"] = out.decode().split()[0]
+    await stack.openai("v2agent").chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Where does Ana live?"}])
+    await stack.caught_up()
+    assert "Porto" in (stack.provider.received[-1].memories_block or "")
+    assert calls == [("recall", "/v2/recall"), ("retain", "/v2/retain")]
+
+
+async def test_a_service_that_offers_no_memory_capability_is_refused_with_a_clear_error(tmp_path, aiohttp_server):
+    async def describe(request: web.Request) -> web.Response:
+        return web.json_response({"version": 2, "memory": {}})
+
+    app = web.Application()
+    app.router.add_get("/.claw-describe.json", describe)
+    server = await aiohttp_server(app)
+    proc = await asyncio.create_subprocess_exec(
+        MEMPLANE, "agent", "add", "nomem", "--context-root", str(tmp_path / "ctx"),
+        "--memory-url", str(server.make_url("/")), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode != 0 and out == b""  # no token printed for an agent that was not added
+    assert "declares no memory capability" in err.decode() and "Traceback" not in err.decode()
+    assert not (tmp_path / "ctx" / "nomem").exists()
