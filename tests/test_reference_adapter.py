@@ -43,9 +43,30 @@ async def test_retain_is_idempotent_forget_is_a_tombstone_and_data_survives_rest
     server = await aiohttp_server(build_reference_app(data, redactor=Redactor()))
     async with aiohttp.ClientSession() as s:
         _, recalled = await call(s, url_of(server), "/recall", {"agent_id": "a", "query": "jazz"})
-    assert [m["text"] for m in recalled["memories"]] == ["User: I like jazz | Assistant: OK."]
+    assert [m["text"] for m in recalled["memories"]] == ["User: I like jazz"]
     lines = (data / "a" / "entries.jsonl").read_text().splitlines()
     assert len(lines) == 2  # hist1_1 once, hist1_2 once; duplicates never written
+
+
+async def test_the_person_s_words_are_theirs_and_a_reply_is_kept_only_for_what_it_states(reference):
+    # an assistant's small talk is nobody's memory: it neither matches a question nor takes the
+    # block; a reply that names something is kept beside the user's words, labelled as the model's
+    url, _ = reference
+    async with aiohttp.ClientSession() as s:
+        await call(s, url, "/retain", {"agent_id": "p", "entry": entry(
+            "hist1_a", "I finally finished the kiln course",
+            "That sounds really meaningful. How are you feeling about it now?")})
+        await call(s, url, "/retain", {"agent_id": "p", "entry": entry(
+            "hist1_b", "What temperature does a kiln reach?", "Kilns fire to about 1,200 degrees.")})
+        _, feeling = await call(s, url, "/recall", {"agent_id": "p", "query": "feeling meaningful"})
+        _, kiln = await call(s, url, "/recall", {"agent_id": "p", "query": "kiln temperature degrees"})
+    by_id = {m["id"]: m for m in kiln["memories"]}
+    assert by_id["hist1_a"]["text"] == "User: I finally finished the kiln course"
+    assert by_id["hist1_a"]["origin"] == "user"
+    assert by_id["hist1_b"]["text"] == "User: What temperature does a kiln reach? | Assistant: Kilns fire to about 1,200 degrees."
+    assert by_id["hist1_b"]["origin"] == "user model"
+    # the small talk matched nothing: the turn comes back only as one of the newest, never first by its words
+    assert all("meaningful" not in m["text"] for m in feeling["memories"])
 
 
 async def test_recall_prefers_matching_then_recent_and_caps_at_four(reference):
@@ -152,9 +173,10 @@ async def test_a_batch_is_stored_as_its_items_would_be_one_by_one(reference, tmp
                  entry("hist1_b", "my sister is Ana"), entry("hist1_a", "my cat is Tom"), entry("hist1_c", "   ")]
         async with s.post(url + RETAIN_BATCH_PATH, json={"agent_id": "d", "items": [{"entry": e} for e in items]}) as r:
             results = (await r.json())["results"]
-    assert [x["status"] for x in results] == ["stored", "tombstoned", "empty", "stored", "duplicate", "stored"]
+    # hist1_c: no words of the user's and a reply ("OK.") that states nothing: nothing to remember
+    assert [x["status"] for x in results] == ["stored", "tombstoned", "empty", "stored", "duplicate", "empty"]
     lines = (store.data_dir / "d" / "entries.jsonl").read_text().splitlines()
-    assert [orjson.loads(line)["id"] for line in lines] == ["hist1_gone", "hist1_a", "hist1_b", "hist1_c"]
+    assert [orjson.loads(line)["id"] for line in lines] == ["hist1_gone", "hist1_a", "hist1_b"]
     again = ReferenceStore(store.data_dir, Redactor())
     got = await again.recall(RecallRequest(agent_id="d", query="cat sister"))
-    assert {m.id for m in got} == {"hist1_a", "hist1_b", "hist1_c"}  # the tombstoned one never comes back
+    assert {m.id for m in got} == {"hist1_a", "hist1_b"}  # the tombstoned one never comes back

@@ -37,6 +37,8 @@ from memplane_core.redact import Redactor
 from memplane_core.tokens import estimate_tokens
 from memplane_core.turn_text import assistant_text, calls_tools, query_from, session_of, tool_steps, user_text
 
+from ..engine.replies import stated
+
 ENTRIES, TOMBSTONES = "entries.jsonl", "tombstones.jsonl"
 SUMMARY_CHARS = 280
 RECALL_LIMIT = 4
@@ -55,9 +57,13 @@ def tokens(text: str) -> set[str]:
 
 
 def _origin(rec: dict[str, Any]) -> str:
-    """A summary holds the user's words and the reply, labelled; one that holds what a tool
-    returned says so (docs/DESIGN.md, "Memory poisoning")."""
-    return "user tool" if rec.get("tools") or "[tools: " in str(rec.get("summary", "")) else "user"
+    """Who wrote a summary's words: the user's, with the reply's statements labelled the model's and
+    what a tool returned the tool's (docs/DESIGN.md, "Memory poisoning"). A summary stored before
+    replies were judged holds the whole reply, so it says the model's words are in it too."""
+    summary = str(rec.get("summary", ""))
+    if rec.get("tools") or "[tools: " in summary:
+        return "user tool"
+    return "user model" if rec.get("reply") or "Assistant: " in summary else "user"
 
 
 def provenance_rule(memories: list[RecalledMemory], budget_tokens: int) -> list[RecalledMemory]:
@@ -236,14 +242,19 @@ class ReferenceStore:
         if calls_tools(entry):  # a step of a tool loop: its last call carries the whole turn
             return "empty", None
         steps = tool_steps(entry)
-        answer = assistant_text(entry)
+        user = user_text(entry)
+        # the reply's sentences that state something beyond the user's words (engine/replies.py): its
+        # acknowledgements, questions back and echoes are not the person's memory, nor anyone's
+        answer = " ".join(stated(assistant_text(entry), user, enough=SUMMARY_CHARS))
+        said = bool(answer)
         if steps:
             answer = f"{answer} [tools: {'; '.join(steps)}]".strip()  # the answer first: summaries are short
-        summary, _ = self.redactor.text(summarize(user_text(entry), answer))
+        summary, _ = self.redactor.text(summarize(user, answer))
         if not summary:
             return "empty", None
         return "stored", {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
-                          "session_id": session_of(entry, req.metadata), **({"tools": True} if steps else {})}
+                          "session_id": session_of(entry, req.metadata), **({"tools": True} if steps else {}),
+                          **({"reply": True} if said else {})}
 
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         agent = await self._agent(req.agent_id)
