@@ -504,6 +504,11 @@ def test_a_tool_result_leaves_one_line_and_never_a_secret(text, name, args, line
      "/w/c"),
     ({"messages": [{"role": "user", "content": "I'm currently working in the directory: /tmp/q\n"}]}, "/tmp/q"),
     ({"messages": [{"role": "user", "content": "no directory here"}]}, None),
+    # a label in Markdown emphasis, the colon inside or outside it (gptme's third system message)
+    ({"messages": [{"role": "system", "content": [{"type": "text", "text": "## System Information\n\n"
+                   "**OS:** Debian\n**Working Directory:** /home/ana/parser\n"}]}]}, "/home/ana/parser"),
+    ({"system": "- __Current working directory__: `/srv/app`\n", "messages": []}, "/srv/app"),
+    ({"system": "*cwd*: /srv/app\n", "messages": []}, "/srv/app"),
 ])
 def test_the_project_is_the_directory_the_client_declares(body, project):
     from proxy.coding.project import project_of
