@@ -467,6 +467,8 @@ async def test_the_tiered_engine_keeps_a_projects_work_in_that_project(tiered):
     ("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>", "environment_context"),
     ('<ide_selection path="/src/a.py">def f(): pass</ide_selection>', "ide_selection"),
     ("<context>\nopen files: a.py\n</context>", "context"),
+    # a client's own note as a user turn (gptme nudges the model with one when it answered without a tool)
+    ("<system>No tool call detected in last message. Did you mean to finish?</system>", "system"),
     ("<div>my pasted markup</div>", None),  # the person's markup: a plain tag name
     ("<system-reminder>a</system-reminder> and then my question?", None),  # not wholly wrapped
     ("Why does <system-reminder> appear in my logs?", None),
