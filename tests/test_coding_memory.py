@@ -478,6 +478,26 @@ def test_a_context_tag_is_recognised_by_its_shape_not_by_one_client(text, tag):
     assert context_tag(text) == tag
 
 
+def test_a_call_whose_newest_message_is_the_clients_note_does_not_store_the_persons_words_again():
+    """A client that nudges the model with a note of its own as a user turn (`<system>…</system>`)
+    resends the person's request before it: that call adds no words of the person, so its memory
+    holds what it added (tool steps, a stating reply) and not the request a second time."""
+    from memory_adapters.engine.episodes import episode_texts
+    from proxy.coding.for_memory import for_memory
+    fact = "By the way, the staging database listens on port 6543. Please say ok."
+    request = {"model": "m", "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": fact},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "<system>No tool call detected in last message. Did you mean to finish?</system>"}]}
+    entry = {"id": "hist1_n", "ts": "2026-11-29T03:00:00Z", "request_original": request,
+             "request_effective": request, "response": {"format": "sse", "text": "Done."}}
+    assert not any(fact in t for t in episode_texts(for_memory(entry)))
+    first = {**entry, "request_original": {**request, "messages": request["messages"][:2]}}
+    first["request_effective"] = first["request_original"]
+    assert any(fact in t for t in episode_texts(for_memory(first)))  # the call that carried it keeps it
+
+
 def test_a_compaction_summary_is_the_sessions_memory_not_scaffolding():
     from proxy.coding.scaffolding import sift_messages
     summary = "This session is being continued from a previous conversation. The user asked for pelican-7."
