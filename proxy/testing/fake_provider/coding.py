@@ -23,7 +23,7 @@ from typing import Any
 
 from .model import Answer, ToolCall, View, _text_of
 
-FINISH = "complete"  # gptme's autonomous mode ends a session only when the model calls this tool
+FINISH = "complete"  # gptme's non-interactive mode ends a session only when the model calls this tool
 _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
 _RUN = re.compile(r"\brun `([^`]+)`")
@@ -135,6 +135,14 @@ def _edit_block(view: View) -> str | None:
     return f"{m.group(1)}\n```\n<<<<<<< SEARCH\n=======\n{m.group(2)}\n>>>>>>> REPLACE\n```\n\nDone."
 
 
+def _asked_again(body: dict[str, Any]) -> bool:
+    """The client answered the model's final answer with a message of its own (gptme's nudge to end
+    the session through its tool): the model, as real ones do, answers first and finishes when nudged."""
+    turns = [m for m in body.get("messages") or () if isinstance(m, dict) and m.get("role") != "system"]
+    return len(turns) >= 2 and turns[-1].get("role") == "user" and turns[-2].get("role") == "assistant" \
+        and not turns[-2].get("tool_calls")
+
+
 def _latest_user_text(body: dict[str, Any]) -> str:
     """The text of the request's last user turn, tool results and all (a compaction prompt can
     share its turn with the last tool result)."""
@@ -161,8 +169,8 @@ class CodingModel:
         calls = plan(view)
         if view.steps < len(calls):
             return Answer(tool_calls=[calls[view.steps]])
-        if FINISH in view.tools and view.steps == len(calls):  # a loop that ends only through its own tool
-            return Answer(text=self.done, tool_calls=[ToolCall(FINISH)])
+        if FINISH in view.tools and view.steps == len(calls) and _asked_again(view.body):
+            return Answer(tool_calls=[ToolCall(FINISH)])  # a loop that ends only through its own tool
         if not view.tools:
             edit = _edit_block(view)
             if edit:
