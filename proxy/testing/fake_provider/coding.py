@@ -138,7 +138,8 @@ def _edit_block(view: View) -> str | None:
 def _asked_again(body: dict[str, Any]) -> bool:
     """The client answered the model's final answer with a message of its own (gptme's nudge to end
     the session through its tool): the model, as real ones do, answers first and finishes when nudged."""
-    turns = [m for m in body.get("messages") or () if isinstance(m, dict) and m.get("role") != "system"]
+    turns = [m for m in body.get("messages") or () if isinstance(m, dict) and m.get("role") != "system"
+             and (m.get("tool_calls") or without_memories(_text_of(m.get("content"))).strip())]  # not a block alone
     return len(turns) >= 2 and turns[-1].get("role") == "user" and turns[-2].get("role") == "assistant" \
         and not turns[-2].get("tool_calls")
 
