@@ -12,8 +12,9 @@ done, compactly:
   secret-named value (`API_KEY=…`, `password: …`) is never kept;
 * a tool call's long arguments (the `content` of a file written, an edit's old and new text)
   become `[N lines]`, so "Write /src/app.py" stays and the file does not;
-* a call whose newest user message is wholly the client's own note (`<system>No tool call
-  detected…</system>`) keeps what came after it, not the person's earlier request a second time;
+* a call whose newest user message is wholly the client's own note (a `<system>…</system>` nudge
+  after an answer without a tool call) keeps what came after it, not the person's earlier request
+  a second time;
 * a compaction request (`side_calls.py`) leaves one memory, the session's summary: the model's
   answer, under a fixed question. The summary a continued session resends is not stored again.
 """
