@@ -26,13 +26,13 @@ $(TEST_STAMP): pyproject.toml constraints.txt tools/install_venv.py
 	$(PYTHON) tools/install_venv.py $(VENV) constraints.txt -e ".[test,speed]"
 	touch $(STAMP) $(TEST_STAMP)
 
-# The coding-agent CLIs the suite drives: from npm Claude Code, Codex, Qwen Code and opencode
+# The coding-agent CLIs the suite drives: from npm Claude Code, Codex, Qwen Code, opencode and Continue
 # (tests/clients/package-lock.json) go into ~/.cache/memplane/npm-clis/<lock digest> once
 # (MEMPLANE_CLI_CACHE moves it): every clone on the machine shares that install, and a changed lock file
-# gets its own. From PyPI aider (tests/clients/pypi-clients.txt) goes into a venv of its own under
-# ~/.cache/memplane/py-clis/<digest> (MEMPLANE_PY_CLI_CACHE), so its pinned dependencies never meet
-# memplane's. When they are there this step only checks their stamps. Without npm, or without a Python
-# aider runs on, it says so and those tests skip with that reason.
+# gets its own. From PyPI aider and gptme (tests/clients/pypi-clients.txt) each go into a venv of their own
+# under ~/.cache/memplane/py-clis/<digest of the pin> (MEMPLANE_PY_CLI_CACHE), so their pinned dependencies
+# never meet memplane's. When they are there this step only checks their stamps. Without npm, or without a
+# Python a client runs on, it says so and those tests skip with that reason.
 clients: $(TEST_STAMP)
 	@$(BIN)/python -m tests.clients.install >/dev/null
 

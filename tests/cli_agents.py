@@ -1,4 +1,5 @@
-"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code, opencode, aider) headless through memplane.
+"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code, opencode, aider, Continue, gptme) headless
+through memplane.
 
 Each CLI gets a private HOME (and CODEX_HOME), is pointed at the proxy with the agent's token as
 its API key, and is kept offline: no telemetry, no auto-update, no other traffic. The fake
@@ -25,12 +26,16 @@ CODEX_MODEL = "gpt-5-codex"
 QWEN_MODEL = "qwen3-coder-plus"
 OPENCODE_MODEL = "qwen3-coder-plus"  # opencode and aider speak OpenAI chat completions to "memplane"
 AIDER_MODEL = "openai/qwen3-coder-plus"  # litellm's name: the OpenAI-compatible API at OPENAI_API_BASE
+CONTINUE_MODEL = "qwen3-coder-plus"  # Continue's `openai` provider with an `apiBase`
+GPTME_MODEL = "local/qwen3-coder-plus"  # gptme's `local` provider: the OpenAI-compatible API at OPENAI_BASE_URL
 QUIET = {  # every CLI: nothing but the model calls
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1", "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "NO_UPDATE_NOTIFIER": "1", "CI": "1", "NO_COLOR": "1",
     "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # aider's litellm: its bundled model list, not a download
+    "GPTME_TIKTOKEN_TIMEOUT": "0", "GPTME_TELEMETRY_ENABLED": "false",  # gptme: no tokenizer download
+    "CONTINUE_CLI_ENABLE_TELEMETRY": "0", "CONTINUE_METRICS_ENABLED": "0",
 }
 
 
@@ -38,7 +43,7 @@ QUIET = {  # every CLI: nothing but the model calls
 class CodingCli:
     """One CLI, one agent identity, its own home; `run` is one headless session."""
 
-    name: str  # claude | codex | qwen | opencode | aider
+    name: str  # claude | codex | qwen | opencode | aider | continue | gptme
     binary: Path
     home: Path
     base_url: str  # where the CLI sends its model calls (memplane, or the provider for a baseline)
@@ -77,6 +82,14 @@ wire_api = "responses"
                                           "options": {"baseURL": f"{self.base_url}/v1", "apiKey": self.api_key},
                                           "models": {OPENCODE_MODEL: {"name": OPENCODE_MODEL}}}}}).decode())
 
+        if self.name == "continue":  # a config of its own naming memplane as an OpenAI-compatible API
+            config = self.home / ".continue"
+            config.mkdir(exist_ok=True)
+            (config / "config.yaml").write_text(
+                f"name: memplane\nversion: 1.0.0\nschema: v1\nmodels:\n  - name: {CONTINUE_MODEL}\n"
+                f"    provider: openai\n    model: {CONTINUE_MODEL}\n    apiBase: {self.base_url}/v1\n"
+                f"    apiKey: {self.api_key}\n    roles: [chat, edit, apply, summarize]\n")
+
     def env(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
                "GIT_CONFIG_NOSYSTEM": "1", **QUIET}
@@ -88,6 +101,10 @@ wire_api = "responses"
             pass  # its config file names memplane and the key
         elif self.name == "aider":
             env.update(OPENAI_API_BASE=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key)
+        elif self.name == "continue":
+            pass  # its config file names memplane and the key
+        elif self.name == "gptme":
+            env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key)
         else:
             # QWEN_CODE_NO_RELAUNCH: the CLI runs in this node process instead of re-spawning itself with a
             # larger heap (a second start of its bundle, ~1.3 s of CPU per session)
@@ -113,6 +130,12 @@ wire_api = "responses"
                     "--analytics-disable", "--no-show-model-warnings", "--no-show-release-notes", "--yes-always",
                     "--no-pretty", "--no-stream", "--no-gitignore", "--no-auto-lint", "--no-fancy-input",
                     *(["--restore-chat-history"] if resume else []), "--message", prompt]
+        if self.name == "continue":  # `cn -p`: one message, then exit; `/compact` compacts the resumed session
+            return [str(self.binary), "-p", "--config", str(self.home / ".continue" / "config.yaml"), "--auto",
+                    "/compact" if compact else prompt, *(["--resume"] if resume or compact else [])]
+        if self.name == "gptme":  # non-interactive: runs until the model calls `complete`
+            return [str(self.binary), "-n", "--model", GPTME_MODEL, *(["-r"] if resume else []),
+                    prompt]
         return [str(self.binary), "-p", prompt, *(["-c"] if resume else [])]
 
     async def run(self, prompt: str, cwd: Path, *, resume: bool = False, compact: bool = False,

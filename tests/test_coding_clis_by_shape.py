@@ -45,7 +45,7 @@ def opencode() -> Path:
 @pytest.fixture(scope="session")
 def aider() -> Path:
     try:
-        return install.ensure_pypi()["aider"]
+        return install.ensure_pypi("aider")["aider"]
     except (FileNotFoundError, RuntimeError) as exc:
         pytest.skip(str(exc))
 

@@ -467,6 +467,8 @@ async def test_the_tiered_engine_keeps_a_projects_work_in_that_project(tiered):
     ("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>", "environment_context"),
     ('<ide_selection path="/src/a.py">def f(): pass</ide_selection>', "ide_selection"),
     ("<context>\nopen files: a.py\n</context>", "context"),
+    # a client's own note as a user turn (gptme nudges the model with one when it answered without a tool)
+    ("<system>No tool call detected in last message. Did you mean to finish?</system>", "system"),
     ("<div>my pasted markup</div>", None),  # the person's markup: a plain tag name
     ("<system-reminder>a</system-reminder> and then my question?", None),  # not wholly wrapped
     ("Why does <system-reminder> appear in my logs?", None),
@@ -474,6 +476,26 @@ async def test_the_tiered_engine_keeps_a_projects_work_in_that_project(tiered):
 def test_a_context_tag_is_recognised_by_its_shape_not_by_one_client(text, tag):
     from proxy.coding.scaffolding import context_tag
     assert context_tag(text) == tag
+
+
+def test_a_call_whose_newest_message_is_the_clients_note_does_not_store_the_persons_words_again():
+    """A client that nudges the model with a note of its own as a user turn (`<system>…</system>`)
+    resends the person's request before it: that call adds no words of the person, so its memory
+    holds what it added (tool steps, a stating reply) and not the request a second time."""
+    from memory_adapters.engine.episodes import episode_texts
+    from proxy.coding.for_memory import for_memory
+    fact = "By the way, the staging database listens on port 6543. Please say ok."
+    request = {"model": "m", "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": fact},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "<system>No tool call detected in last message. Did you mean to finish?</system>"}]}
+    entry = {"id": "hist1_n", "ts": "2026-11-29T03:00:00Z", "request_original": request,
+             "request_effective": request, "response": {"format": "sse", "text": "Done."}}
+    assert not any(fact in t for t in episode_texts(for_memory(entry)))
+    first = {**entry, "request_original": {**request, "messages": request["messages"][:2]}}
+    first["request_effective"] = first["request_original"]
+    assert any(fact in t for t in episode_texts(for_memory(first)))  # the call that carried it keeps it
 
 
 def test_a_compaction_summary_is_the_sessions_memory_not_scaffolding():
@@ -504,6 +526,11 @@ def test_a_tool_result_leaves_one_line_and_never_a_secret(text, name, args, line
      "/w/c"),
     ({"messages": [{"role": "user", "content": "I'm currently working in the directory: /tmp/q\n"}]}, "/tmp/q"),
     ({"messages": [{"role": "user", "content": "no directory here"}]}, None),
+    # a label in Markdown emphasis, the colon inside or outside it (gptme's third system message)
+    ({"messages": [{"role": "system", "content": [{"type": "text", "text": "## System Information\n\n"
+                   "**OS:** Debian\n**Working Directory:** /home/ana/parser\n"}]}]}, "/home/ana/parser"),
+    ({"system": "- __Current working directory__: `/srv/app`\n", "messages": []}, "/srv/app"),
+    ({"system": "*cwd*: /srv/app\n", "messages": []}, "/srv/app"),
 ])
 def test_the_project_is_the_directory_the_client_declares(body, project):
     from proxy.coding.project import project_of

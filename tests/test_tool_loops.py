@@ -382,10 +382,12 @@ async def test_a_tool_loop_is_remembered_once_with_its_tools_and_answer(stack, r
     assert len(records) == 1  # one user turn, one memory: not one per step
     summary = records[0]["summary"]
     assert QUESTION in summary and "get_time" in summary and "Tool said" in summary
-    # the engine: intermediate steps make no episode; the last step carries the loop
+    # the engine: each step carries the loop under the loop's ids, the last replacing the earlier ones
+    # (a loop that ends on a tool call keeps its latest step); the last carries it whole
     redactor = Redactor()
     made = [episodes_from_entry("claude", e, {}, redactor) for e in entries]
-    assert [len(m) for m in made] == [0, 0, 3]  # the user's words; what the tools said; the answer, each apart
+    assert [len(m) for m in made] == [1, 2, 3]  # the user's words; what the tools said; the answer, each apart
+    assert {m.id for step in made for m in step} == {m.id for m in made[2]}  # one turn: the same memories
     said, tools, answer = made[2]
     assert answer.metadata["origin"] == "model" and answer.value.startswith("assistant: ")
     assert QUESTION not in answer.value and answer.metadata["tainted"] is True
@@ -575,3 +577,38 @@ async def test_a_streamed_thread_reply_is_kept_whole_for_the_next_call(stack, re
                                                    "input": {"city": "Porto"}}]
     blocks = [r.memories_blocks for r in stack.provider.received[-2:]]
     assert blocks[0] == blocks[1] and len(blocks[0]) == 1  # the turn's block, once, the same bytes
+
+
+async def test_a_loop_that_ends_on_a_tool_call_keeps_the_persons_words_and_a_loop_keeps_one_episode(stack, engine):
+    """Some agents end a session with a tool call whose result never goes back to the model (a
+    `finish` tool): memory keeps that turn from its last step. A loop that ends with an answer
+    still leaves one episode for the turn, not one per step."""
+    stack.add_agent("coder", engine, service="embedded")
+    client = stack.openai("coder")
+    finish = [{"type": "function", "function": {"name": "finish", "parameters": {"type": "object", "properties": {}}}}]
+    stack.provider.model = ToolLoop([ToolCall("finish", {})])
+    said = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": FACT}]
+    ended = await client.chat.completions.create(model="m", tools=finish, messages=said)
+    assert ended.choices[0].message.tool_calls[0].function.name == "finish"  # and the client stops there
+    await stack.settle()
+
+    stack.provider.model = ToolLoop(LOOP[:1])
+    asked = [{"role": "system", "content": "You are a coding agent."},
+             {"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}]
+    step = await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    call = step.choices[0].message.tool_calls[0]
+    asked += [step.choices[0].message.model_dump(exclude_none=True),
+              {"role": "tool", "tool_call_id": call.id, "content": "21C at noon"}]
+    await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    await stack.settle()
+
+    stack.provider.model = None
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Where does Ana live?"}])
+    assert "Porto" in (stack.provider.received[-1].memories_block or ""), "the finished turn was remembered"
+    await stack.settle()
+    from tests.cli_agents import stored_memories
+    texts = [m["value"] for m in await stored_memories(engine, "coder")]
+    said = [t for t in texts if not t.startswith(("assistant:", "tools:"))]  # the person's parts
+    assert sum(FACT in t for t in said) == 1
+    assert sum("my trip on Friday" in t for t in said) == 1  # the loop's two calls: one episode
+    assert sum(t.startswith("tools:") and "get_weather" in t for t in texts) == 1

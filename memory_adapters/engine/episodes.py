@@ -158,9 +158,13 @@ def episode_parts(entry: dict[str, Any], user: str | None = None) -> list[tuple[
     `user`: the user's words when the caller has them already (without their stamp, `said_words`).
 
     A tool loop is one user turn over several calls: a call answered with tool calls is a step on
-    the way and makes no episode; the last call (which sends the whole loop) carries the turn, once.
+    the way; the last call (which sends the whole loop) carries the turn, once. When the proxy names
+    the loop (`loop_key`) every step carries the turn under the loop's ids (`episode_key`), each
+    replacing the one before: a loop that ends on a tool call whose result never goes back (an
+    agent's `finish` tool, a session stopped mid-loop) keeps its latest step instead of nothing.
+    Without a name a step makes no episode.
     """
-    if calls_tools(entry):
+    if calls_tools(entry) and episode_key(entry) == entry.get("id"):
         return []
     user = said_words(entry)[0] if user is None else user
     parts = [("user", unlabelled(p)) for p in pieces(user)]
@@ -179,6 +183,13 @@ def episode_texts(entry: dict[str, Any]) -> list[str]:
     return [text for _, text in episode_parts(entry)]
 
 
+def episode_key(entry: dict[str, Any]) -> str:
+    """What a turn's episodes are keyed by: the tool loop the entry is a step of (`loop_key`), so each
+    step replaces the one before; else the entry itself."""
+    loop = entry.get("loop_key")
+    return f"loop:{loop}" if isinstance(loop, str) and loop else entry["id"]
+
+
 def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
                         redactor: Redactor) -> list[StoredMemory]:
     """The episodes of one ledger entry (one per part), secrets redacted; none for an empty turn.
@@ -190,6 +201,7 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
     parts = episode_parts(entry, user)
     tainted = any(origin == "tool" for origin, _ in parts)
     texts = [text for _, text in parts]
+    key = episode_key(entry)
     for n, raw in enumerate(texts):
         text, _ = redactor.text(raw)
         if not text.strip():
@@ -198,9 +210,9 @@ def episodes_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str
         meta: dict[str, Any] = {"piece": n, **({"said": label} if label else {}), "origin": parts[n][0]}
         if tainted:
             meta["tainted"] = True
-        m = StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:{entry['id']}{suffix}", value=text,
+        m = StoredMemory(agent_id=agent_id, scope="agent", key=f"episode:{key}{suffix}", value=text,
                    type="episode", importance=0.5, session_id=session_of(entry, metadata),
-                   id=episode_id(agent_id, entry["id"] + suffix), said_at=said_at or logged_at,
+                   id=episode_id(agent_id, key + suffix), said_at=said_at or logged_at,
                    source_entry_ids=[entry["id"]], metadata=meta)
         m.metadata.update(dated(text, m.said_at))  # "yesterday" as a day (dates.py)
         if logged_at is not None:

@@ -12,6 +12,9 @@ done, compactly:
   secret-named value (`API_KEY=…`, `password: …`) is never kept;
 * a tool call's long arguments (the `content` of a file written, an edit's old and new text)
   become `[N lines]`, so "Write /src/app.py" stays and the file does not;
+* a call whose newest user message is wholly the client's own note (a `<system>…</system>` nudge
+  after an answer without a tool call) keeps what came after it, not the person's earlier request
+  a second time;
 * a compaction request (`side_calls.py`) leaves one memory, the session's summary: the model's
   answer, under a fixed question. The summary a continued session resends is not stored again.
 """
@@ -22,6 +25,8 @@ from typing import Any
 
 import orjson
 import re2
+
+from memplane_core.turn_text import latest_user_index
 
 from .scaffolding import digest, is_compaction_summary, sift_messages, system_text
 from .side_calls import SideCall, classify
@@ -181,8 +186,23 @@ def _request_for_memory(request: Any, recurring: set[str]) -> Any:
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
         return request
-    sifted, _ = sift_messages(items, (lambda t: digest(t) in recurring) if recurring else None, system_text(request))
+    is_recurring = (lambda t: digest(t) in recurring) if recurring else None
+    system = system_text(request)
+    items = _from_the_clients_note(items, is_recurring, system)
+    sifted, _ = sift_messages(items, is_recurring, system)
     return {**request, key: compact_tools(_without_summaries(sifted))}
+
+
+def _from_the_clients_note(items: list[Any], recurring: Any, system: str) -> list[Any]:
+    """When the newest user message is wholly the client's scaffolding (a note of its own nudging
+    the model, `<system>…</system>`), the person said nothing new in this call: what it adds starts
+    after that note. The person's earlier messages go (the call that carried them kept them), or
+    they would be stored again under this call as its question."""
+    newest = latest_user_index(items, skip_tool_results=True)
+    if newest is None or sift_messages([items[newest]], recurring, system)[0]:
+        return items
+    before = [m for m in items[:newest] if isinstance(m, dict) and m.get("role") in ("system", "developer")]
+    return [*before, *items[newest + 1:]]
 
 
 def _summary_entry(entry: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ A coding agent declares where it works, in one of a few shapes any client may us
   `Git remote: URL`): `host/owner/name`, so a second clone or a worktree of the same repository
   is the same project;
 * a working-directory declaration — a line `Working directory: /path` (also `Primary …`,
-  `Current …`, `cwd`, `Workspace root`, `Project root`, `Repository root`, as a list item too),
+  `Current …`, `cwd`, `Workspace root`, `Project root`, `Repository root`, as a list item too, the
+  label in Markdown emphasis too: `**Working Directory:** /path`),
   `<cwd>/path</cwd>`, `"cwd": "/path"` in JSON, "currently working in the directory: /path".
 
 Found in the system text and the messages, in that order. What a session's main calls declared
@@ -29,9 +30,11 @@ HEADER = "X-Memplane-Project"
 MAX_CHARS = 512
 SCAN_CHARS = 200_000  # of each text: a declaration sits near the top of the client's context
 
+_EMPHASIS = r"(?:\*{1,2}|_{1,2})?"  # a label in Markdown bold or italics: `**Working Directory:** /path`
 _DECLARED = re2.compile(
-    r"(?mi)(?:^[ \t]*(?:[-*][ \t]+)?(?:(?:primary|current)[ \t]+)?(?:working[ \t]+directory|cwd|workspace[ \t]+root|"
-    r"project[ \t]+root|repository[ \t]+root)(?:[ \t]*\(cwd\))?[ \t]*[:=][ \t]*([^\n<]+)$"
+    r"(?mi)(?:^[ \t]*(?:[-*][ \t]+)?" + _EMPHASIS + r"(?:(?:primary|current)[ \t]+)?(?:working[ \t]+directory|cwd|"
+    r"workspace[ \t]+root|project[ \t]+root|repository[ \t]+root)(?:[ \t]*\(cwd\))?[ \t]*" + _EMPHASIS
+    + r"[ \t]*[:=]" + _EMPHASIS + r"[ \t]*([^\n<]+)$"
     r"|<cwd>[ \t]*([^\n<]+)</cwd>|\"(?:cwd|working_?[dD]ir(?:ectory)?|workspace_?[rR]oot)\"[ \t]*:[ \t]*\"([^\"\n]+)\""
     r"|currently working in the directory:?[ \t]*([^\n<]+))")
 # a remote: `origin  git@host:owner/name.git (fetch)`, `remote.origin.url=https://host/owner/name`, `Git remote: URL`

@@ -11,7 +11,7 @@ generic rules recognise it, not one client's strings:
 * tagged — a text part (or a message's whole string content) that is wholly wrapped in one
   context tag: `<name …>…</name>` where `name` is snake_ or kebab-case (`system-reminder`,
   `environment_context`, `user_instructions`, `ide_selection`, `command-name`) or one of a few
-  plain context words (`context`, `instructions`, `env`, `reminder`). HTML and the markup people
+  plain context words (`context`, `instructions`, `env`, `reminder`, `system`). HTML and the markup people
   paste use plain names, so `<div>…</div>` stays the person's.
 * recurring — a text part of at least `RECUR_MIN_CHARS` that the same agent has sent verbatim in
   `RECUR_SESSIONS` different sessions (a client's fixed preamble that carries no tag). The newest
@@ -51,7 +51,9 @@ RECUR_SESSIONS = 3  # sessions that sent a part verbatim before it counts as sca
 RECUR_MIN_CHARS = 64  # shorter parts ("run the tests") are too likely to be the person's own words
 RECUR_MAX_PARTS = 200_000  # (agent, digest) pairs remembered, least recently seen first out
 TEXT_TYPES = ("text", "input_text")
-PLAIN_CONTEXT_TAGS = frozenset({"context", "instructions", "env", "environment", "reminder"})
+# `system`: a user turn wholly wrapped in `<system>…</system>` is the client's own note to the model (a
+# nudge after an answer without a tool call), never the person's words
+PLAIN_CONTEXT_TAGS = frozenset({"context", "instructions", "env", "environment", "reminder", "system"})
 COMPACTION_LEAD = "This session is being continued from a previous conversation"
 ECHO_MIN_CHARS = 40  # a shorter paragraph ("Done.", a file name) may well be in a system prompt by chance
 

@@ -46,6 +46,9 @@ class LedgerEntry(TypedDict):
     # memplane's additions, present when they apply
     turn_id: NotRequired[str]
     turn_question: NotRequired[str]  # a continuing call's user question (redacted)
+    # the user turn a tool loop's calls share (turn_blocks.turn_key, a digest): memory keeps one
+    # episode per loop from its latest step, so a loop that ends on a tool call is not lost
+    loop_key: NotRequired[str]
     session_id: NotRequired[str]
     citations: NotRequired[Any]
 

@@ -42,6 +42,7 @@ async def recall(turn: Turn) -> Recalled | TurnBlock | None:
     messages = turn.fmt.recall_messages(turn.body)
     tools = offers_tools(turn.body)  # without tools no call can continue this one: nothing to key or keep
     key = turn_key(turn.agent_id, turn.fmt.name, turn.body, messages) if tools else TurnKey(None, False)
+    turn.loop_key = key.key
     if key.continues:
         remembered = await turn.state.turn_blocks.fetch(key.key)
         if remembered is not None:

@@ -63,10 +63,13 @@ async def record_turn(turn: Turn, answer: dict[str, Any]) -> None:
 def ledger_extra(turn: Turn, answer: dict[str, Any]) -> dict[str, Any]:
     """The ledger line's memplane fields. A call that continues a user turn carries the turn's
     question (`turn_question`, redacted): a Responses chain step sends only tool outputs, and memory
-    keeps the turn whole at its last step."""
+    keeps the turn whole at its last step. A call of a tool loop carries the loop's `loop_key`: memory
+    keeps one episode per loop, its latest step's (a loop may end on a tool call that never returns)."""
     extra: dict[str, Any] = {"turn_id": turn.turn_id} if turn.turn_id else {}
     if turn.question:
         extra["turn_question"] = turn.question
+    if turn.loop_key:
+        extra["loop_key"] = turn.loop_key
     if turn.session_id:
         extra["session_id"] = turn.session_id
     if answer.get("citations"):

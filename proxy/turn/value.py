@@ -58,6 +58,7 @@ class Turn:
     # recall and inject
     recall: RecallSummary = field(default_factory=RecallSummary)
     block: TurnBlock | None = None  # this user turn's block, kept for its continuations
+    loop_key: str | None = None  # the user turn this call of a tool loop belongs to (ledger `loop_key`)
     effective: dict[str, Any] = field(default_factory=dict)  # what goes to the provider
     # offer and forward
     store_tool: bool = False  # the store_memory tool was offered (memory_tool/)

@@ -23,6 +23,7 @@ from typing import Any
 
 from .model import Answer, ToolCall, View, _text_of
 
+FINISH = "complete"  # gptme's non-interactive mode ends a session only when the model calls this tool
 _WRAPPERS = ("system-reminder", "environment_context", "memories", "user_instructions", "permissions instructions")
 _READ = re.compile(r"\bread (/[\w./@-]+\w)")
 _RUN = re.compile(r"\brun `([^`]+)`")
@@ -31,7 +32,7 @@ _SUBAGENT = re.compile(r"\bask a subagent to ([^\n]+?)(?:\.(?=\s|$)|\n|$)")  # t
 # Claude Code's `/compact` ("Please provide your summary based on the conversation so far … an
 # <analysis> block followed by a <summary> block") and Codex's ("You are performing a CONTEXT
 # CHECKPOINT COMPACTION. Create a handoff summary …").
-COMPACTION = re.compile(r"summary based on the conversation so far|summary of the conversation|"
+COMPACTION = re.compile(r"summary based on the conversation so far|summary of (?:the|our) conversation|"
                         r"CONTEXT CHECKPOINT COMPACTION|handoff summary", re.I)
 
 
@@ -69,9 +70,21 @@ def wrapped_context(text: str) -> list[str]:
     return found
 
 
-def _read(tools: list[str], path: str) -> ToolCall | None:
-    if "Read" in tools:
-        return ToolCall("Read", {"file_path": path})
+def _parameters(body: dict[str, Any], name: str) -> set[str]:
+    """The parameter names the request's tool `name` declares (chat, Responses or Anthropic shape)."""
+    for tool in body.get("tools") or ():
+        spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if spec.get("name") == name:
+            schema = spec.get("parameters") or spec.get("input_schema") or {}
+            return set(schema.get("properties") or ())
+    return set()
+
+
+def _read(view: View, path: str) -> ToolCall | None:
+    tools = view.tools
+    if "Read" in tools:  # Claude Code's `file_path`, Continue's `filepath`: as the schema says
+        key = "filepath" if "filepath" in _parameters(view.body, "Read") else "file_path"
+        return ToolCall("Read", {key: path})
     if "exec_command" in tools:
         return ToolCall("exec_command", {"cmd": f"cat {path}"})
     if "read_file" in tools:
@@ -82,6 +95,8 @@ def _read(tools: list[str], path: str) -> ToolCall | None:
 
 
 def _run(tools: list[str], command: str) -> ToolCall | None:
+    if "shell" in tools:  # gptme
+        return ToolCall("shell", {"command": command})
     if "Bash" in tools:
         return ToolCall("Bash", {"command": command, "description": "Run the requested command"})
     if "exec_command" in tools:
@@ -104,7 +119,7 @@ def plan(view: View) -> list[ToolCall]:
     """The tool calls the person's latest request asks for, in the order it names them."""
     said = own_words(view.user_text)
     found: list[tuple[int, ToolCall | None]] = []
-    found += [(m.start(), _read(view.tools, m.group(1))) for m in _READ.finditer(said)]
+    found += [(m.start(), _read(view, m.group(1))) for m in _READ.finditer(said)]
     found += [(m.start(), _run(view.tools, m.group(1))) for m in _RUN.finditer(said)]
     found += [(m.start(), _subagent(view.tools, m.group(1))) for m in _SUBAGENT.finditer(said)]
     return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
@@ -118,6 +133,15 @@ def _edit_block(view: View) -> str | None:
     if m is None or "SEARCH/REPLACE" not in system:
         return None
     return f"{m.group(1)}\n```\n<<<<<<< SEARCH\n=======\n{m.group(2)}\n>>>>>>> REPLACE\n```\n\nDone."
+
+
+def _asked_again(body: dict[str, Any]) -> bool:
+    """The client answered the model's final answer with a message of its own (gptme's nudge to end
+    the session through its tool): the model, as real ones do, answers first and finishes when nudged."""
+    turns = [m for m in body.get("messages") or () if isinstance(m, dict) and m.get("role") != "system"
+             and (m.get("tool_calls") or without_memories(_text_of(m.get("content"))).strip())]  # not a block alone
+    return len(turns) >= 2 and turns[-1].get("role") == "user" and turns[-2].get("role") == "assistant" \
+        and not turns[-2].get("tool_calls")
 
 
 def _latest_user_text(body: dict[str, Any]) -> str:
@@ -146,6 +170,8 @@ class CodingModel:
         calls = plan(view)
         if view.steps < len(calls):
             return Answer(tool_calls=[calls[view.steps]])
+        if FINISH in view.tools and view.steps == len(calls) and _asked_again(view.body):
+            return Answer(tool_calls=[ToolCall(FINISH)])  # a loop that ends only through its own tool
         if not view.tools:
             edit = _edit_block(view)
             if edit:

@@ -1,0 +1,135 @@
+"""Two coding agents no rule of memplane was written for, through memplane (issue 47's yardsticks).
+
+* Continue's CLI (`@continuedev/cli` on npm, `cn -p`, pinned in tests/clients/package-lock.json):
+  OpenAI chat completions with tools (`Read`, `Bash`, …), declares its working directory in an
+  `<env>` block of its system prompt; headless it names no session and makes no title call, and
+  `cn -p /compact --resume` asks the model for a summary of the conversation so far.
+* gptme (`gptme` on PyPI, `gptme -n`, pinned in tests/clients/pypi-clients.txt, in a venv of its
+  own): OpenAI chat completions with tools, three system messages (the third declares
+  `**Working Directory:** /path` in Markdown bold), the file a request names pasted into the
+  person's message, and after the first answer a title call ("Generate concise conversation
+  titles.") quoting the conversation.
+
+Both run headless against the strict fake provider through the story of
+tests/test_coding_clis_by_shape.py: facts said in passing in two repositories, a later question in
+each that needs its own. The tests know the clients' side calls from their own prompts; memplane
+must tell them by their shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.coding.for_memory import SUMMARY_QUESTION
+from proxy.testing.fake_provider import Received
+from tests.cli_agents import CodingCli, stored_memories
+from tests.clients import install
+from tests.test_coding_clis import (  # noqa: F401  (fixtures)
+    AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
+)
+from tests.test_coding_clis_by_shape import _system, check
+
+
+@pytest.fixture(scope="session")
+def continue_cli() -> Path:
+    try:
+        return install.ensure()["continue"]
+    except (FileNotFoundError, KeyError) as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gptme() -> Path:
+    try:
+        return install.ensure_pypi("gptme")["gptme"]
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(str(exc))
+
+
+async def run_rounds(clis: dict[Path, CodingCli], stack, rounds: list[list[dict]]) -> list[dict]:
+    """Each round's sessions at once (one CLI per repository), then memory settles; a session's calls
+    are those carrying its words (`match`, else what it said)."""
+    results: list[dict] = []
+    for steps in rounds:
+        first = len(stack.provider.received)
+        await asyncio.gather(*(clis[s["repo"]].run(s["say"], s["repo"], resume=s.get("resume", False),
+                                                   compact=s.get("compact", False), timeout=150)
+                               for s in steps))
+        await stack.settle()
+        calls = [r for r in stack.provider.received[first:] if r.path.startswith("/v1/")]
+        assert refused(calls) == [], refused(calls)
+        for s in steps:
+            mine = [r for r in calls if s.get("match", s["say"]) in json.dumps(r.body, ensure_ascii=False)]
+            results.append({**s, "n": len(results) + 1, "calls": mine})
+    return results
+
+
+def story(alpha: Path, beta: Path) -> list[list[dict]]:
+    return [
+        [dict(repo=alpha, say=f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."),
+         dict(repo=beta, say=f"Note that {BETA_FACT[0]}. Please run `ls {beta}/src`.")],
+        [dict(repo=alpha, say="Which port does alpha's staging database listen on?",
+              needs=ALPHA_FACT[1], not_other=BETA_FACT[1]),
+         dict(repo=beta, say="When does the beta indexer run?", needs=BETA_FACT[1], not_other=ALPHA_FACT[1])],
+    ]
+
+
+def side_rules(stack) -> list[str]:
+    return sorted({e["scaffolding"]["rule"] for e in stack.ledger(AGENT)
+                   if e.get("scaffolding", {}).get("side_call") and e["scaffolding"].get("rule")})
+
+
+# -- Continue: tools, an <env> block, a compaction on request --
+
+def is_compaction(r: Received) -> bool:
+    last = (r.body.get("messages") or [{}])[-1]
+    return last.get("role") == "user" and "summary of our conversation so far" in json.dumps(last.get("content"))
+
+
+async def test_continue_compaction_keeps_one_summary_and_each_repository_keeps_its_work(
+        continue_cli, coding, tmp_path):
+    stack, memory_url = coding
+    alpha, beta = repos(tmp_path / "m")
+    clis = {repo: CodingCli("continue", continue_cli, tmp_path / f"home-{repo.name}", stack.proxy_url,
+                            stack.tokens[AGENT]) for repo in (alpha, beta)}
+    first, second = story(alpha, beta)
+    # between them, alpha's session is compacted (`cn -p /compact --resume`)
+    compact = [dict(repo=alpha, say="/compact", compact=True, match="summary of our conversation so far")]
+    results = await run_rounds(clis, stack, [first, compact, second])
+    memories = await stored_memories(memory_url, AGENT)
+    report, problems = check(results, memories, is_compaction, len(first) + len(second))
+    summaries = [m for m in memories if SUMMARY_QUESTION in json.dumps(m)]
+    if len(summaries) > 1:
+        problems.append(f"{len(summaries)} memories of one compaction")
+    report["side_rules"] = side_rules(stack)
+    print(f"\ncontinue story: {report}")
+    assert problems == [], "\n".join(problems)
+
+
+# -- gptme: three system messages, a Markdown working directory, a title call after the first answer --
+
+def is_title_call(r: Received) -> bool:
+    return not r.body.get("tools") and "title" in _system(r).lower()
+
+
+async def test_gptme_titles_leave_nothing_and_each_repository_keeps_its_work(gptme, coding, tmp_path):
+    stack, memory_url = coding
+    alpha, beta = repos(tmp_path / "m")
+    clis = {repo: CodingCli("gptme", gptme, tmp_path / f"home-{repo.name}", stack.proxy_url, stack.tokens[AGENT])
+            for repo in (alpha, beta)}
+    rounds = story(alpha, beta)
+    results = await run_rounds(clis, stack, rounds)
+    memories = await stored_memories(memory_url, AGENT)
+    report, problems = check(results, memories, is_title_call, sum(map(len, rounds)))
+    text = "\n".join(json.dumps(m) for m in memories)
+    if "conversation title" in text or "NO_NAME" in text:
+        problems.append("a title call left a memory")
+    report["side_rules"] = side_rules(stack)
+    report["projects"] = sorted({m.get("metadata", {}).get("project") or "-" for m in memories})
+    print(f"\ngptme story: {report}")
+    assert problems == [], "\n".join(problems)
+
