@@ -51,6 +51,9 @@ class TurnBlock:
     # was: the loop's later calls go without it too, so the tool list — the head of the cached
     # prefix — stays the same even when the client relaxes `tool_choice` after the first call
     withheld: dict[str, str] = field(default_factory=dict, compare=False)
+    # the tool loop the turn's first call named (ledger `loop_key`): a continuation that carries no
+    # user message (a Responses chain or conversation step) is a step of that loop, not a loop of its own
+    loop: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

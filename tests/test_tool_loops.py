@@ -612,3 +612,27 @@ async def test_a_loop_that_ends_on_a_tool_call_keeps_the_persons_words_and_a_loo
     assert sum(FACT in t for t in said) == 1
     assert sum("my trip on Friday" in t for t in said) == 1  # the loop's two calls: one episode
     assert sum(t.startswith("tools:") and "get_weather" in t for t in texts) == 1
+
+
+async def test_a_responses_conversation_keeps_each_user_turn_of_its_tool_loops_once(stack, engine):
+    """With `conversation` a loop's later calls carry no user message: each is a step of the loop its
+    turn began, so a conversation of two user turns leaves each turn once, and the second turn's
+    steps never replace the first turn's memory."""
+    stack.add_agent("conv2", engine, service="embedded")
+    client = stack.openai("conv2")
+    questions = ["What is the weather where my sister lives in Porto?",
+                 "And what time is it in Porto for my brother Rui?"]
+    for n, question in enumerate(questions):
+        stack.provider.model = ToolLoop(LOOP[:1])
+        r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, input=question,
+                                          extra_body={"conversation": "conv_two_turns"})
+        while any(o.type == "function_call" for o in r.output):
+            outputs = [{"type": "function_call_output", "call_id": o.call_id, "output": f"{o.name}: 21C at {n + 9}am"}
+                       for o in r.output if o.type == "function_call"]
+            r = await client.responses.create(model="gpt-5", tools=RESP_TOOLS, input=outputs,
+                                              extra_body={"conversation": {"id": "conv_two_turns"}})
+        await stack.caught_up()
+    from tests.cli_agents import stored_memories
+    texts = [m["value"] for m in await stored_memories(engine, "conv2")]
+    said = [t for t in texts if not t.startswith(("assistant:", "tools:"))]  # the person's parts
+    assert [sum(q in t for t in said) for q in questions] == [1, 1], said

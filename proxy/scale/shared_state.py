@@ -176,7 +176,8 @@ def _decode_block(raw: bytes) -> TurnBlock | None:
     try:
         d = orjson.loads(raw)
         return TurnBlock(d["block"], tuple(InjectedMemory(**m) for m in d["memories"]), d["placement"],
-                         d.get("note"), d["question"], d.get("detail") or {})
+                         d.get("note"), d["question"], d.get("detail") or {},
+                         loop=d.get("loop") if isinstance(d.get("loop"), str) else None)
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return None
 

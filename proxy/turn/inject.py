@@ -67,7 +67,8 @@ async def inject_recalled(turn: Turn, found: Recalled) -> None:
     async with request_work(turn, found.large):
         question = (await turn.state.redactor.text_async(question_of(found.messages, found.key)))[0]  # any size
     turn.block = TurnBlock(block or "", tuple(memories), placement or "", note, question,
-                           detail.as_dict() if found.tools else {})  # the detail is for a continuation's replay
+                           detail.as_dict() if found.tools else {},  # the detail is for a continuation's replay
+                           loop=turn.loop_key)
     keep(turn, found)
     turn.recall = RecallSummary(found.outcome.said, len(memories), removed, found.outcome.latency_ms, detail)
 

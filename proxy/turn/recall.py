@@ -42,10 +42,14 @@ async def recall(turn: Turn) -> Recalled | TurnBlock | None:
     messages = turn.fmt.recall_messages(turn.body)
     tools = offers_tools(turn.body)  # without tools no call can continue this one: nothing to key or keep
     key = turn_key(turn.agent_id, turn.fmt.name, turn.body, messages) if tools else TurnKey(None, False)
-    turn.loop_key = key.key
+    # a loop is named by the user turn it began with; a continuation known only by its chain or its
+    # conversation (no user message in the call) is a step of the loop its turn's first call named
+    # (a conversation's key is every turn's, never a loop's)
+    turn.loop_key = key.key if key.question_index is not None else None
     if key.continues:
         remembered = await turn.state.turn_blocks.fetch(key.key)
         if remembered is not None:
+            turn.loop_key = turn.loop_key or remembered.loop
             return remembered
     query = turn.fmt.query(turn.coding.body)  # the person's words: the client's scaffolding set aside
     if not query.strip():  # nothing the user said to search with (tool results, images)
