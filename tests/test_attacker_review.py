@@ -8,12 +8,17 @@ are for the ones that did not.
 from __future__ import annotations
 
 import asyncio
+import io
 
 import httpx
 import pytest
 
-from manifests.agents import memory_manifest
+from manifests.agents import memory_manifest, write_agent
+from memplane_cli.runner import Site, start_site
 from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.app import build_app
+from proxy.config import ProxySettings
 
 pytestmark = pytest.mark.asyncio
 
@@ -71,3 +76,68 @@ async def test_an_odd_entry_in_a_retain_batch_is_its_own_answer_and_the_rest_are
         found = (await client.post("/recall", json={
             "agent_id": "victim", "messages": [{"role": "user", "content": "Where does Ingrid live?"}]})).json()
     assert any("Tromsø" in m["text"] for m in found["memories"])
+
+
+# -- a body that cannot be read as sent: gzip that is not gzip, or cut short by a caller that hung up --
+
+NOT_GZIP = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+
+
+async def test_a_body_that_is_not_what_its_content_encoding_says_is_400_on_every_proxy_route(stack, reference):
+    """/mcp and the inspector's forms read their bodies as the turn endpoints do: the caller's 400,
+    not an internal error (500) with an `unhandled_error` line in the operator's log."""
+    token = stack.add_agent("a", reference[0])
+    async with httpx.AsyncClient(base_url=stack.proxy_url, timeout=30) as client:
+        mcp = await client.post("/mcp", content=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', headers={
+            **NOT_GZIP, "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+        form = await client.post("/memplane/ui/agents/a/forget", content=b"entry_id=x", headers={
+            "Content-Encoding": "gzip", "Content-Type": "application/x-www-form-urlencoded"})
+    assert mcp.status_code == 400, mcp.text
+    assert "could not be read" in mcp.json()["error"]["message"]
+    assert form.status_code == 400, form.text
+    assert not [e for e in stack.log_lines() if e.get("event") == "unhandled_error"]
+
+
+async def test_a_body_that_is_not_what_its_content_encoding_says_is_400_on_the_memory_services(engine, reference):
+    """Every body-reading endpoint of the engines and the reference adapter: a JSON 400, never
+    aiohttp's own text/plain 500 ("Server got itself in trouble")."""
+    for base in (engine, reference[0]):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            for method, path in [("POST", "/recall"), ("POST", "/retain"), ("POST", RETAIN_BATCH_PATH),
+                                 ("POST", "/forget"), ("POST", "/api/memories"), ("POST", "/api/memories/search"),
+                                 ("DELETE", "/api/memories/mem_x?agent_id=a"), ("PATCH", "/api/memories/mem_x?agent_id=a")]:
+                r = await client.request(method, path, content=b'{"agent_id": "a"}', headers=NOT_GZIP)
+                if r.status_code in (404, 405) and base == reference[0]:
+                    continue  # the reference adapter has no REST API
+                assert r.status_code == 400, (base, method, path, r.status_code, r.text)
+                assert r.json()["error"]["message"]
+
+
+async def test_a_caller_that_hangs_up_mid_body_is_no_internal_error(provider_server, tmp_path):
+    """A client that announces more body than it sends and goes away is the caller's cut-short body
+    (400), not the proxy's 500 with an `unhandled_error` line, on a turn, a pass-through and /mcp.
+    Served the way `memplane serve` serves (memplane_cli/runner.py: a lost connection is an error
+    in the handler, where aiohttp's test server would cancel it instead)."""
+    _, provider_url = provider_server
+    log = io.StringIO()
+    settings = ProxySettings(context_root=tmp_path / "context", history_root=tmp_path / "history",
+                             openai_base_url=f"{provider_url}/v1", openai_api_key="sk-operator-openai-key")
+    token, _ = write_agent(settings.context_root, "a")
+    runner, port = await start_site(Site(build_app(settings, Telemetry(make_logger(log))), "127.0.0.1", 0))
+    try:
+        for path in ("/v1/chat/completions", "/v1/embeddings", "/mcp"):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"model\":".encode())
+            await writer.drain()
+            writer.close()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for _ in range(400):  # until the proxy has read (and lost) the cut-short turn
+                metrics = (await client.get("/metrics")).text
+                if 'memplane_turns_total{format="openai"' in metrics:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    assert 'memplane_turns_total{format="openai",status="400"} 1.0' in metrics
+    assert not [line for line in log.getvalue().splitlines() if "unhandled_error" in line]
