@@ -141,3 +141,54 @@ async def test_a_caller_that_hangs_up_mid_body_is_no_internal_error(provider_ser
         await runner.cleanup()
     assert 'memplane_turns_total{format="openai",status="400"} 1.0' in metrics
     assert not [line for line in log.getvalue().splitlines() if "unhandled_error" in line]
+
+
+# -- requests aiohttp refuses before any app sees them --
+
+def _raw(port: int, head: str, body: bytes = b"") -> tuple[int, dict, bytes]:
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head.encode("utf-8") + body)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    status_line, _, rest = out.partition(b"\r\n")
+    headers, _, payload = rest.partition(b"\r\n\r\n")
+    fields = dict(line.split(": ", 1) for line in headers.decode("latin-1").split("\r\n") if ": " in line)
+    return int(status_line.split()[1]), {k.lower(): v for k, v in fields.items()}, payload
+
+
+async def test_a_request_the_http_parser_refuses_gets_a_json_error_that_quotes_nothing_sent(provider_server, tmp_path):
+    """Served as `memplane serve`/`up` serve (memplane_cli/runner.py): a raw non-ASCII path, a header
+    over the limit, Transfer-Encoding with Content-Length, a second Host, a NUL in a header, a
+    Content-Encoding the server cannot decode — each a 400 whose body is a JSON error both SDKs read,
+    not aiohttp's text/plain page quoting the request's bytes back (the token among them)."""
+    _, provider_url = provider_server
+    settings = ProxySettings(context_root=tmp_path / "context", history_root=tmp_path / "history",
+                             openai_base_url=f"{provider_url}/v1", openai_api_key="sk-operator-openai-key")
+    token, _ = write_agent(settings.context_root, "a")
+    runner, port = await start_site(Site(build_app(settings, Telemetry(make_logger(io.StringIO()))), "127.0.0.1", 0))
+    body = b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
+    auth = f"Authorization: Bearer {token}\r\n"
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    tail = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    probes = {
+        "non-ascii path": f"POST /v1/chat/completions/ü HTTP/1.1\r\n{host}{auth}{tail}",
+        "header too long": f"POST /v1/chat/completions HTTP/1.1\r\n{host}{auth}X-Pad: {'p' * 9000}\r\n{tail}",
+        "TE and CL": f"POST /v1/chat/completions HTTP/1.1\r\n{host}{auth}Transfer-Encoding: chunked\r\n{tail}",
+        "two Hosts": f"POST /v1/chat/completions HTTP/1.1\r\n{host}Host: evil.example\r\n{auth}{tail}",
+        "NUL in a header": f"POST /v1/chat/completions HTTP/1.1\r\n{host}Authorization: Bearer {token}\x00\r\n{tail}",
+        "br body": f"POST /v1/chat/completions HTTP/1.1\r\n{host}{auth}Content-Encoding: br\r\n{tail}",
+    }
+    try:
+        answers = {name: await asyncio.to_thread(_raw, port, head, body) for name, head in probes.items()}
+    finally:
+        await runner.cleanup()
+    secret = token.split(":", 1)[1].encode()
+    for name, (status, headers, payload) in answers.items():
+        assert status == 400, (name, status, payload[:200])
+        assert headers["content-type"].startswith("application/json"), (name, headers, payload[:200])
+        doc = __import__("json").loads(payload)
+        assert doc["error"]["message"].startswith("The request could not be read as HTTP"), (name, doc)
+        assert doc["error"]["type"] == "invalid_request_error"
+        assert secret not in payload and b"ppppppppp" not in payload, name
