@@ -192,3 +192,28 @@ async def test_a_request_the_http_parser_refuses_gets_a_json_error_that_quotes_n
         assert doc["error"]["message"].startswith("The request could not be read as HTTP"), (name, doc)
         assert doc["error"]["type"] == "invalid_request_error"
         assert secret not in payload and b"ppppppppp" not in payload, name
+
+
+# -- an agent that brings its own provider key --
+
+@pytest.mark.parametrize("slot", ["Authorization", "x-api-key"])
+async def test_another_agents_memplane_token_in_the_provider_key_slot_never_goes_upstream(stack, slot):
+    """An own-key agent names itself in X-Memplane-Agent and its provider key goes upstream as sent.
+    A memplane token there instead — its own (refused before) or any other agent's — would be
+    handed to the provider: 401, nothing forwarded."""
+    other = stack.add_agent("other", None)
+    token = stack.add_agent("own", None)
+    meta_path = stack.context_root / "own" / "metadata.json"
+    meta = __import__("json").loads(meta_path.read_text())
+    meta["provider_key"] = "client"  # what `memplane agent add --client-provider-key` writes
+    meta_path.write_text(__import__("json").dumps(meta))
+    credential = f"Bearer {other}" if slot == "Authorization" else other
+    async with httpx.AsyncClient(base_url=stack.proxy_url, timeout=30) as client:
+        r = await client.post("/v1/chat/completions", headers={"X-Memplane-Agent": token, slot: credential}, json={
+            "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+        passed = await client.get("/v1/models", headers={"X-Memplane-Agent": token, slot: credential})
+    assert r.status_code == 401, r.text
+    assert r.json()["error"]["code"] == "invalid_api_key"
+    assert passed.status_code == 401, passed.text
+    secret = other.split(":", 1)[1]
+    assert not [seen for seen in stack.provider.received if secret in str(seen.headers)]
