@@ -217,3 +217,26 @@ async def test_another_agents_memplane_token_in_the_provider_key_slot_never_goes
     assert passed.status_code == 401, passed.text
     secret = other.split(":", 1)[1]
     assert not [seen for seen in stack.provider.received if secret in str(seen.headers)]
+
+
+# -- the memory services' REST API with hostile metadata --
+
+DEEP: dict = {}
+_node = DEEP
+for _ in range(150):
+    _node["d"] = {}
+    _node = _node["d"]
+
+
+@pytest.mark.parametrize("metadata", [{"\x00": 1}, {"a": [{"b\x00c": 1}]}, DEEP], ids=["nul-key", "nested-nul-key", "150-deep"])
+async def test_metadata_no_store_can_keep_is_a_400_naming_the_field_on_every_engine(engine, metadata):
+    """A NUL in a metadata key failed the tiered store's write (BSON field names cannot hold one)
+    with a 500; MongoDB also refuses documents nested over 100 levels. Both engines now refuse such
+    metadata alike, before any store sees it."""
+    async with httpx.AsyncClient(base_url=engine, timeout=30) as client:
+        r = await client.post("/api/memories", json={"agent_id": "a", "key": "k", "value": "v", "metadata": metadata})
+        fine = await client.post("/api/memories", json={"agent_id": "a", "key": "k", "value": "v",
+                                                         "metadata": {"a.b": 1, "$where": "x", "nested": {"d": [1]}}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == "metadata"
+    assert fine.status_code == 201, fine.text
