@@ -240,3 +240,39 @@ async def test_metadata_no_store_can_keep_is_a_400_naming_the_field_on_every_eng
     assert r.status_code == 400, r.text
     assert r.json()["error"]["field"] == "metadata"
     assert fine.status_code == 201, fine.text
+
+
+# -- a reverse proxy on the operator's machine --
+
+RELAYS = [{"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9;proto=https"}, {"X-Real-IP": "203.0.113.9"}]
+
+
+@pytest.mark.parametrize("relay", RELAYS, ids=["x-forwarded-for", "forwarded", "x-real-ip"])
+async def test_a_request_a_local_reverse_proxy_relays_is_not_trusted_as_the_operator(stack, relay):
+    """Without an admin token the operator routes trust loopback callers. A reverse proxy on the same
+    machine (TLS in front of memplane, Host rewritten to 127.0.0.1 as nginx does by default) makes
+    everyone a loopback caller: the inspector and /metrics must not open to whoever it relays for."""
+    async with httpx.AsyncClient(base_url=stack.proxy_url, timeout=30) as client:
+        for path in ("/metrics", "/memplane/ui/"):
+            direct = await client.get(path)
+            relayed = await client.get(path, headers=relay)
+            assert direct.status_code == 200, path
+            assert relayed.status_code in (401, 403), (path, relayed.status_code)
+            assert b"memplane_turns_total" not in relayed.content
+
+
+@pytest.mark.parametrize("relay", RELAYS, ids=["x-forwarded-for", "forwarded", "x-real-ip"])
+async def test_a_tokenless_memory_service_serves_no_relayed_request(aiohttp_server, tmp_path, relay):
+    """The embedded engine `memplane up` runs answers tokenless on loopback only; relayed by a local
+    reverse proxy, a request reads and writes nothing."""
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    app = build_embedded_app(tmp_path / "memory", redactor=Redactor(), embeddings="off",
+                             telemetry=Telemetry(make_logger(io.StringIO())))
+    server = await aiohttp_server(app)
+    async with httpx.AsyncClient(base_url=f"http://{server.host}:{server.port}", timeout=30) as client:
+        assert (await client.get("/api/memories?agent_id=a")).status_code == 200
+        listed = await client.get("/api/memories?agent_id=a", headers=relay)
+        stored = await client.post("/api/memories", headers=relay, json={"agent_id": "a", "key": "k", "value": "v"})
+    assert listed.status_code == 421 and stored.status_code == 421
+    assert listed.json()["error"]["message"]
