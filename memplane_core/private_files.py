@@ -21,7 +21,9 @@ def private_dir(path: Path) -> Path:
     path = Path(path)
     if path.is_symlink():
         raise OSError(f"refusing to use {path}: it is a symlink")
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):  # mkdir(parents=True) would leave the parents it makes to the umask (0755)
+        p.mkdir(exist_ok=True, mode=DIR_MODE)
     try:
         if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
             os.chmod(path, DIR_MODE)

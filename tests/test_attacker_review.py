@@ -276,3 +276,26 @@ async def test_a_tokenless_memory_service_serves_no_relayed_request(aiohttp_serv
         stored = await client.post("/api/memories", headers=relay, json={"agent_id": "a", "key": "k", "value": "v"})
     assert listed.status_code == 421 and stored.status_code == 421
     assert listed.json()["error"]["message"]
+
+
+# -- directories memplane makes for turns and memories --
+
+async def test_every_directory_memplane_makes_on_the_way_to_turns_or_memories_is_private(stack, aiohttp_server,
+                                                                                         tmp_path):
+    """`private_dir` made only the last directory 0700: missing parents (a `--data-dir` or history
+    root that did not exist yet) were left to the umask (0755), so any local user listed which
+    agents have memories or turns there."""
+    import stat
+    from memory_adapters.reference.app import build_reference_app
+    from memplane_core.redact import Redactor
+    data_dir = tmp_path / "fresh" / "reference"
+    server = await aiohttp_server(build_reference_app(data_dir, redactor=Redactor()))
+    memory = f"http://{server.host}:{server.port}"
+    stack.add_agent("private", memory)
+    await stack.openai("private").chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "My sister Ingrid lives in Tromsø."}])
+    await stack.caught_up(timeout=30)
+    made = [tmp_path / "fresh", data_dir, data_dir / "private"]
+    assert (data_dir / "private").is_dir()
+    for d in made:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, (d, oct(d.stat().st_mode))
