@@ -299,3 +299,20 @@ async def test_every_directory_memplane_makes_on_the_way_to_turns_or_memories_is
     assert (data_dir / "private").is_dir()
     for d in made:
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, (d, oct(d.stat().st_mode))
+
+
+async def test_a_ledger_directory_planted_as_a_symlink_is_refused_without_naming_the_operators_paths(stack, tmp_path):
+    """A symlink planted where an agent's ledger directory goes is refused (503, nothing written
+    through it, nothing sent to the provider), and the agent's error names no path on the
+    operator's machine."""
+    token = stack.add_agent("planted", None)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    stack.history_root.mkdir(parents=True, exist_ok=True)
+    (stack.history_root / "planted").symlink_to(elsewhere)
+    async with httpx.AsyncClient(base_url=stack.proxy_url, timeout=30) as client:
+        r = await client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {token}"}, json={
+            "model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "ledger_unavailable"
+    assert str(tmp_path) not in r.text and "planted" not in r.json()["error"]["message"].split("(", 1)[-1]
+    assert not list(elsewhere.iterdir()) and not stack.provider.received
