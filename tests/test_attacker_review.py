@@ -53,6 +53,7 @@ async def test_one_odd_turn_never_stops_the_agents_later_turns_reaching_memory(s
             "agent_id": "victim", "messages": [{"role": "user", "content": "Where does Ingrid live?"}]})).json()
     assert any("Tromsø" in m["text"] for m in found["memories"])
     assert not stack.events("retain", memory_status="failed", will_retry=True)
+    assert not stack.events("retain", dead_letter=True)  # the odd turn itself is retained, not parked
 
 
 @pytest.mark.parametrize("tool_calls", ODD_TOOL_CALLS, ids=["tool_calls-true", "function-true", "function-string"])
