@@ -10,6 +10,7 @@ import click
 from manifests.agents import memory_manifest, write_agent
 from memory_adapters.http.admission import DEFAULT_MAX_RETAINS_IN_FLIGHT
 from memplane_core.contract import RETAIN_BATCH_PATH
+from memplane_core.private_files import private_dir
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry
 from proxy.config import (
@@ -217,7 +218,7 @@ def adapter_reference(host: str, port: int, data_dir: Path, token: str | None, r
     from memory_adapters.reference.app import build_reference_app
 
     redactor = _redactor(redaction_rules)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)  # memories: 0700, like every directory memplane makes for them
     _warn_if_open(host, token)
     workers = _worker_count(workers, None)  # each reads what the others append (reference/store.py)
     click.echo(f"reference memory adapter on http://{host}:{port} (data {data_dir}"

@@ -74,7 +74,39 @@ class Site:
 MAX_HEADER_BYTES = 8190  # one header line; a longer Authorization is refused (400) before any handler
 
 
-class _Noted(RequestHandler):
+class _JsonErrors(RequestHandler):
+    """A connection whose own refusals — a request aiohttp cannot parse (a raw non-ASCII path, a
+    header line over MAX_HEADER_BYTES, `Transfer-Encoding` with `Content-Length`, a second `Host`,
+    a `Content-Encoding` it cannot decode) or a handler's uncaught failure — are JSON errors like
+    every other answer: `{"type": "error", "error": {"type", "message", …}}` reads as an error in
+    both providers' SDKs and the memory services' clients. aiohttp's own are text/plain and quote
+    the bytes sent (a header's value among them)."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # logs it; raises when the answer has begun
+        return low_level_error(status, exc)
+
+
+def low_level_error(status: int, exc: BaseException | None) -> web.Response:
+    """The JSON answer for a request refused before any app saw it (or a failure none caught)."""
+    if status >= 500:
+        text, kind = "Internal server error.", "api_error"
+    else:  # aiohttp's message, without the quoted bytes after its first line
+        said = str(getattr(exc, "message", "") or "")
+        for quote in (":\n", ": b'", ': b"', ": bytearray("):  # where aiohttp starts quoting the bytes
+            said = said.split(quote, 1)[0]
+        said = said.strip()
+        text, kind = f"The request could not be read as HTTP ({said or 'malformed'}).", "invalid_request_error"
+    doc = {"type": "error", "error": {"type": kind, "message": text, "param": None, "code": None}}
+    resp = web.json_response(doc, status=status)
+    resp.force_close()
+    return resp
+
+
+class _Noted(_JsonErrors):
     """A connection that notes when each request's message was read (memplane_core/arrival.py):
     in order, one time per message its parser gave, handed to that message's request."""
 
@@ -103,7 +135,7 @@ class _Noted(RequestHandler):
 
 class _NotingServer(Server):
     def __call__(self) -> RequestHandler:
-        return _Noted(self, loop=self._loop, **self._kwargs)
+        return (_Noted if _CAN_NOTE else _JsonErrors)(self, loop=self._loop, **self._kwargs)
 
 
 # `_Noted` reads two of aiohttp's private slots; an aiohttp without them serves as before, unnoted
@@ -112,12 +144,12 @@ _CAN_NOTE = {"_request_count", "_request_factory"} <= set(getattr(RequestHandler
 
 
 class _Runner(web.AppRunner):
-    """An `AppRunner` whose connections note when each request was read (`_Noted`)."""
+    """An `AppRunner` whose connections note when each request was read (`_Noted`) and answer
+    their own refusals in JSON (`_JsonErrors`)."""
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()
-        if _CAN_NOTE:
-            server.__class__ = _NotingServer  # the app's own server, every setting kept
+        server.__class__ = _NotingServer  # the app's own server, every setting kept
         return server
 
 

@@ -147,6 +147,8 @@ class ForgetRequest(_Body):
 
 
 RETAIN_BATCH_PATH = "/retain/batch"
+# a retain outcome: the service could not read the entry (answered 422, never retried into a 5xx loop)
+UNREADABLE = "unreadable"
 
 
 def describe(recall: bool = True, retain: bool = True, forget: bool = True,

@@ -5,8 +5,10 @@ A browser on the operator's machine is also a loopback caller. Web pages reach a
 server by DNS rebinding (a hostile name that resolves to 127.0.0.1: the `Host` header gives it
 away), by cross-site "simple" requests (a form or `fetch` with a `text/plain` body: no CORS
 preflight, but an `Origin` / `Sec-Fetch-Site` header says where it came from), and by
-forms that ride an ambient cookie. Pure functions on header values, so the proxy and every
-memory service share one definition.
+forms that ride an ambient cookie. And a reverse proxy on the same machine (TLS in front, say)
+makes every caller a loopback caller: its forwarding headers say the request is relayed for
+someone else. Pure functions on header values, so the proxy and every memory service share one
+definition.
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ def cross_site(origin: str | None, sec_fetch_site: str | None, host: str | None)
             (netloc != own and netloc != own + default and netloc + default != own):
         return "Origin is another site"
     return None
+
+
+# what reverse proxies add for the client they relay for (RFC 7239; nginx, Caddy, Traefik, Envoy)
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP", "X-Forwarded-Host")
+
+
+def relayed(headers) -> str | None:
+    """The forwarding header that says a loopback connection carries another client's request
+    (then loopback says nothing about who is calling), or None."""
+    return next((name for name in FORWARDING_HEADERS if name in headers), None)
 
 
 def is_json_content_type(content_type: str | None) -> bool:

@@ -8,6 +8,7 @@ then renamed over the target (rename replaces a symlink, it never writes through
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from pathlib import Path
@@ -20,8 +21,11 @@ def private_dir(path: Path) -> Path:
     """Create `path` (and missing parents) 0700; an existing directory we own is tightened."""
     path = Path(path)
     if path.is_symlink():
-        raise OSError(f"refusing to use {path}: it is a symlink")
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        # errno and filename apart: a caller's error message (a 503 to an agent) names no path
+        raise OSError(errno.ELOOP, "refusing to use a symlink", str(path))
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):  # mkdir(parents=True) would leave the parents it makes to the umask (0755)
+        p.mkdir(exist_ok=True, mode=DIR_MODE)
     try:
         if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
             os.chmod(path, DIR_MODE)

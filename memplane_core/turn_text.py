@@ -171,9 +171,9 @@ def tool_steps(entry: dict[str, Any]) -> list[str]:
     for m in messages[(i + 1) if i is not None else 0:]:
         kind, role = m.get("type"), m.get("role")
         if role == "assistant":
-            for call in m.get("tool_calls") or ():
-                if isinstance(call, dict):
-                    fn = call.get("function") or {}
+            for call in m.get("tool_calls") if isinstance(m.get("tool_calls"), list) else ():
+                if isinstance(call, dict):  # a provider that took odd shapes answered: read what is there
+                    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
                     calls[str(call.get("id"))] = f"{fn.get('name')}({fn.get('arguments') or ''})"
                     order.append(str(call.get("id")))
             for block in m.get("content") if isinstance(m.get("content"), list) else ():

@@ -5,7 +5,8 @@ two ways that matter to callers: it ran out of time, or the connection failed. E
 talks to another server runs its I/O inside `transport_errors()` and catches `TransportError`
 (the way httpx maps httpcore's exceptions once); provider calls use `provider_errors()`, which
 turns the same failures into the agent's 504/502. The caller's own body is read through
-`read_request_body()`, which turns a body aiohttp cannot decode into the caller's 400.
+`read_request_body()` (or `read_request_form()`), which turns a body aiohttp cannot decode, or
+one cut short, into the caller's 400.
 """
 
 from __future__ import annotations
@@ -71,11 +72,29 @@ class provider_errors:  # noqa: N801
                          code="upstream_unreachable") from None
 
 
+# What reading the caller's body raises when the body is the caller's mistake: a `Content-Encoding`
+# it does not match (gzip that is not gzip), or a body cut short — the caller hung up before sending
+# the length it announced (ConnectionResetError "Connection lost").
+UNREADABLE_BODY = (ContentEncodingError, RequestPayloadError, ConnectionResetError)
+
+
 async def read_request_body(request: web.Request) -> bytes:
-    """The caller's body, decoded. A `Content-Encoding` the body does not match (gzip that is not
-    gzip) or a body cut short is the caller's mistake: 400 in its format, not an internal error."""
+    """The caller's body, decoded; one it cannot be read as sent is the caller's 400 in its format,
+    not an internal error (nor an `unhandled_error` log line for a client that went away)."""
     try:
         return await request.read()
-    except (ContentEncodingError, RequestPayloadError) as exc:
-        detail = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
-        raise ProxyError(400, f"The request body could not be read ({detail}).", code="invalid_body") from None
+    except UNREADABLE_BODY as exc:
+        raise _unreadable(exc) from None
+
+
+async def read_request_form(request: web.Request) -> Any:
+    """The caller's form (the inspector's posts), read like `read_request_body`."""
+    try:
+        return await request.post()
+    except UNREADABLE_BODY as exc:
+        raise _unreadable(exc) from None
+
+
+def _unreadable(exc: BaseException) -> ProxyError:
+    detail = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
+    return ProxyError(400, f"The request body could not be read ({detail}).", code="invalid_body")

@@ -8,6 +8,8 @@ copied into the upstream request's headers: never logged, ledgered, stored or se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -94,10 +96,12 @@ def agent_token(headers: CIMultiDictProxy[str]) -> str | None:
     return headers.get("x-api-key", "").strip() or None
 
 
-def check_credentials(client_key: bool, headers: CIMultiDictProxy[str]) -> None:
+def check_credentials(client_key: bool, headers: CIMultiDictProxy[str],
+                      is_memplane_token: Callable[[str], bool]) -> None:
     """An agent that brings its own provider credential must name itself in X-Memplane-Agent and
     send that credential (401 otherwise: its agent token alone would leave with no key, and the
-    operator's is not its to use). Another agent's client credential is simply never forwarded."""
+    operator's is not its to use). Another agent's client credential is simply never forwarded.
+    `is_memplane_token`: whether a value is any agent's memplane token, which never goes upstream."""
     if not client_key:
         return
     if AGENT_HEADER not in headers:
@@ -112,3 +116,6 @@ def check_credentials(client_key: bool, headers: CIMultiDictProxy[str]) -> None:
         # the agent's token in the credential's place would be forwarded to the provider: never
         raise ProxyError(401, "The API key is this agent's memplane token; send your own provider key there "
                               f"(the token goes only in {AGENT_HEADER}).", code="invalid_api_key")
+    if any(is_memplane_token(v) for v in (key, auth[7:].strip() if auth[:7].lower() == "bearer " else auth) if v):
+        raise ProxyError(401, "The API key is a memplane agent token, not a provider key; send your own provider "
+                              f"key there (an agent's token goes only in {AGENT_HEADER}).", code="invalid_api_key")

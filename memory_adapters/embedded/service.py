@@ -42,6 +42,7 @@ from ..engine.profile import PROFILE, newer, profile_memories
 from ..engine.project_scope import project_of, scope_to_project
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
+from ..engine.unreadable import UNREADABLE, memories_of
 from ..engine.updates import marking_earlier
 from .sqlite_store import SQLiteStore
 
@@ -256,9 +257,12 @@ class EmbeddedMemory:
                     outcomes.append("duplicate")
                 else:
                     seen.add(eid)
-                    made = scope_to_project(await self.redactor.off_loop(req.entry, _memories_from_entry, agent_id,
-                                                                         req.entry, req.metadata, self.redactor),
-                                            req.metadata)
+                    made = await memories_of(self.redactor, self.telemetry, _memories_from_entry, agent_id,
+                                             req.entry, req.metadata)
+                    if made is None:
+                        outcomes.append(UNREADABLE)  # not marked retained: a fixed engine reads it on backfill
+                        continue
+                    made = scope_to_project(made, req.metadata)
                     put += await self._keyed(made, put)
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")

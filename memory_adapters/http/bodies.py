@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
+from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
 from .auth import CALLER_AGENT
@@ -18,10 +20,20 @@ Model = TypeVar("Model", bound=BaseModel)
 async def parse(request: web.Request, model: type[Model]) -> Model:
     """The JSON body as `model`."""
     try:
-        doc = orjson.loads(await request.read())
+        doc = orjson.loads(await read_body(request))
     except orjson.JSONDecodeError:
         raise refusal(web.HTTPBadRequest, "body is not valid JSON") from None
     return _validated(request, model, doc)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The body, decoded. One that cannot be read as sent — a `Content-Encoding` it does not match
+    (gzip that is not gzip), or cut short by a caller that hung up — is the caller's 400, not a 500."""
+    try:
+        return await request.read()
+    except (ContentEncodingError, RequestPayloadError, ConnectionResetError):
+        raise refusal(web.HTTPBadRequest, "the body could not be read as sent (its Content-Encoding, "
+                                          "or cut short)") from None
 
 
 def parse_query(request: web.Request, model: type[Model]) -> Model:

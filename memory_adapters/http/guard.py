@@ -11,6 +11,7 @@ from memplane_core.local_trust import (
     is_json_content_type,
     is_loopback_host,
     is_loopback_ip,
+    relayed,
 )
 
 from .errors import json_error
@@ -31,6 +32,10 @@ def local_guard(tokenless: bool):
             return json_error(HOST_REFUSED_STATUS, "this service answers loopback callers only under a loopback "
                                                    "name (localhost, 127.0.0.1, [::1]); set a token to serve others",
                               "Host")
+        via = relayed(request.headers) if tokenless and is_loopback_ip(request.remote) else None
+        if via is not None:  # a reverse proxy on this machine relays for anyone: loopback proves nothing
+            return json_error(HOST_REFUSED_STATUS, f"this service answers loopback callers only, and this request "
+                                                   f"was relayed ({via}); set a token to serve others", via)
         why = cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"), host)
         if why is not None:
             return json_error(403, f"cross-site browser requests are refused ({why})", "Origin")

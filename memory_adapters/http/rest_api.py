@@ -27,7 +27,7 @@ from memplane_core.contract import ORIGINS, RESERVED_METADATA, RESTORABLE_METADA
 
 from ..engine.record import GLOBAL_AGENT, StoredMemory, is_pinned, untrusted
 from .auth import CALLER_AGENT, CALLER_GRANTS
-from .bodies import parse, parse_query
+from .bodies import parse, parse_query, read_body
 from .errors import json_error, json_response
 from .rest_bodies import AuditQuery, ListQuery, PatchBody, SearchBody, StoreBody, expiry
 
@@ -239,7 +239,7 @@ async def delete(request: web.Request) -> web.Response:
     said: dict[str, Any] = {}
     if request.can_read_body:  # {"reason": …, "actor": …}: the inspector's way; `?reason=` for curl
         try:
-            doc = orjson.loads(await request.read())
+            doc = orjson.loads(await read_body(request))
         except orjson.JSONDecodeError:
             return json_error(400, "body is not valid JSON")
         said = doc if isinstance(doc, dict) else {}

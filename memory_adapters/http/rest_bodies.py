@@ -41,6 +41,30 @@ def ttl_check(v: int | str | None) -> int | str | None:
 # seconds or an RFC 3339 time, checked the same way wherever a TTL is written
 Ttl = Annotated[int | str | None, BeforeValidator(not_bool), AfterValidator(ttl_check)]
 
+MAX_METADATA_DEPTH = 32  # MongoDB refuses documents nested over 100 levels; a memory's metadata sits inside one
+
+
+def storable_metadata(v: dict[str, Any]) -> dict[str, Any]:
+    """Metadata every store can keep: no NUL in a key (BSON field names cannot hold one: the
+    tiered store's write failed with a 500) and at most MAX_METADATA_DEPTH levels deep."""
+    level = [v]
+    for _ in range(MAX_METADATA_DEPTH):
+        nested = []
+        for node in level:
+            if isinstance(node, dict):
+                if any("\x00" in k for k in node):
+                    raise ValueError("metadata keys cannot contain a NUL character")
+                nested.extend(node.values())
+            elif isinstance(node, list):
+                nested.extend(node)
+        if not nested:
+            return v
+        level = nested
+    raise ValueError(f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
+
+
+Metadata = Annotated[dict[str, Any], AfterValidator(storable_metadata)]
+
 
 class StoreBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -52,7 +76,7 @@ class StoreBody(BaseModel):
     type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     ttl: Ttl = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     # restoring an export (`memplane memory import`): when it was said and made, and from which turns
     # times out of range (say 0001-01-01T00:00:00+14:00) are refused here, naming the field
     said_at: Instant | None = None

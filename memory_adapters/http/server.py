@@ -21,12 +21,13 @@ from memplane_core.contract import (
     RecallRequest,
     RetainBatchRequest,
     RetainRequest,
+    UNREADABLE,
 )
 
 from .admission import DEFAULT_MAX_RETAINS_IN_FLIGHT, RETRY_AFTER_S, RetainAdmission
 from .auth import AgentToken, bearer_auth
 from .bodies import parse
-from .errors import first_error, json_error, json_response
+from .errors import error_doc, first_error, json_error, json_response
 from .guard import local_guard
 
 
@@ -78,6 +79,7 @@ class Adapter:
 
 
 ADAPTER = web.AppKey("adapter", Adapter)
+UNREADABLE_TEXT = "the service could not read this entry (see its retain_entry_unreadable log line); it is not retried"
 
 
 async def recall(request: web.Request) -> web.Response:
@@ -107,6 +109,8 @@ async def retain(request: web.Request) -> web.Response:
             return a.busy()
         outcome = await a.backend.retain(req)
     a.metrics.retains.labels(outcome).inc()
+    if outcome == UNREADABLE:
+        return json_response({**error_doc(UNREADABLE_TEXT, "entry"), "status": outcome, "id": req.entry["id"]}, 422)
     return json_response({"status": outcome, "id": req.entry["id"]}, 202)
 
 
@@ -143,9 +147,11 @@ async def _retain_items(a: Adapter, batch: RetainBatchRequest) -> list[dict[str,
     if valid:  # one store transaction for the whole batch
         for (slot, _), outcome in zip(valid, await many([r for _, r in valid])):
             results[slot]["status"] = outcome
-    for r in results:
+    for i, r in enumerate(results):
         if r.get("status"):
             a.metrics.retains.labels(r["status"]).inc()
+        if r.get("status") == UNREADABLE:  # that item's own refusal: the proxy does not retry it
+            r.update(code=422, error=UNREADABLE_TEXT, field=f"items.{i}.entry")
     return results
 
 

@@ -35,6 +35,7 @@ from ..engine.profile import PROFILE, newer
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
 from ..engine.record import GLOBAL_AGENT, StoredMemory
 from ..engine.updates import marking_earlier
+from ..engine.unreadable import UNREADABLE, memories_of
 from .access_counts import AccessCounts
 from .coherence import CoherentIndexes, SharedVersionReads, VersionedIndex
 from .config import TieredSettings
@@ -263,7 +264,10 @@ class TieredMemory:
             if eid in seen or eid in fresh:
                 outcomes.append(seen.get(eid, "duplicate"))
                 continue
-            made = await self.redactor.off_loop(req.entry, memories_from_entry, agent_id, req.entry, req.metadata, self.redactor)
+            made = await memories_of(self.redactor, self.telemetry, memories_from_entry, agent_id, req.entry, req.metadata)
+            if made is None:
+                outcomes.append(UNREADABLE)  # not marked retained: a fixed engine reads it on backfill
+                continue
             episodes += [m for m in made if m.key.startswith("episode:")]
             keyed += [m for m in made if not m.key.startswith("episode:")]
             fresh.append(eid)

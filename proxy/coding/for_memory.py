@@ -116,7 +116,7 @@ def compact_tools(messages: list[Any]) -> list[Any]:
         kind, role = m.get("type"), m.get("role")
         if role == "assistant" and (m.get("tool_calls") or isinstance(m.get("content"), list)):
             m = dict(m)
-            if m.get("tool_calls"):
+            if isinstance(m.get("tool_calls"), list):
                 new_calls = []
                 for call in m["tool_calls"]:
                     fn = call.get("function") if isinstance(call, dict) else None

@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ..transport_errors import read_request_body
+
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
@@ -35,7 +37,7 @@ def _scope(request: web.Request, extra: dict[str, Any]) -> dict[str, Any]:
 
 async def serve_asgi(app: ASGIApp, request: web.Request, extra_scope: dict[str, Any]) -> web.StreamResponse:
     """Run `app` for `request`; `extra_scope` carries what the aiohttp side already established."""
-    body = await request.read()
+    body = await read_request_body(request)  # gzip that is not, a body cut short: 400
     delivered = False
     gone = asyncio.Event()  # set when the answer is complete: a waiting `receive` then hears disconnect
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from memplane_core.local_trust import HOST_REFUSED_STATUS, cross_site, is_loopback_host, is_loopback_ip
+from memplane_core.local_trust import HOST_REFUSED_STATUS, cross_site, is_loopback_host, is_loopback_ip, relayed
 from memplane_core.telemetry import Telemetry
 
 from ..config import ProxySettings
@@ -74,8 +74,8 @@ class OperatorGate:
         Raises OperatorRefused for a rebinding Host (421) and for a throttled client (429)."""
         admin_token = self.settings.admin_token
         if not admin_token:
-            if not is_loopback_ip(request.remote):
-                return None
+            if not is_loopback_ip(request.remote) or relayed(request.headers):
+                return None  # a reverse proxy on this machine relays for anyone: not a local caller
             if not is_loopback_host(request.headers.get("Host")):
                 raise OperatorRefused(HOST_REFUSED_STATUS, "Operator routes trust loopback callers only under a "
                                       "loopback name (localhost, 127.0.0.1, [::1]); set MEMPLANE_ADMIN_TOKEN "

@@ -29,6 +29,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..memory_service import MemoryService, MemoryServiceError
 from ..retain.files import dead_letter_path
+from ..transport_errors import read_request_form
 from .admin import COOKIE, COOKIE_PATH, CSRF_COOKIE, Operator, OperatorGate, OperatorRefused, install
 from . import charts
 from .curate import (KINDS, SCOPES, CurateError, audit_view, conversation, find_entry, id_html, memory_stats,
@@ -144,7 +145,7 @@ def render(request: web.Request, operator: Operator | None, name: str, **context
 async def checked_form(request: web.Request, operator: Operator | None) -> Any:
     """A state-changing post: same origin, then its CSRF token."""
     _gate(request).same_origin(request)
-    form = await request.post()
+    form = await read_request_form(request)
     _gate(request).check_csrf(request, operator, str(form.get("csrf", "")))
     return form
 

@@ -42,7 +42,8 @@ async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
         raise ProxyError(401, "Invalid or missing agent token. Use '<agent-id>:<secret>' as the API key "
                               "(or, for an agent that brings its own provider key, in X-Memplane-Agent).",
                          code="invalid_api_key")
-    check_credentials(ctx.metadata.client_provider_key, request.headers)
+    check_credentials(ctx.metadata.client_provider_key, request.headers,
+                      lambda value: state.contexts.authenticate(value) is not None)
     wait = await state.rate_limiter.check(ctx.agent_id)
     if wait > 0:
         raise ProxyError(429, "Rate limit exceeded for this agent; retry later.", code="rate_limit_exceeded",
