@@ -2,7 +2,7 @@
 
     python -m bench.quality.loo [--replies assistant|assistant-b|small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|novelty|budget|coverage|
-                                               inference|replies]
+                                               inference|replies|expansion]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -45,6 +45,8 @@ Experiments:
 * `replies`: what an assistant's kept reply is (engine/replies.py, episodes.py; the corpus is built
   again for a setting that changes it): its stating sentences as a part of its own (the default),
   or the whole reply.
+* `expansion`: the agent's words nearest the question's meaning as a second BM25 query
+  (engine/expansion.py): expansion.WEIGHT x its z-score, expansion.TERMS of them; weight 0 is off.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -246,6 +248,20 @@ def novelty_grid(*_) -> dict:
     return out
 
 
+def expansion_grid(*_) -> dict:
+    """The agent's words nearest the question as a second BM25 query (engine/expansion.py): weight x
+    its z-score, `terms` of them; weight 0 is off."""
+    from memory_adapters.engine import expansion
+    out = {f"weight {expansion.WEIGHT}, {expansion.TERMS} terms (default)": with_constants(),
+           "off": with_constants((expansion, "WEIGHT", 0.0))}
+    for weight in (0.05, 0.1, 0.2):
+        for n_terms in (10, 20, 40):
+            if (weight, n_terms) != (expansion.WEIGHT, expansion.TERMS):
+                out[f"weight {weight}, {n_terms} terms"] = with_constants((expansion, "WEIGHT", weight),
+                                                                           (expansion, "TERMS", n_terms))
+    return out
+
+
 def spread_neighbours(top: int, sittings: int, fewer: int):
     """`with_constants` changes: neighbours for only the best `fewer` hits (packing.NEIGHBOURS_FOR) when the
     best `top` hits of a recall come from at least `sittings` sittings (a question whose answer is
@@ -394,6 +410,7 @@ EXPERIMENTS = {
     "replies": replies_grid,
     "inference": inference_grid,
     "coverage": coverage_grid,
+    "expansion": expansion_grid,
 }
 
 

@@ -68,7 +68,13 @@ class Embedder:
     def load(cls, threads: int = 1) -> "Embedder":
         """The shipped model; raises ModelIntegrityError when a model file fails its checksum.
         `threads`: ONNX Runtime intra-op threads (MEMPLANE_ENCODER_THREADS)."""
-        return cls(_load_encoder(max(1, int(threads))))
+        embedder = cls(_load_encoder(max(1, int(threads))))
+        try:  # the word table query expansion reads (expansion.py), read now so no recall waits for it
+            from .expansion import table
+            table()
+        except Exception:  # noqa: BLE001 - without it recall is not expanded; the encoder still works
+            pass
+        return embedder
 
     def embed(self, texts: list[str]) -> "np.ndarray":
         return self.encoder.encode(texts)

@@ -19,11 +19,12 @@ import numpy as np
 from memplane_core.contract import DEFAULT_BUDGET_TOKENS, DEFAULT_MAX_BLOCKS
 from memplane_core.tokens import estimate_tokens
 
-from . import character, context, novelty, schedule
+from . import character, context, expansion, novelty, schedule
 from .dates import indexed
+from .expansion import Vocabulary
 from .fused import RowLinks, fused, fused_rows
 from .heap import HEAP
-from .lexical import LexicalIndex
+from .lexical import LexicalIndex, terms
 from .packing import MAX_HITS, Packed, Snippet, memory_line, pack, past_marked, said_time, snippet_of
 from .project_scope import memory_project
 from .record import StoredMemory, a_reply, bounded, is_pinned, iso, origin_attr, writer_attr
@@ -122,6 +123,7 @@ class AgentIndex:
     speakers: Speakers = field(default_factory=Speakers)  # who said each `Name: text` turn (speakers.py)
     sittings: Sittings = field(default_factory=Sittings)  # the session and day each episode was said in (sittings.py)
     links: RowLinks = field(default_factory=RowLinks)  # lexical row ↔ vector row of each memory (fused.py)
+    vocabulary: Vocabulary = field(default_factory=Vocabulary)  # its terms the word table knows (expansion.py)
     facts: RowFacts = field(init=False)  # what recall's in-context steps read, by lexical row
 
     def __post_init__(self) -> None:
@@ -140,6 +142,7 @@ class AgentIndex:
             self.conditional.add(m.id)
         self.snippets[m.id] = sn = snippet_of(m)
         self.lexical.add(m.id, index_text(m))
+        self.vocabulary.saw(self.lexical.docs[m.id][0], expansion.loaded())
         if m.type == "episode":
             asks = context.asks(m.value)
             if asks:
@@ -309,13 +312,41 @@ class AgentIndex:
         """`rank` by id: a caller that reads the best few never looks the rest up. In context, with
         no filter but a `Visible`: as `RankedRows`, over arrays (the same pairs)."""
         if in_context and self.facts.enabled and (visible is None or isinstance(visible, Visible)):
-            return self._in_context(text, vector, k, now, visible, limit)
+            return self._expanded(self._in_context(text, vector, k, now, visible, limit), text, vector)
         ranked, signals = fused(self.lexical, self.vectors, self.links, text, vector, k, IMPUTE_DENSE, limit)
         out = list(islice(self._shown(ranked, now, visible), limit))
         if in_context:  # over what this recall may see: a hidden neighbour counts as no evidence
             out = self.sittings.lifted(context.rerank(self.speakers.boosted(out, text), self.around,
                                                       sum(s.floor() for s in signals), self.asking))
-            out = novelty.diversified(out, self.sittings.of, self.lexical.docs)
+            out = self._expanded(novelty.diversified(out, self.sittings.of, self.lexical.docs), text, vector)
+        return out
+
+    def expansion_terms(self, text: str, vector: Any) -> list[str]:
+        """The words recall adds to `text` as a second BM25 query (expansion.py): none without the
+        question's vector, with expansion off, or when the word table cannot be read."""
+        if vector is None or not expansion.WEIGHT:
+            return []
+        try:
+            words = expansion.table()
+        except Exception:  # noqa: BLE001 - an unreadable word table turns expansion off, never recall
+            return []
+        known = set(terms(" ".join([text, *self.speakers.named_in(text)])))
+        return self.vocabulary.nearest(vector, self.lexical.postings, len(self.lexical.docs), known, words)
+
+    def _expanded(self, ranked: Any, text: str, vector: Any) -> Any:
+        """`ranked` (in context, best first) with each hit raised by expansion.WEIGHT x its z-score for
+        the expansion query, best first again (stable: equal scores keep their order)."""
+        got = expansion.z_of_rows(self.lexical, self.expansion_terms(text, vector)) if len(ranked) else None
+        if got is None:
+            return ranked
+        z, _ = got
+        if isinstance(ranked, RankedRows):
+            scores = ranked.scores + expansion.WEIGHT * z[ranked.rows]
+            order = np.argsort(-scores, kind="stable")
+            return RankedRows(ranked.rows[order], scores[order], self.lexical.ids, self.facts)
+        docs = self.lexical.docs
+        out = [(d, s + expansion.WEIGHT * float(z[docs[d][1]])) for d, s in ranked]
+        out.sort(key=lambda pair: -pair[1])  # stable
         return out
 
     def _in_context(self, text: str, vector: Any, k: int, now: float, visible: Any, limit: int | None
