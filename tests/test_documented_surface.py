@@ -1,0 +1,67 @@
+"""What the docs name works as written, driven as a user drives it: the real CLI, the real servers,
+the official SDKs (docs/cli.md, docs/configuration.md, docs/http.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import aiohttp
+import openai
+import pytest
+from click.testing import CliRunner
+
+from memplane_cli.main import main
+from memplane_cli.runner import free_port
+
+
+async def _wait_up(proc: subprocess.Popen, *urls: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(400):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            try:
+                if all([(await http.get(u)).status == 200 for u in urls]):
+                    return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("memplane up did not start")
+
+
+async def test_memplane_up_reads_the_proxy_settings_from_the_environment_as_serve_does(tmp_path, provider_server):
+    """configuration.md names MEMPLANE_OPENAI_BASE_URL (and the other MEMPLANE_* proxy variables) for
+    the proxy; `memplane up` (what `make run` runs) is a proxy too, and used to read OPENAI_BASE_URL only."""
+    provider, provider_url = provider_server
+    proxy_port, adapter_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "MEMPLANE_ADMIN_TOKEN")}
+    env.update({"MEMPLANE_OPENAI_BASE_URL": f"{provider_url}/v1", "OPENAI_API_KEY": "sk-operator",
+                "MEMPLANE_PASSTHROUGH": "GET /v1/models", "MEMPLANE_EMBEDDINGS": "off",
+                "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)})
+    proc = subprocess.Popen([sys.executable, "-c", "from memplane_cli.main import main; main()", "up",
+                             "--home", str(tmp_path / "home"), "--port", str(proxy_port),
+                             "--adapter-port", str(adapter_port), "--workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    try:
+        await _wait_up(proc, f"{proxy}/healthz", f"http://127.0.0.1:{adapter_port}/health")
+        token = (tmp_path / "home" / "context" / "default" / "token").read_text().strip()
+        client = openai.AsyncOpenAI(base_url=f"{proxy}/v1", api_key=token, max_retries=0)
+        reply = await client.chat.completions.create(model="fake-model",
+                                                     messages=[{"role": "user", "content": "hello"}])
+        assert reply.choices[0].message.content
+        assert provider.received[-1].path == "/v1/chat/completions"  # not the public endpoint
+        assert provider.received[-1].headers["Authorization"] == "Bearer sk-operator"
+        # MEMPLANE_PASSTHROUGH narrows the allow-list: embeddings are no longer forwarded
+        with pytest.raises(openai.NotFoundError):
+            await client.embeddings.create(model="e", input="x")
+        await client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
