@@ -65,3 +65,17 @@ async def test_memplane_up_reads_the_proxy_settings_from_the_environment_as_serv
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+async def test_a_turn_body_that_is_not_json_is_400_invalid_json_as_http_md_says(stack):
+    """http.md's 400 row names `invalid_json`; turn endpoints answered `"code": null`."""
+    token = stack.add_agent("json-agent")
+    async with aiohttp.ClientSession() as http:
+        for body in (b"{not json", b"", b"[1, 2]"):
+            async with http.post(f"{stack.proxy_url}/v1/chat/completions", data=body,
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Content-Type": "application/json"}) as r:
+                assert r.status == 400
+                error = (await r.json())["error"]
+                assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error", body
+    assert stack.provider.received == []
