@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import aiohttp
+import orjson
 import openai
 import pytest
 from click.testing import CliRunner
@@ -79,3 +80,34 @@ async def test_a_turn_body_that_is_not_json_is_400_invalid_json_as_http_md_says(
                 error = (await r.json())["error"]
                 assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error", body
     assert stack.provider.received == []
+
+
+POD = """\
+x-claw:
+  pod: desk
+services:
+  analyst:
+    image: analyst:latest
+    x-claw:
+      memory: {service: mem-svc}
+  mem-svc:
+    image: memory:latest
+    expose: ["8080"]
+"""
+
+
+async def test_compile_describe_takes_a_running_services_base_url(tmp_path, reference):
+    """`--describe SERVICE=URL` with the URL a user has at hand (the service's base URL, as
+    `agent add --memory-url` takes it) reads its /.claw-describe.json rather than failing on 404."""
+    base_url, _ = reference
+    pod = tmp_path / "pod.yml"
+    pod.write_text(POD)
+    for url in (base_url, base_url + "/", base_url + "/.claw-describe.json"):
+        out = tmp_path / f"ctx{len(url)}"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from memplane_cli.main import main; main()", "compile", str(pod), "--out",
+            str(out), "--describe", f"mem-svc={url}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        manifest = orjson.loads((out / "analyst" / "memory.json").read_bytes())
+        assert manifest["retain"]["batch_path"] == "/retain/batch"  # what the running service declares
