@@ -424,8 +424,8 @@ def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str 
     if said:
         body["metadata"] = {**(body.get("metadata") if isinstance(body.get("metadata"), dict) else {}), **said}
     body["agent_id"] = agent  # always the agent named on the command line, whatever the line says
-    if m.get("scope") == "session":
-        body["session_id"] = m.get("session_id")
+    if m.get("scope") in ("session", "agent") and m.get("session_id"):
+        body["session_id"] = m["session_id"]  # a turn's agent-wide episode keeps its session: part of its identity
     if m.get("expires_at"):
         body["ttl"] = m["expires_at"]
     try:

@@ -111,3 +111,41 @@ async def test_compile_describe_takes_a_running_services_base_url(tmp_path, refe
         assert proc.returncode == 0, err.decode()
         manifest = orjson.loads((out / "analyst" / "memory.json").read_bytes())
         assert manifest["retain"]["batch_path"] == "/retain/batch"  # what the running service declares
+
+
+async def _cli(*args: str) -> tuple[int, bytes, str]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "from memplane_cli.main import main; main()",
+                                                *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out, err.decode()
+
+
+async def test_memory_import_into_the_store_it_came_from_changes_nothing(tmp_path, aiohttp_server):
+    """cli.md: import restores "idempotently (upsert by key)". A turn's episode is agent-wide but
+    keeps the session it was said in; the import dropped that session, so restoring an export into
+    its own store (or importing twice) doubled every episode said in a session."""
+    from memory_adapters.embedded.app import build_embedded_app
+    from memplane_core.redact import Redactor
+    from memplane_core.telemetry import Telemetry
+
+    server = await aiohttp_server(build_embedded_app(tmp_path / "mem", redactor=Redactor(), telemetry=Telemetry(),
+                                                     embeddings="off"))
+    base = str(server.make_url("/")).rstrip("/")
+    entry = {"id": "hist1_" + "a" * 64, "ts": "2026-11-20T10:00:00.000Z",
+             "request_original": {"messages": [{"role": "user", "content": "My sister Ana lives in Porto."}]},
+             "response": {"format": "json", "json": {"choices": [{"message": {"content": "OK."}}]}}}
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(f"{base}/retain", json={"agent_id": "ana", "pod": "p", "entry": entry,
+                                                    "metadata": {"session_id": "s1"}})
+        assert r.status == 202
+    first = tmp_path / "first.jsonl"
+    code, _, err = await _cli("memory", "export", "mem", "--agent", "ana", "--url", base, "--out", str(first))
+    assert code == 0, err
+    exported = [orjson.loads(line) for line in first.read_bytes().splitlines()]
+    assert [(m["scope"], m["session_id"]) for m in exported] == [("agent", "s1")]
+    for _ in range(2):
+        code, _, err = await _cli("memory", "import", "mem", str(first), "--agent", "ana", "--url", base)
+        assert code == 0, err
+    code, again, err = await _cli("memory", "export", "mem", "--agent", "ana", "--url", base)
+    assert [(m["key"], m["session_id"]) for m in map(orjson.loads, again.splitlines())] == \
+        [(m["key"], m["session_id"]) for m in exported]
