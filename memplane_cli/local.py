@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from manifests.agents import memory_manifest, write_agent
+from manifests.agents import ensure_local_agent, memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
 from proxy.config import DEFAULT_HOME, ProxySettings
@@ -59,8 +59,9 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
     for d in (home, context_root, history_root, data_dir):
         private_dir(d)  # turns, tokens and memories: 0700
-    token, created = write_agent(context_root, agent_id, pod="local",
-                                 memory=memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
+    # made on first run; a restart keeps what the operator wrote into its files (docs/cli.md)
+    token, created = ensure_local_agent(context_root, agent_id,
+                                        memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
                                                         retain_batch_path=RETAIN_BATCH_PATH))
     # every other proxy setting as `memplane serve` reads it from the environment (MEMPLANE_OPENAI_BASE_URL
     # or OPENAI_BASE_URL, MEMPLANE_RATE_LIMIT, MEMPLANE_PASSTHROUGH, …: docs/configuration.md)

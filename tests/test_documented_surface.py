@@ -149,3 +149,39 @@ async def test_memory_import_into_the_store_it_came_from_changes_nothing(tmp_pat
     code, again, err = await _cli("memory", "export", "mem", "--agent", "ana", "--url", base)
     assert [(m["key"], m["session_id"]) for m in map(orjson.loads, again.splitlines())] == \
         [(m["key"], m["session_id"]) for m in exported]
+
+
+async def _up_once(home, env, adapter_port: int) -> None:
+    """`memplane up` until it answers, then stopped (SIGTERM), as a user restarts `make run`."""
+    proxy_port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "from memplane_cli.main import main; main()", "up",
+                             "--home", str(home), "--port", str(proxy_port), "--adapter-port", str(adapter_port),
+                             "--workers", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        await _wait_up(proc, f"http://127.0.0.1:{proxy_port}/healthz")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+async def test_restarting_memplane_up_keeps_what_the_operator_wrote_into_the_agents_files(tmp_path):
+    """operating.md and configuration.md say to switch `store_memory` on with `tools` in memory.json
+    and to restrict models with `allowed_models` in metadata.json; `memplane up` rewrote both files
+    on every start, so a restarted `make run` silently dropped them."""
+    env = {**os.environ, "MEMPLANE_EMBEDDINGS": "off",
+           "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
+    home, agent = tmp_path / "home", tmp_path / "home" / "context" / "default"
+    await _up_once(home, env, free_port())
+    token = (agent / "token").read_text()
+    memory = orjson.loads((agent / "memory.json").read_bytes())
+    metadata = orjson.loads((agent / "metadata.json").read_bytes())
+    (agent / "memory.json").write_bytes(orjson.dumps({**memory, "tools": ["store_memory"], "budget_tokens": 1200}))
+    (agent / "metadata.json").write_bytes(orjson.dumps({**metadata, "allowed_models": ["fake-model"]}))
+    moved = free_port()
+    await _up_once(home, env, moved)
+    memory = orjson.loads((agent / "memory.json").read_bytes())
+    assert memory["tools"] == ["store_memory"] and memory["budget_tokens"] == 1200
+    assert memory["base_url"] == f"http://127.0.0.1:{moved}"  # still pointed at the engine it runs
+    assert orjson.loads((agent / "metadata.json").read_bytes())["allowed_models"] == ["fake-model"]
+    assert (agent / "token").read_text() == token
+    assert oct((agent / "memory.json").stat().st_mode & 0o777) == "0o600"
