@@ -454,12 +454,28 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
         if not name:
             raise click.ClickException("--project needs a name")
         extra["project"] = name
+    extra = {**_kept_metadata(context_root / agent_id / "metadata.json"), **extra}
     token, created = write_agent(context_root, agent_id, pod=pod, memory=memory, extra=extra or None)
     if created:
         click.echo(token)
         click.echo(f"(token shown once; also stored in {context_root / agent_id / 'token'} with mode 0600)", err=True)
     else:
         click.echo(f"agent {agent_id} updated; its token is unchanged ({context_root / agent_id / 'token'})", err=True)
+
+
+# what `agent add` writes from its flags (and the token); anything else in metadata.json was the
+# operator's (allowed_models, timezone, …) and survives a re-run
+FLAG_METADATA = frozenset({"agent_id", "pod", "token_sha256", "provider_key", "project_scope", "project"})
+
+
+def _kept_metadata(path: Path) -> dict[str, object]:
+    import json
+
+    try:
+        current = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {k: v for k, v in current.items() if k not in FLAG_METADATA} if isinstance(current, dict) else {}
 
 
 from .local import demo, up  # noqa: E402  (commands that wire several parts together)

@@ -185,3 +185,22 @@ async def test_restarting_memplane_up_keeps_what_the_operator_wrote_into_the_age
     assert orjson.loads((agent / "metadata.json").read_bytes())["allowed_models"] == ["fake-model"]
     assert (agent / "token").read_text() == token
     assert oct((agent / "memory.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_agent_add_again_keeps_the_allowed_models_the_operator_set(tmp_path):
+    """`allowed_models` (http.md: enforced with 403) has no flag: the operator writes it into
+    metadata.json. Re-running `agent add` to change the agent's memory or project used to drop it,
+    silently letting the agent name any model again; what the flags say follows the flags."""
+    ctx = tmp_path / "ctx"
+    first = CliRunner().invoke(main, ["agent", "add", "bot", "--context-root", str(ctx), "--no-memory",
+                                      "--client-provider-key"])
+    assert first.exit_code == 0, first.output
+    meta_path = ctx / "bot" / "metadata.json"
+    meta = orjson.loads(meta_path.read_bytes())
+    meta_path.write_bytes(orjson.dumps({**meta, "allowed_models": ["gpt-4o-mini"], "timezone": "Europe/Lisbon"}))
+    again = CliRunner().invoke(main, ["agent", "add", "bot", "--context-root", str(ctx), "--no-memory",
+                                      "--project", "billing"])
+    assert again.exit_code == 0, again.output
+    meta = orjson.loads(meta_path.read_bytes())
+    assert meta["allowed_models"] == ["gpt-4o-mini"] and meta["timezone"] == "Europe/Lisbon"
+    assert meta["project"] == "billing" and "provider_key" not in meta  # the flags of this run
