@@ -85,3 +85,24 @@ def write_agent(context_root: Path, agent_id: str, *, pod: str = "",
     elif manifest_path.exists():
         manifest_path.unlink()
     return token, created
+
+
+def ensure_local_agent(context_root: Path, agent_id: str, memory: dict[str, Any], *,
+                       pod: str = "local") -> tuple[str, bool]:
+    """`memplane up`'s agent: made on first run; afterwards its files stay as the operator left them
+    (`tools`, `placement`, `allowed_models`, … edited by hand) and only an existing memory.json of the
+    same service is pointed at the engine this run serves (its port may have moved). (token, created)."""
+    agent_dir = Path(context_root) / agent_id
+    token = read_token(agent_dir / "token")
+    if token is None or not (agent_dir / "metadata.json").exists():
+        return write_agent(context_root, agent_id, pod=pod, memory=memory)
+    manifest_path = agent_dir / "memory.json"
+    try:
+        current = json.loads(manifest_path.read_text())
+    except (FileNotFoundError, ValueError):
+        return token, False  # no memory on purpose, or a file the proxy reports as invalid: left alone
+    if isinstance(current, dict) and current.get("service") == memory["service"] \
+            and current.get("base_url") != memory["base_url"]:
+        write_json(manifest_path, {**current, "base_url": memory["base_url"]})
+    return token, False
+

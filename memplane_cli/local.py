@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 import tempfile
 from pathlib import Path
 
 import click
 
-from manifests.agents import memory_manifest, write_agent
+from manifests.agents import ensure_local_agent, memory_manifest, write_agent
 from memplane_core.contract import RETAIN_BATCH_PATH
 from memplane_core.private_files import private_dir
-from proxy.config import (
-    DEFAULT_ANTHROPIC_BASE_URL,
-    DEFAULT_HOME,
-    DEFAULT_OPENAI_BASE_URL,
-    ProxySettings,
-    operator_openai_ids,
-)
+from proxy.config import DEFAULT_HOME, ProxySettings
 
 from . import runner
 from .workers import auto_workers, worker_number
@@ -66,18 +59,16 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
     context_root, history_root, data_dir = home / "context", home / "history", home / "memory"
     for d in (home, context_root, history_root, data_dir):
         private_dir(d)  # turns, tokens and memories: 0700
-    token, created = write_agent(context_root, agent_id, pod="local",
-                                 memory=memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
+    # made on first run; a restart keeps what the operator wrote into its files (docs/cli.md)
+    token, created = ensure_local_agent(context_root, agent_id,
+                                        memory_manifest("embedded", f"http://127.0.0.1:{adapter_port}",
                                                         retain_batch_path=RETAIN_BATCH_PATH))
-    settings = ProxySettings(
-        context_root=context_root, history_root=history_root,
-        openai_base_url=os.environ.get("OPENAI_BASE_URL", DEFAULT_OPENAI_BASE_URL),
-        openai_api_key=os.environ.get("OPENAI_API_KEY"),
-        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL", DEFAULT_ANTHROPIC_BASE_URL),
-        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"),
-        admin_token=admin_token or None,
-        **operator_openai_ids(dict(os.environ)),
-    )
+    # every other proxy setting as `memplane serve` reads it from the environment (MEMPLANE_OPENAI_BASE_URL
+    # or OPENAI_BASE_URL, MEMPLANE_RATE_LIMIT, MEMPLANE_PASSTHROUGH, …: docs/configuration.md)
+    from .main import proxy_settings_from_env
+
+    settings = proxy_settings_from_env(context_root=context_root, history_root=history_root,
+                                       admin_token=admin_token or None)
 
     def ready(ports: list[int]) -> None:
         click.echo(f"memplane is up: proxy http://{host}:{ports[0]}/v1 -> {settings.openai_base_url}; "

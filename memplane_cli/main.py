@@ -84,6 +84,43 @@ def _check_contexts(settings: ProxySettings) -> None:
         store.get(agent_id)
 
 
+def proxy_settings(p: dict) -> ProxySettings:
+    """The proxy's settings from `memplane serve`'s parameters (flags, else their MEMPLANE_* variables,
+    else the defaults), checked; `memplane up` builds its proxy from the same (docs/configuration.md)."""
+    from memplane_core.redact import RedactionConfigError
+
+    ledger = p["ledger"]
+    settings = ProxySettings(
+        context_root=p["context_root"], history_root=p["history_root"], openai_base_url=p["openai_base_url"],
+        openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=p["anthropic_base_url"],
+        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=p["max_body_bytes"],
+        upstream_connect_timeout_s=p["upstream_connect_timeout"], upstream_read_timeout_s=p["upstream_read_timeout"],
+        max_concurrent_upstream=p["max_concurrent_upstream"],
+        max_concurrent_upstream_per_agent=p["max_concurrent_upstream_per_agent"], rate_limit_per_agent=p["rate_limit"],
+        rate_limit_burst=p["rate_limit_burst"], redaction_rules=p["redaction_rules"],
+        shutdown_grace_s=p["shutdown_grace"], passthrough=p["passthrough"], admin_token=p["admin_token"] or None,
+        ledger=ledger, redis_url=p["redis_url"] or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),
+        ledger_prefix=p["ledger_prefix"], retain_claim_idle_s=p["retain_claim_idle"],
+        retain_batch=p["retain_batch"], retain_batch_call=p["retain_batch_call"], retain_linger_s=p["retain_linger"],
+        retain_max_in_flight=p["retain_in_flight"],
+        **operator_openai_ids(dict(os.environ)),
+    )
+    try:
+        Redactor.from_file(settings.redaction_rules)
+        parse_allow_list(settings.passthrough)
+    except (RedactionConfigError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    return settings
+
+
+def proxy_settings_from_env(**overrides) -> ProxySettings:
+    """What `memplane serve` with no flags would run with: every proxy setting from its MEMPLANE_*
+    variable (or OPENAI_BASE_URL / ANTHROPIC_BASE_URL), else its default; `overrides` on top."""
+    with serve.make_context("serve", []) as ctx:
+        params = dict(ctx.params)
+    return proxy_settings({**params, **overrides})
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMPLANE_HOST")
 @click.option("--port", default=8080, show_default=True, type=int, envvar="MEMPLANE_PORT")
@@ -148,30 +185,18 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           retain_linger: float = default("retain_linger_s"),
           retain_in_flight: int = default("retain_max_in_flight"), workers: int = 1) -> None:
     """Run the memory proxy."""
-    from memplane_core.redact import RedactionConfigError, Redactor
-
     from proxy.app import build_app
 
-    settings = ProxySettings(
+    settings = proxy_settings(dict(
         context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,
-        openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=anthropic_base_url,
-        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=max_body_bytes,
-        upstream_connect_timeout_s=upstream_connect_timeout, upstream_read_timeout_s=upstream_read_timeout,
+        anthropic_base_url=anthropic_base_url, max_body_bytes=max_body_bytes,
+        upstream_connect_timeout=upstream_connect_timeout, upstream_read_timeout=upstream_read_timeout,
         max_concurrent_upstream=max_concurrent_upstream,
-        max_concurrent_upstream_per_agent=max_concurrent_upstream_per_agent, rate_limit_per_agent=rate_limit,
-        rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace_s=shutdown_grace,
-        passthrough=passthrough, admin_token=admin_token,
-        ledger=ledger, redis_url=redis_url or ("redis://127.0.0.1:6379/0" if ledger == "redis" else None),
-        ledger_prefix=ledger_prefix, retain_claim_idle_s=retain_claim_idle,
-        retain_batch=retain_batch, retain_batch_call=retain_batch_call, retain_linger_s=retain_linger,
-        retain_max_in_flight=retain_in_flight,
-        **operator_openai_ids(dict(os.environ)),
-    )
-    try:
-        Redactor.from_file(redaction_rules)
-        parse_allow_list(passthrough)
-    except (RedactionConfigError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+        max_concurrent_upstream_per_agent=max_concurrent_upstream_per_agent, rate_limit=rate_limit,
+        rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace=shutdown_grace,
+        admin_token=admin_token, passthrough=passthrough, ledger=ledger, redis_url=redis_url,
+        ledger_prefix=ledger_prefix, retain_claim_idle=retain_claim_idle, retain_batch=retain_batch,
+        retain_batch_call=retain_batch_call, retain_linger=retain_linger, retain_in_flight=retain_in_flight))
     _check_contexts(settings)
     workers = _worker_count(workers, "a file ledger has one writer per agent: run the workers on the shared "
                                      "ledger (--ledger redis)" if ledger == "file" else None)
@@ -430,12 +455,28 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
         if not name:
             raise click.ClickException("--project needs a name")
         extra["project"] = name
+    extra = {**_kept_metadata(context_root / agent_id / "metadata.json"), **extra}
     token, created = write_agent(context_root, agent_id, pod=pod, memory=memory, extra=extra or None)
     if created:
         click.echo(token)
         click.echo(f"(token shown once; also stored in {context_root / agent_id / 'token'} with mode 0600)", err=True)
     else:
         click.echo(f"agent {agent_id} updated; its token is unchanged ({context_root / agent_id / 'token'})", err=True)
+
+
+# what `agent add` writes from its flags (and the token); anything else in metadata.json was the
+# operator's (allowed_models, timezone, …) and survives a re-run
+FLAG_METADATA = frozenset({"agent_id", "pod", "token_sha256", "provider_key", "project_scope", "project"})
+
+
+def _kept_metadata(path: Path) -> dict[str, object]:
+    import json
+
+    try:
+        current = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {k: v for k, v in current.items() if k not in FLAG_METADATA} if isinstance(current, dict) else {}
 
 
 from .local import demo, up  # noqa: E402  (commands that wire several parts together)

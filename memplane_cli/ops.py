@@ -23,8 +23,9 @@ HISTORY_ROOT = click.option("--history-root", type=click.Path(path_type=Path), d
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Context root to write.")
 @click.option("--pod-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory build contexts are relative to (default: the pod file's).")
-@click.option("--describe", "describes", multiple=True, metavar="SERVICE=PATH",
-              help="Descriptor for a memory service: a file path or an http(s) URL. Repeatable.")
+@click.option("--describe", "describes", multiple=True, metavar="SERVICE=PATH|URL",
+              help="Descriptor for a memory service: a file path, its http(s) URL, or the service's base URL "
+                   "(its /.claw-describe.json is read). Repeatable.")
 @click.option("--print-env", is_flag=True, help="Print the OPENAI_BASE_URL/OPENAI_API_KEY lines per agent.")
 @click.option("--proxy-url", default="http://memplane:8080", show_default=True,
               help="The proxy URL agents reach (for --print-env).")
@@ -38,7 +39,7 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
         if "=" not in item:
             raise click.BadParameter(f"expected SERVICE=PATH, got {item!r}", param_hint="--describe")
         name, path = item.split("=", 1)
-        overrides[name] = path
+        overrides[name] = descriptor_location(path)
     try:
         result = compile_pod(pod_file, out, pod_dir=pod_dir, describe=overrides, fetch=fetch_descriptor)
     except CompileError as exc:
@@ -55,6 +56,19 @@ def compile_cmd(pod_file: Path, out: Path, pod_dir: Path | None, describes: tupl
             click.echo(f"OPENAI_API_KEY={agent.token}")
             click.echo(f"ANTHROPIC_BASE_URL={proxy_url.rstrip('/')}")
             click.echo(f"ANTHROPIC_API_KEY={agent.token}")
+
+
+def descriptor_location(where: str) -> str:
+    """A `--describe` value as the compiler reads it: a file path or a descriptor's URL as given; a
+    service's base URL (no path) means its `/.claw-describe.json`, as `agent add --memory-url` reads it."""
+    from urllib.parse import urlsplit
+
+    from proxy.memory_service.client import DESCRIBE_PATH
+
+    parts = urlsplit(where)
+    if parts.scheme in ("http", "https") and parts.path in ("", "/") and not parts.query:
+        return where.rstrip("/") + DESCRIBE_PATH
+    return where
 
 
 def fetch_descriptor(url: str, *, token: str | None = None, seconds: float = 5) -> dict:
@@ -410,8 +424,8 @@ def _import_body(raw: bytes, agent: str, allow_global: bool) -> tuple[dict, str 
     if said:
         body["metadata"] = {**(body.get("metadata") if isinstance(body.get("metadata"), dict) else {}), **said}
     body["agent_id"] = agent  # always the agent named on the command line, whatever the line says
-    if m.get("scope") == "session":
-        body["session_id"] = m.get("session_id")
+    if m.get("scope") in ("session", "agent") and m.get("session_id"):
+        body["session_id"] = m["session_id"]  # a turn's agent-wide episode keeps its session: part of its identity
     if m.get("expires_at"):
         body["ttl"] = m["expires_at"]
     try:

@@ -113,7 +113,7 @@ async def store(request: web.Request) -> web.Response:
     meta["author"] = _author(request)
     meta.update(provenance(body.metadata, admin=admin, author=meta["author"], shared=body.scope == "global"))
     m = StoredMemory(agent_id=agent, scope=body.scope, key=body.key, value=body.value, type=body.type,
-                     importance=body.importance, session_id=body.session_id if body.scope == "session" else None,
+                     importance=body.importance, session_id=body.session_id if body.scope != "global" else None,
                      expires_at=body.expires_at(), metadata=meta, source_entry_ids=list(body.source_entry_ids),
                      said_at=_epoch(body.said_at))
     if body.created_at is not None:

@@ -54,13 +54,13 @@ async def authenticate(request: web.Request, state: ProxyState) -> AgentContext:
 async def read_json_body(request: web.Request) -> dict[str, Any]:
     raw = await read_request_body(request)
     if not raw.strip():
-        raise ProxyError(400, "The request body is empty; expected a JSON object.")
+        raise ProxyError(400, "The request body is empty; expected a JSON object.", code="invalid_json")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise ProxyError(400, f"The request body is not valid JSON: {exc.msg}.") from None
+        raise ProxyError(400, f"The request body is not valid JSON: {exc.msg}.", code="invalid_json") from None
     if not isinstance(body, dict):
-        raise ProxyError(400, "The request body must be a JSON object.")
+        raise ProxyError(400, "The request body must be a JSON object.", code="invalid_json")
     if not nests_safely(body):
         raise ProxyError(400, "The request body is nested too deeply to be forwarded and recorded.")
     return body
