@@ -101,6 +101,7 @@ class Vocabulary:
     def __init__(self) -> None:
         self.terms: list[str] = []
         self.rows = np.zeros(0, dtype=np.int64)
+        self.matrix: np.ndarray | None = None  # the rows' vectors, kept (a gather per recall cost as much again)
         self._seen: set[str] = set()
         self._pending: list[tuple[str, int]] = []
 
@@ -118,8 +119,10 @@ class Vocabulary:
         self._pending = []
         if found:
             self.terms += [t for t, _ in found]
-            self.rows = np.concatenate([self.rows, np.fromiter((r for _, r in found), dtype=np.int64,
-                                                                 count=len(found))])
+            rows = np.fromiter((r for _, r in found), dtype=np.int64, count=len(found))
+            self.rows = np.concatenate([self.rows, rows])
+            added = words.vectors[rows]
+            self.matrix = added if self.matrix is None else np.concatenate([self.matrix, added])
 
     def nearest(self, vector: Any, postings: dict[str, Any], docs: int, known: set[str],
                 words: WordTable, n_terms: int | None = None) -> list[str]:
@@ -133,7 +136,7 @@ class Vocabulary:
         norm = float(np.linalg.norm(q))
         if not norm or q.shape[0] != words.vectors.shape[1]:  # another encoder's vector: no table for it
             return []
-        sims = words.vectors[self.rows] @ (q / norm)
+        sims = self.matrix @ (q / norm)
         scan = min(SCAN, len(sims))
         head = np.argpartition(-sims, scan - 1)[:scan] if scan < len(sims) else np.arange(len(sims))
         head = head[np.argsort(-sims[head], kind="stable")]
@@ -153,7 +156,7 @@ class Vocabulary:
 def z_of_rows(lexical: Any, terms: list[str]) -> tuple[np.ndarray, float] | None:
     """Each lexical row's z-score for the BM25 query `terms` (by row; a row no term found scores the
     floor), or None when the query finds nothing to tell apart."""
-    got = lexical.top(terms, len(lexical.ids)) if terms else None
+    got = lexical.every(terms) if terms else None
     if got is None:
         return None
     rows, scores, mean, std = got

@@ -119,6 +119,16 @@ class LexicalIndex:
         ids = self.ids  # tolist(): one conversion for all, not a numpy scalar per hit
         return [(ids[c], s) for c, s in zip(rows.tolist(), scores.tolist())], mean, std
 
+    def every(self, query: list[str]) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+        """Every row a term of `query` finds, unsorted, with its score, and the mean and standard
+        deviation over all documents (as `top`, without choosing a best few)."""
+        cand, scores = self._score(query)
+        n = len(self.docs)
+        if cand is None or not n:
+            return None
+        mean = float(scores.sum()) / n
+        return cand, scores, mean, math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
+
     def top(self, query: str | list[str], k: int = 50) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """`scored` as arrays: the best `k` rows (`ids[row]` is the document) and their scores, with
         the mean and standard deviation; None when no query term is indexed."""
