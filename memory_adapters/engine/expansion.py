@@ -22,6 +22,7 @@ docs/quality.md, "Query expansion by word meaning"). Patterns: none (the lexical
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-WEIGHT = 0.1  # z units of the expansion query's BM25 score a hit gains (0: off)
+# z units of the expansion query's BM25 score a hit gains (0: off; MEMPLANE_QUERY_EXPANSION=off)
+WEIGHT = 0.0 if os.environ.get("MEMPLANE_QUERY_EXPANSION", "").strip().lower() in ("off", "0", "false", "no") else 0.1
 TERMS = 20  # expansion terms: the agent's words nearest the question
 MIN_DOCS = 2  # a term held by fewer memories is no topic of the agent's
 MAX_SHARE = 0.02  # nor one held by more than this share of them
