@@ -31,7 +31,7 @@ from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
 )
-from tests.test_coding_clis_by_shape import _system, check
+from tests.test_coding_clis_by_shape import check, is_title_call
 
 
 @pytest.fixture(scope="session")
@@ -111,10 +111,6 @@ async def test_continue_compaction_keeps_one_summary_and_each_repository_keeps_i
 
 
 # -- gptme: three system messages, a Markdown working directory, a title call after the first answer --
-
-def is_title_call(r: Received) -> bool:
-    return not r.body.get("tools") and "title" in _system(r).lower()
-
 
 async def test_gptme_titles_leave_nothing_and_each_repository_keeps_its_work(gptme, coding, tmp_path):
     stack, memory_url = coding

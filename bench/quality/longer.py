@@ -22,7 +22,7 @@ from datetime import datetime
 
 from ..harness import table, write_results
 from .locomo import CATEGORIES, DATASET, REPLIES, load, scores
-from .loo import EXPERIMENTS, REPLYING, build, evaluate, query_vectors, three
+from .loo import EXPERIMENTS, REPLYING, evaluate, prepared, three
 
 # (first conversation, second, the second's speakers renamed to the first's)
 MERGES = (("conversation_41", "conversation_30", {"Jon": "John", "Gina": "Maria"}),
@@ -71,12 +71,7 @@ def main() -> None:
         return
     started = time.perf_counter()
     convs = [merged(by_name[a], by_name[b], names) for a, b, names in MERGES]
-    corpora = {c["name"]: build(c, embedder) for c in convs}
-    qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
-                     embedder.embed([q["question"] for c in convs for q in c["questions"]])))
-    asked = query_vectors(embedder, convs, corpora, qvecs)
-    settings = EXPERIMENTS[args.experiment]
-    settings = settings(embedder, convs) if callable(settings) else settings
+    corpora, qvecs, asked, settings = prepared(embedder, convs, args.experiment)
     cats = [*CATEGORIES.values(), "all"]
     rows, doc = [], {}
     for name, setting in settings.items():

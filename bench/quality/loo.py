@@ -432,6 +432,17 @@ def three(score: float | None) -> str:
     return "-" if score is None else f"{score:.3f}"
 
 
+def prepared(embedder, convs: list[dict], experiment: str) -> tuple[dict, dict, dict, dict]:
+    """What an experiment is scored with: each conversation's episodes and vectors, every question's
+    vector, the vector each is asked with, and the experiment's settings by name."""
+    corpora = {c["name"]: build(c, embedder) for c in convs}
+    questions = [q["question"] for c in convs for q in c["questions"]]
+    qvecs = dict(zip(questions, embedder.embed(questions)))
+    asked = query_vectors(embedder, convs, corpora, qvecs)
+    settings = EXPERIMENTS[experiment]
+    return corpora, qvecs, asked, settings(embedder, convs) if callable(settings) else settings
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="context")
@@ -451,12 +462,7 @@ def main() -> None:
     embedder = Embedder.load()
     convs = load(DATASET)
     started = time.perf_counter()
-    corpora = {c["name"]: build(c, embedder) for c in convs}
-    qvecs = dict(zip([q["question"] for c in convs for q in c["questions"]],
-                     embedder.embed([q["question"] for c in convs for q in c["questions"]])))
-    asked = query_vectors(embedder, convs, corpora, qvecs)
-    settings = EXPERIMENTS[args.experiment]
-    settings = settings(embedder, convs) if callable(settings) else settings
+    corpora, qvecs, asked, settings = prepared(embedder, convs, args.experiment)
     built = {name: {c["name"]: build(c, embedder, s.building) for c in convs}
              for name, s in settings.items() if getattr(s, "building", ())}  # a corpus of their own
 
