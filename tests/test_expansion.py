@@ -95,3 +95,20 @@ def test_a_word_table_that_fails_its_checksum_is_refused(tmp_path):
     (tmp_path / "words.npz").write_bytes(bytes(raw))
     with pytest.raises(ModelIntegrityError, match="checksum"):
         expansion.WordTable.load(tmp_path)
+
+
+def test_a_large_vocabulary_keeps_its_vectors_and_chooses_as_a_small_one_does(monkeypatch):
+    # a small agent gathers its terms' vectors per recall (no copy per agent); a large one keeps
+    # them: either way the same terms come back
+    words = expansion.table()
+    said = words.terms[:3000]
+    postings = {t: {0: 1, 1: 1} for t in said}  # every term in two memories of a large store
+    vector = words.vectors[words.row[said[7]]]
+    chosen = []
+    for keep_from in (10**9, 100):
+        monkeypatch.setattr(expansion, "KEEP_FROM", keep_from)
+        vocabulary = expansion.Vocabulary()
+        vocabulary.saw(said, words)
+        assert (vocabulary.matrix is not None) == (keep_from == 100)
+        chosen.append(vocabulary.nearest(vector, postings, 10_000, set(), words))
+    assert chosen[0] == chosen[1] and chosen[0][0] == said[7]

@@ -36,6 +36,9 @@ TERMS = 20  # expansion terms: the agent's words nearest the question
 MIN_DOCS = 2  # a term held by fewer memories is no topic of the agent's
 MAX_SHARE = 0.02  # nor one held by more than this share of them
 SCAN = 200  # nearest terms looked at before the filters: bounds a recall's Python work
+# known terms from which an agent keeps their vectors (1.5 KB a term): below, a recall gathers them
+# (~0.25 ms for a LoCoMo conversation's 1,159), so a thousand small agents do not hold a copy each
+KEEP_FROM = 2048
 
 MODEL_DIR = Path(__file__).parent / "model"
 
@@ -103,7 +106,7 @@ class Vocabulary:
     def __init__(self) -> None:
         self.terms: list[str] = []
         self.rows = np.zeros(0, dtype=np.int64)
-        self.matrix: np.ndarray | None = None  # the rows' vectors, kept (a gather per recall cost as much again)
+        self.matrix: np.ndarray | None = None  # the rows' vectors, kept once there are KEEP_FROM of them
         self._seen: set[str] = set()
         self._pending: list[tuple[str, int]] = []
 
@@ -123,8 +126,10 @@ class Vocabulary:
             self.terms += [t for t, _ in found]
             rows = np.fromiter((r for _, r in found), dtype=np.int64, count=len(found))
             self.rows = np.concatenate([self.rows, rows])
-            added = words.vectors[rows]
-            self.matrix = added if self.matrix is None else np.concatenate([self.matrix, added])
+            if self.matrix is not None:
+                self.matrix = np.concatenate([self.matrix, words.vectors[rows]])
+            elif len(self.rows) >= KEEP_FROM:
+                self.matrix = words.vectors[self.rows]
 
     def nearest(self, vector: Any, postings: dict[str, Any], docs: int, known: set[str],
                 words: WordTable, n_terms: int | None = None) -> list[str]:
@@ -138,7 +143,8 @@ class Vocabulary:
         norm = float(np.linalg.norm(q))
         if not norm or q.shape[0] != words.vectors.shape[1]:  # another encoder's vector: no table for it
             return []
-        sims = self.matrix @ (q / norm)
+        vectors = self.matrix if self.matrix is not None else words.vectors[self.rows]
+        sims = vectors @ (q / norm)
         scan = min(SCAN, len(sims))
         head = np.argpartition(-sims, scan - 1)[:scan] if scan < len(sims) else np.arange(len(sims))
         head = head[np.argsort(-sims[head], kind="stable")]
