@@ -636,3 +636,27 @@ async def test_a_responses_conversation_keeps_each_user_turn_of_its_tool_loops_o
     texts = [m["value"] for m in await stored_memories(engine, "conv2")]
     said = [t for t in texts if not t.startswith(("assistant:", "tools:"))]  # the person's parts
     assert [sum(q in t for t in said) for q in questions] == [1, 1], said
+
+
+async def test_forgetting_any_call_of_a_tool_loop_forgets_the_turn_it_kept(stack, engine):
+    """A loop's episode is kept from its latest step, so it holds what every step said: forgetting
+    any of the loop's ledger entries (as a person picks one in the inspector) forgets it."""
+    import aiohttp
+    stack.add_agent("forgetful", engine, service="embedded")
+    client = stack.openai("forgetful")
+    stack.provider.model = ToolLoop(LOOP[:1])
+    asked = [{"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}]
+    step = await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    call = step.choices[0].message.tool_calls[0]
+    asked += [step.choices[0].message.model_dump(exclude_none=True),
+              {"role": "tool", "tool_call_id": call.id, "content": "21C at noon"}]
+    await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    await stack.caught_up()
+    first = stack.ledger("forgetful")[0]["id"]  # the loop's first call, not the one the episode came from
+    from tests.cli_agents import stored_memories
+    assert any("my trip on Friday" in m["value"] for m in await stored_memories(engine, "forgetful"))
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{engine}/forget", json={"agent_id": "forgetful", "entry_ids": [first],
+                                                       "reason": "the person asked"}) as r:
+            assert r.status == 204, await r.text()
+    assert not any("my trip on Friday" in m["value"] for m in await stored_memories(engine, "forgetful"))

@@ -263,7 +263,7 @@ class EmbeddedMemory:
                         outcomes.append(UNREADABLE)  # not marked retained: a fixed engine reads it on backfill
                         continue
                     made = scope_to_project(made, req.metadata)
-                    put += await self._keyed(made, put)
+                    put += _sources_kept(await self._keyed(made, put), put, idx)
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
             if marks:
@@ -417,6 +417,17 @@ class EmbeddedMemory:
             if m.agent_id in self._indexes:
                 self._indexes[m.agent_id].drop(memory_id)
         return True
+
+
+def _sources_kept(made: list[StoredMemory], put: list[StoredMemory], idx: AgentIndex) -> list[StoredMemory]:
+    """`made`, each memory that replaces one of the same id (a tool loop's episode, kept from its
+    latest step) naming the entries the one it replaces came from too: forgetting any of them
+    forgets it (tiered adds to the list the same way)."""
+    for m in made:
+        cur = next((p for p in reversed(put) if p.id == m.id), None) or idx.memories.get(m.id)
+        if cur is not None and cur.source_entry_ids != m.source_entry_ids:
+            m.source_entry_ids = list(dict.fromkeys([*cur.source_entry_ids, *m.source_entry_ids]))
+    return made
 
 
 def _memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],
