@@ -108,19 +108,19 @@ class Vocabulary:
         self.rows = np.zeros(0, dtype=np.int64)
         self.matrix: np.ndarray | None = None  # the rows' vectors, kept once there are KEEP_FROM of them
         self._seen: set[str] = set()
-        self._pending: list[tuple[str, int]] = []
+        self._pending: list[str] = []  # seen before the table was read: looked up when it is
 
     def saw(self, terms: Iterable[str], words: WordTable | None) -> None:
         """Note the terms of a memory just indexed (`words`: None until the table is loaded)."""
         for t in terms:
             if t not in self._seen:
                 self._seen.add(t)
-                self._pending.append((t, -1))
+                self._pending.append(t)
         if words is not None and self._pending:
             self._flush(words)
 
     def _flush(self, words: WordTable) -> None:
-        found = [(t, words.row[t]) for t, _ in self._pending if t in words.row]
+        found = [(t, words.row[t]) for t in self._pending if t in words.row]
         self._pending = []
         if found:
             self.terms += [t for t, _ in found]
@@ -161,7 +161,7 @@ class Vocabulary:
         return out
 
 
-def z_of_rows(lexical: Any, terms: list[str]) -> tuple[np.ndarray, float] | None:
+def z_of_rows(lexical: Any, terms: list[str]) -> np.ndarray | None:
     """Each lexical row's z-score for the BM25 query `terms` (by row; a row no term found scores the
     floor), or None when the query finds nothing to tell apart."""
     got = lexical.every(terms) if terms else None
@@ -170,7 +170,6 @@ def z_of_rows(lexical: Any, terms: list[str]) -> tuple[np.ndarray, float] | None
     rows, scores, mean, std = got
     if std <= 1e-12:
         return None
-    floor = -mean / std
-    z = np.full(len(lexical.ids), floor, dtype=np.float64)
+    z = np.full(len(lexical.ids), -mean / std, dtype=np.float64)
     z[rows] = (scores - mean) / std
-    return z, floor
+    return z

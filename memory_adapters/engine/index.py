@@ -336,10 +336,9 @@ class AgentIndex:
     def _expanded(self, ranked: Any, text: str, vector: Any) -> Any:
         """`ranked` (in context, best first) with each hit raised by expansion.WEIGHT x its z-score for
         the expansion query, best first again (stable: equal scores keep their order)."""
-        got = expansion.z_of_rows(self.lexical, self.expansion_terms(text, vector)) if len(ranked) else None
-        if got is None:
+        z = expansion.z_of_rows(self.lexical, self.expansion_terms(text, vector)) if len(ranked) else None
+        if z is None:
             return ranked
-        z, _ = got
         if isinstance(ranked, RankedRows):
             scores = ranked.scores + expansion.WEIGHT * z[ranked.rows]
             order = np.argsort(-scores, kind="stable")

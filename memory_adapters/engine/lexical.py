@@ -132,13 +132,10 @@ class LexicalIndex:
     def top(self, query: str | list[str], k: int = 50) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """`scored` as arrays: the best `k` rows (`ids[row]` is the document) and their scores, with
         the mean and standard deviation; None when no query term is indexed."""
-        q = terms(query) if isinstance(query, str) else query
-        cand, scores = self._score(q)
-        n = len(self.docs)
-        if cand is None or not n:
+        got = self.every(terms(query) if isinstance(query, str) else query)
+        if got is None:
             return None
-        mean = float(scores.sum()) / n
-        std = math.sqrt(max(0.0, float((scores * scores).sum()) / n - mean * mean))
+        cand, scores, mean, std = got
         return (*_best(cand, scores, k), mean, std)
 
     def _score(self, q: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
