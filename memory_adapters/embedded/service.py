@@ -41,7 +41,7 @@ from ..engine.pins import pinned_first
 from ..engine.profile import PROFILE, newer, profile_memories
 from ..engine.project_scope import project_of, scope_to_project
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
-from ..engine.record import GLOBAL_AGENT, StoredMemory
+from ..engine.record import GLOBAL_AGENT, StoredMemory, sources_joined
 from ..engine.unreadable import UNREADABLE, memories_of
 from ..engine.updates import marking_earlier
 from .sqlite_store import SQLiteStore
@@ -263,7 +263,7 @@ class EmbeddedMemory:
                         outcomes.append(UNREADABLE)  # not marked retained: a fixed engine reads it on backfill
                         continue
                     made = scope_to_project(made, req.metadata)
-                    put += _sources_kept(await self._keyed(made, put), put, idx)
+                    put += await self._keyed(made, put, idx)
                     marks.append((agent_id, eid))
                     outcomes.append("stored" if made else "empty")
             if marks:
@@ -279,9 +279,11 @@ class EmbeddedMemory:
                     self.curator.observe(agent_id, put)
             return outcomes
 
-    async def _keyed(self, made: list[StoredMemory], put: list[StoredMemory]) -> list[StoredMemory]:
+    async def _keyed(self, made: list[StoredMemory], put: list[StoredMemory], idx: AgentIndex) -> list[StoredMemory]:
         """`made` with each profile fact taking the id of the one its key already holds (stored, or
-        earlier in this batch `put`), and left out when that one was said later (profile.newer)."""
+        earlier in this batch `put`), and left out when that one was said later (profile.newer); and
+        each memory that replaces one of its id (that fact, a tool loop's episode kept from its
+        latest step) naming the entries the replaced one came from too, as tiered does."""
         out = []
         for m in made:
             if m.key.startswith(PROFILE):
@@ -293,6 +295,9 @@ class EmbeddedMemory:
                     continue
                 if current is not None:
                     m.id, m.created_at = current.id, current.created_at
+            replaced = next((p for p in reversed(put) if p.id == m.id), None) or idx.memories.get(m.id)
+            if replaced is not None:
+                m.source_entry_ids = sources_joined(replaced, m)
             out.append(m)
         return out
 
@@ -417,17 +422,6 @@ class EmbeddedMemory:
             if m.agent_id in self._indexes:
                 self._indexes[m.agent_id].drop(memory_id)
         return True
-
-
-def _sources_kept(made: list[StoredMemory], put: list[StoredMemory], idx: AgentIndex) -> list[StoredMemory]:
-    """`made`, each memory that replaces one of the same id (a tool loop's episode, kept from its
-    latest step) naming the entries the one it replaces came from too: forgetting any of them
-    forgets it (tiered adds to the list the same way)."""
-    for m in made:
-        cur = next((p for p in reversed(put) if p.id == m.id), None) or idx.memories.get(m.id)
-        if cur is not None and cur.source_entry_ids != m.source_entry_ids:
-            m.source_entry_ids = list(dict.fromkeys([*cur.source_entry_ids, *m.source_entry_ids]))
-    return made
 
 
 def _memories_from_entry(agent_id: str, entry: dict[str, Any], metadata: dict[str, Any],

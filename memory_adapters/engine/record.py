@@ -129,6 +129,12 @@ def joined_writers(writers: Iterable[str | None]) -> str | None:
     return " ".join(sorted({w for w in writers if w})) or None
 
 
+def sources_joined(replaced: "StoredMemory", m: "StoredMemory") -> list[str]:
+    """The entries `m`, which replaces `replaced` (same id or key), came from: the replaced one's, then
+    its own, so forgetting any of them forgets it (a tool loop's episode, a profile fact said again)."""
+    return list(dict.fromkeys([*replaced.source_entry_ids, *m.source_entry_ids]))
+
+
 def new_id() -> str:
     return "mem_" + uuid.uuid4().hex
 

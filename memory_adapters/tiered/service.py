@@ -33,7 +33,7 @@ from ..engine.project_scope import project_of
 from ..engine.pins import pinned_first
 from ..engine.profile import PROFILE, newer
 from ..engine.schedule import Deadline, RecallScheduler, timely_recall
-from ..engine.record import GLOBAL_AGENT, StoredMemory
+from ..engine.record import GLOBAL_AGENT, StoredMemory, sources_joined
 from ..engine.updates import marking_earlier
 from ..engine.unreadable import UNREADABLE, memories_of
 from .access_counts import AccessCounts
@@ -311,7 +311,7 @@ class TieredMemory:
             if cur is not None:
                 m.id, m.created_at = cur.id, cur.created_at
                 m.access_count, m.last_accessed_at = cur.access_count, cur.last_accessed_at
-                m.source_entry_ids = list(dict.fromkeys([*cur.source_entry_ids, *m.source_entry_ids]))
+                m.source_entry_ids = sources_joined(cur, m)
                 if m.embedding is None and cur.value == m.value:
                     m.embedding = cur.embedding
             out.pop(ident, None)
