@@ -144,6 +144,14 @@ def retain_batch_path(descriptor: dict[str, Any]) -> str | None:
     return retain.get("batch_path")
 
 
+def offered(descriptor: dict[str, Any]) -> dict[str, Any]:
+    """`memory_manifest`'s arguments for what a validated descriptor offers: each capability it
+    declares at its path, and its batch retain path (a compiled agent's and `agent add`'s alike)."""
+    paths = offered_paths(descriptor)
+    return {"recall": "recall" in paths, "retain": "retain" in paths, "forget": "forget" in paths,
+            "paths": paths, "retain_batch_path": retain_batch_path(descriptor)}
+
+
 def _timeout(value: Any, source: Path, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 600_000:
         raise _fail(source, where, f"timeout-ms must be an integer from 1 to 600000, got {value!r}")
@@ -272,18 +280,14 @@ def _memory_for(agent_id: str, spec: dict[str, Any], services: dict[str, Any], p
     if svc_name not in descriptors:
         descriptors[svc_name] = load_descriptor(svc_name, svc, pod_dir, describe, source, fetch)
     desc, desc_where = descriptors[svc_name]
-    caps = offered_paths(desc)
-    if not caps:
+    offer = offered(desc)
+    if not offer["paths"]:
         raise _fail(source, f"{where}.service",
                     f"agent '{agent_id}': service '{svc_name}' declares no memory capability ({desc_where})")
     timeout = _timeout(spec.get("timeout-ms", DEFAULT_RECALL_TIMEOUT_MS), source, f"{where}.timeout-ms")
     token = spec.get("auth-token") or _env(svc).get("MEMPLANE_ADAPTER_TOKEN") or None
-    doc = memory_manifest(
-        svc_name, f"http://{svc_name}:{_port(svc)}", recall="recall" in caps, retain="retain" in caps,
-        forget="forget" in caps, recall_timeout_ms=timeout, write_timeout_ms=max(timeout, DEFAULT_WRITE_TIMEOUT_MS),
-        auth_token=token, paths=caps,
-        retain_batch_path=retain_batch_path(desc),
-    )
+    doc = memory_manifest(svc_name, f"http://{svc_name}:{_port(svc)}", recall_timeout_ms=timeout,
+                          write_timeout_ms=max(timeout, DEFAULT_WRITE_TIMEOUT_MS), auth_token=token, **offer)
     for key, out in (("budget-tokens", "budget_tokens"), ("placement", "placement"), ("max-blocks", "max_blocks"),
                      ("tools", "tools"), ("grants", "grants")):
         if key in spec:

@@ -435,14 +435,11 @@ def agent_add(agent_id: str, context_root: Path, memory_url: str | None, no_memo
         offer = offered_memory(memory_service, memory_url, memory_token)
         if offer is None:  # not read: the contract's defaults (notice printed)
             memory = memory_manifest(memory_service, memory_url, auth_token=memory_token)
-        elif not offer.paths:
+        elif not offer["paths"]:
             raise click.ClickException(f"the memory service at {memory_url} declares no memory capability "
                                        "(recall, retain or forget) in its descriptor")
         else:
-            memory = memory_manifest(memory_service, memory_url, auth_token=memory_token,
-                                     recall="recall" in offer.paths, retain="retain" in offer.paths,
-                                     forget="forget" in offer.paths, paths=offer.paths,
-                                     retain_batch_path=offer.retain_batch_path)
+            memory = memory_manifest(memory_service, memory_url, auth_token=memory_token, **offer)
     else:  # the embedded engine that `memplane up` serves on its default port
         memory = memory_manifest("embedded", DEFAULT_EMBEDDED_URL, auth_token=memory_token,
                                  retain_batch_path=RETAIN_BATCH_PATH)

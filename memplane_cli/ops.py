@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 import click
 import orjson
@@ -86,21 +85,14 @@ def fetch_descriptor(url: str, *, token: str | None = None, seconds: float = 5) 
 DESCRIBE_SECONDS = 2  # `agent add` asks once and goes on without: it must never hang on a dead service
 
 
-class Offered(NamedTuple):
-    """What a memory service's descriptor offers an agent: its capabilities with their paths, and
-    the batch retain endpoint (memplane's extension), read as `memplane compile` reads them."""
-
-    paths: dict[str, str]
-    retain_batch_path: str | None
-
-
-def offered_memory(service: str, base_url: str, token: str | None) -> Offered | None:
+def offered_memory(service: str, base_url: str, token: str | None) -> dict | None:
     """What the service at `base_url` declares in its descriptor, read and validated as `memplane
-    compile --describe SERVICE=URL` reads it (so an agent added by hand calls the paths a compiled
-    one would, and retains in batches where offered). A service that does not answer, or whose
-    descriptor is invalid, gives None and a one-line notice on stderr: the agent is still added,
-    with the contract's default paths and one retain call a turn."""
-    from manifests.compiler import CompileError, load_descriptor, offered_paths, retain_batch_path
+    compile --describe SERVICE=URL` reads it, as `memory_manifest`'s arguments (`compiler.offered`:
+    an agent added by hand calls the paths a compiled one would, and retains in batches where
+    offered). A service that does not answer, or whose descriptor is invalid, gives None and a
+    one-line notice on stderr: the agent is still added, with the contract's default paths and one
+    retain call a turn."""
+    from manifests.compiler import CompileError, load_descriptor, offered
     from proxy.memory_service.client import DESCRIBE_PATH
 
     url = base_url.rstrip("/") + DESCRIBE_PATH
@@ -110,7 +102,7 @@ def offered_memory(service: str, base_url: str, token: str | None) -> Offered | 
         try:
             desc, _ = load_descriptor(service, {}, Path.cwd(), {service: url}, Path("--memory-url"),
                                       lambda u: fetch_descriptor(u, token=token, seconds=DESCRIBE_SECONDS))
-            return Offered(offered_paths(desc), retain_batch_path(desc))
+            return offered(desc)
         except CompileError as exc:
             why = str(exc)
     why = " ".join(why.split())
