@@ -579,6 +579,15 @@ async def test_a_streamed_thread_reply_is_kept_whole_for_the_next_call(stack, re
     assert blocks[0] == blocks[1] and len(blocks[0]) == 1  # the turn's block, once, the same bytes
 
 
+async def _weather_loop(client, asked: list[dict]) -> None:
+    """A chat tool loop of two calls: the model asks for the weather tool, the client sends its result back."""
+    step = await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    call = step.choices[0].message.tool_calls[0]
+    await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=[
+        *asked, step.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "21C at noon"}])
+
+
 async def test_a_loop_that_ends_on_a_tool_call_keeps_the_persons_words_and_a_loop_keeps_one_episode(stack, engine):
     """Some agents end a session with a tool call whose result never goes back to the model (a
     `finish` tool): memory keeps that turn from its last step. A loop that ends with an answer
@@ -593,13 +602,8 @@ async def test_a_loop_that_ends_on_a_tool_call_keeps_the_persons_words_and_a_loo
     await stack.settle()
 
     stack.provider.model = ToolLoop(LOOP[:1])
-    asked = [{"role": "system", "content": "You are a coding agent."},
-             {"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}]
-    step = await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
-    call = step.choices[0].message.tool_calls[0]
-    asked += [step.choices[0].message.model_dump(exclude_none=True),
-              {"role": "tool", "tool_call_id": call.id, "content": "21C at noon"}]
-    await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    await _weather_loop(client, [{"role": "system", "content": "You are a coding agent."},
+                                 {"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}])
     await stack.settle()
 
     stack.provider.model = None
@@ -645,12 +649,7 @@ async def test_forgetting_any_call_of_a_tool_loop_forgets_the_turn_it_kept(stack
     stack.add_agent("forgetful", engine, service="embedded")
     client = stack.openai("forgetful")
     stack.provider.model = ToolLoop(LOOP[:1])
-    asked = [{"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}]
-    step = await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
-    call = step.choices[0].message.tool_calls[0]
-    asked += [step.choices[0].message.model_dump(exclude_none=True),
-              {"role": "tool", "tool_call_id": call.id, "content": "21C at noon"}]
-    await client.chat.completions.create(model="m", tools=OA_TOOLS, messages=asked)
+    await _weather_loop(client, [{"role": "user", "content": "Please check the weather in Lisbon for my trip on Friday."}])
     await stack.caught_up()
     first = stack.ledger("forgetful")[0]["id"]  # the loop's first call, not the one the episode came from
     from tests.cli_agents import stored_memories
