@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 
 from memplane_cli.main import main
 from memplane_cli.runner import free_port
+from tests.harness import stop
 
 
 async def _wait_up(proc: subprocess.Popen, *urls: str) -> None:
@@ -60,12 +60,7 @@ async def test_memplane_up_reads_the_proxy_settings_from_the_environment_as_serv
             await client.embeddings.create(model="e", input="x")
         await client.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 async def test_a_turn_body_that_is_not_json_is_400_invalid_json_as_http_md_says(stack):
@@ -160,8 +155,7 @@ async def _up_once(home, env, adapter_port: int) -> None:
     try:
         await _wait_up(proc, f"http://127.0.0.1:{proxy_port}/healthz")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+        stop(proc)
 
 
 async def test_restarting_memplane_up_keeps_what_the_operator_wrote_into_the_agents_files(tmp_path):

@@ -13,7 +13,6 @@ import asyncio
 import io
 import os
 import re
-import signal
 import subprocess
 import sys
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ from memplane_core.local_trust import cross_site, is_loopback_host
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from memplane_cli.runner import free_port
+from tests.harness import stop
 from tests.conftest import url_of
 
 REBIND = "rebind.attacker.example"
@@ -462,12 +462,7 @@ async def test_memplane_up_uses_the_admin_token_and_its_memory_refuses_web_pages
         assert (await raw(memory, "GET", "/api/memories?agent_id=default", host=REBIND))[0] == 421
         assert str(tmp_path).encode() not in (await raw(memory, "GET", "/health"))[2]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 # -- the header rules themselves --
