@@ -321,17 +321,32 @@ def _warn_if_open(host: str, auth) -> None:
               envvar="MEMPLANE_MONGO_URL")
 @click.option("--index-cache-mb", type=int, default=None, envvar="MEMPLANE_INDEX_CACHE_MB",
               help="Memory budget for agents' in-memory indexes, least recently used out (default: unbounded).")
+# the same names as `adapter embedded` (their environment variables were read already, by TieredSettings)
+@click.option("--token", default=None, help="Require this bearer token (admin); MEMPLANE_ADAPTER_TOKEN.")
+@click.option("--agent-tokens", default=None,
+              help="JSON file of per-agent tokens: {agent: token} or {agent: {token, grants}}; "
+                   "MEMPLANE_ADAPTER_AGENT_TOKENS.")
+@click.option("--max-retains-in-flight", type=click.IntRange(min=1), default=None,
+              help="Retain calls worked on at once, shared fairly between agents; the next is answered 503 with "
+                   f"Retry-After (default {DEFAULT_MAX_RETAINS_IN_FLIGHT}; MEMPLANE_MAX_RETAINS_IN_FLIGHT).")
 @REDACTION_RULES
 @_curator_options
 @WORKERS
 @click.pass_context
 def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mongo_url: str,
                    curator_base_url: str | None, curator_model: str | None, index_cache_mb: int | None = None,
+                   token: str | None = None, agent_tokens: str | None = None, max_retains_in_flight: int | None = None,
                    redaction_rules: Path | None = None, workers: int = 1) -> None:
     """Redis short-term + MongoDB long-term memory (settings: STM_MAX_ENTRIES, LTM_MAX_ENTRIES, ...)."""
+    from memory_adapters.http.auth import load_agent_tokens
     from memory_adapters.tiered.config import TieredSettings
 
-    settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb)
+    try:
+        settings = TieredSettings.from_env(redis_url=redis_url, mongo_url=mongo_url, index_cache_mb=index_cache_mb,
+                                           adapter_token=token, agent_tokens=load_agent_tokens(agent_tokens),
+                                           max_retains_in_flight=max_retains_in_flight)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
     ctx.obj = settings
     redactor = _redactor(redaction_rules)
     if ctx.invoked_subcommand is not None:
@@ -342,6 +357,7 @@ def adapter_tiered(ctx: click.Context, host: str, port: int, redis_url: str, mon
         curator = _curator_settings(curator_base_url, curator_model)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    _warn_if_open(host, settings.adapter_token or settings.agent_tokens)
     workers = _worker_count(workers, None)  # replicas stay coherent through Redis (tiered/coherence.py)
     click.echo(f"tiered memory adapter on http://{host}:{port} (redis {redis_url}, mongo {mongo_url}"
                f"{f', {workers} workers' if workers > 1 else ''})", err=True)

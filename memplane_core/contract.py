@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, with_config
-from typing_extensions import TypedDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, with_config
+from typing_extensions import Required, TypedDict
 
 from .ids import AGENT_ID_PATTERN
 from .instants import RANGE_TEXT, OutOfRange, parse_instant
@@ -35,12 +35,32 @@ ORIGINS = ("user", "operator", "curator", "model", "tool")
 UNTRUSTED_ORIGINS = frozenset({"model", "tool"})
 
 
+# `single_line` as a pattern, for a schema's readers (no control character, no line or paragraph separator)
+ONE_LINE = "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*$"
+
+
 def single_line(key: str) -> str:
     """A memory's key is a name on one line: a line break, tab or other control character in it
     could be rendered as lines of its own and pose as a heading of the block (ValueError)."""
     if any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in key):
         raise ValueError("a key is one line: no line breaks, tabs or control characters")
     return key
+
+
+def _a_number(value: Any) -> Any:
+    """A count is a JSON number: `false`, `true` and `"300"` are refused, not read as 0, 1 and 300
+    (a recall told `deadline_ms: false` had no time left). A whole float (`8.0`) is still a count."""
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError("must be a number")
+    return value
+
+
+Share = Annotated[float, Field(ge=0.0, le=1.0), BeforeValidator(_a_number)]  # an importance
+# bounds inside the type, so that `X | None` still documents them (openapi.py)
+TopK = Annotated[int, Field(ge=1, le=100), BeforeValidator(_a_number)]
+BudgetTokens = Annotated[int, Field(ge=1, le=1_000_000), BeforeValidator(_a_number)]
+MaxBlocks = Annotated[int, Field(ge=1, le=1_000), BeforeValidator(_a_number)]
+DeadlineMs = Annotated[int, Field(ge=0, le=3_600_000), BeforeValidator(_a_number)]
 
 
 class _Body(BaseModel):
@@ -54,13 +74,13 @@ class RecallRequest(_Body):
     system: Any = None
     query: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    top_k: int | None = Field(default=None, ge=1, le=100)
+    top_k: TopK | None = None
     # memplane's extension: what the proxy will inject at most, so a service can pack to fit
-    budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    max_blocks: int | None = Field(default=None, ge=1, le=1_000)
+    budget_tokens: BudgetTokens | None = None
+    max_blocks: MaxBlocks | None = None
     # memplane's extension: how long the proxy will still wait, so a service answers with the best
     # it has in time (CONTRACT §5)
-    deadline_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+    deadline_ms: DeadlineMs | None = None
 
 
 class RecalledMemory(BaseModel):
@@ -112,21 +132,15 @@ class RetainEntry(TypedDict, total=False):
     """A ledger entry (CONTRACT §6): the rest is kept as sent (the model gives a plain dict), and
     a time out of range is a 400 naming `entry.ts`."""
 
-    ts: Annotated[Any, AfterValidator(_entry_time)]
+    id: Required[Annotated[str, Field(min_length=1)]]
+    ts: Annotated[str | None, AfterValidator(_entry_time)]
 
 
 class RetainRequest(_Body):
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     pod: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    entry: RetainEntry
-
-    @field_validator("entry")
-    @classmethod
-    def _entry_has_id(cls, entry: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(entry.get("id"), str) or not entry["id"]:
-            raise ValueError("entry.id must be a non-empty string")
-        return entry
+    entry: RetainEntry  # its `id` a non-empty string (the dedupe key, CONTRACT §9)
 
 
 class RetainBatchRequest(_Body):
@@ -162,3 +176,45 @@ def describe(recall: bool = True, retain: bool = True, forget: bool = True,
     if retain and retain_batch:
         memory["retain"]["batch_path"] = RETAIN_BATCH_PATH
     return {"version": 2, "memory": memory}
+
+
+# -- the answers, typed as the other side reads them (docs/openapi.md) --
+
+class RecallResponse(BaseModel):
+    """A recall's `200` (CONTRACT §5); `ranking` and `degraded` are memplane's extensions."""
+
+    memories: list[RecalledMemory]
+    ranking: str | None = None  # which ranking answered (memplane's engines)
+    degraded: str | None = None  # why less than the usual ranking answered; the proxy marks the turn
+
+
+class RetainAnswer(BaseModel):
+    """A retain's `202` (and, with `error`, its `422 unreadable`)."""
+
+    status: str  # stored, duplicate, tombstoned, empty, unreadable, ...
+    id: str
+
+
+class RetainItemResult(BaseModel):
+    """One item of a batched retain's answer: its own code, as if posted alone."""
+
+    id: str | None = None
+    code: int
+    status: str | None = None
+    error: str | None = None
+    field: str | None = None
+
+
+class RetainBatchResponse(BaseModel):
+    results: list[RetainItemResult]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every refusal of a memplane memory service: `{"error": {"message", "field"}}`."""
+
+    error: ErrorDetail

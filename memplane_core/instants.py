@@ -13,7 +13,7 @@ import math
 from datetime import datetime, timezone
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 MIN_INSTANT = datetime(1, 1, 2, tzinfo=timezone.utc)
 MAX_INSTANT = datetime(9999, 12, 30, 23, 59, 59, tzinfo=timezone.utc)
@@ -59,5 +59,23 @@ def epoch_ok(value: object) -> bool:
             and MIN_EPOCH <= value <= MAX_EPOCH)
 
 
-# A pydantic field type: any datetime pydantic accepts, refused with the field's name when out of range.
-Instant = Annotated[datetime, AfterValidator(in_range)]
+def written_time(value: object) -> object:
+    """A time on the wire is written as one (RFC 3339): a number — or a query string of digits — is
+    refused, not read as seconds since 1970 (`true` would have been 1970-01-01T00:00:01, `0` the epoch)."""
+    if isinstance(value, datetime) or (isinstance(value, str) and not _a_number(value)):
+        return value
+    raise ValueError("must be an RFC 3339 time string")
+
+
+def _a_number(text: str) -> bool:
+    """Digits alone ("1700000000", "-123575"): pydantic would read them as seconds since 1970."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# A pydantic field type: an RFC 3339 time, refused with the field's name when out of range.
+Instant = Annotated[datetime, BeforeValidator(written_time), AfterValidator(in_range),
+                    WithJsonSchema({"type": "string", "format": "date-time"})]

@@ -97,7 +97,7 @@ async def test_bad_bodies_get_400_naming_the_field(reference):
     url, _ = reference
     async with aiohttp.ClientSession() as s:
         status, body = await call(s, url, "/retain", {"agent_id": "a", "entry": {"no": "id"}})
-        assert status == 400 and body["error"]["field"] == "entry"
+        assert status == 400 and body["error"]["field"] == "entry.id"  # the field it lacks
         status, body = await call(s, url, "/recall", {"agent_id": "../etc"})
         assert status == 400 and body["error"]["field"] == "agent_id"
         async with s.get(url + "/.claw-describe.json") as r:

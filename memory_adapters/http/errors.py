@@ -19,8 +19,8 @@ def error_doc(message: str, field: str | None = None) -> dict[str, Any]:
 
 
 def json_error(status: int, message: str, field: str | None = None, *,
-               retry_after_s: int | None = None) -> web.Response:
-    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+               retry_after_s: int | None = None, headers: dict[str, str] | None = None) -> web.Response:
+    headers = {**(headers or {}), **({"Retry-After": str(retry_after_s)} if retry_after_s is not None else {})}
     return web.Response(status=status, body=orjson.dumps(error_doc(message, field)),
                         content_type="application/json", headers=headers)
 

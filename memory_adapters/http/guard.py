@@ -39,8 +39,20 @@ def local_guard(tokenless: bool):
         why = cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"), host)
         if why is not None:
             return json_error(403, f"cross-site browser requests are refused ({why})", "Origin")
+        unrouted = request.match_info.http_exception
+        if unrouted is not None:  # before the body's type: a PUT to /health is 405, not 415
+            return _unrouted(request, unrouted)
         if request.method in BODY_METHODS and not is_json_content_type(request.headers.get("Content-Type")):
             return json_error(415, "the body must be sent as Content-Type: application/json", "Content-Type")
         return await handler(request)
 
     return middleware
+
+
+def _unrouted(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's 404/405 in the service's one error shape (its own are text/plain), `Allow` kept."""
+    allow = exc.headers.get("Allow")
+    if exc.status == 405 and allow is not None:
+        return json_error(405, f"this route does not take {request.method}; it takes {allow}",
+                          headers={"Allow": allow})
+    return json_error(exc.status, "no such route on this memory service" if exc.status == 404 else exc.reason)

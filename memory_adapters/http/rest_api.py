@@ -256,13 +256,15 @@ async def delete(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+# a memory's id is any segment but `search`, so /api/memories/search is only the search (its `Allow`: POST)
+ONE = r"/api/memories/{id:(?!search$)[^/]+}"
 ROUTES = [
     web.post("/api/memories", store),
     web.get("/api/memories", list_memories),
     web.post("/api/memories/search", search),
-    web.get("/api/memories/{id}", get_one),
-    web.delete("/api/memories/{id}", delete),
-    web.patch("/api/memories/{id}", edit),
+    web.get(ONE, get_one),
+    web.delete(ONE, delete),
+    web.patch(ONE, edit),
     web.get("/api/memories/{id}/audit", audit_of_one),
     web.get("/api/audit", audit_of_agent),
 ]

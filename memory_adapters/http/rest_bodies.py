@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator,
+                      model_validator)
+from pydantic_core import PydanticUseDefault
 
-from memplane_core.contract import single_line
+from memplane_core.contract import ONE_LINE, Share, TopK, single_line
 from memplane_core.ids import AGENT_ID_PATTERN
 from memplane_core.instants import Instant, OutOfRange, parse_instant
 
@@ -39,7 +41,9 @@ def ttl_check(v: int | str | None) -> int | str | None:
 
 
 # seconds or an RFC 3339 time, checked the same way wherever a TTL is written
-Ttl = Annotated[int | str | None, BeforeValidator(not_bool), AfterValidator(ttl_check)]
+Ttl = Annotated[int | str | None, BeforeValidator(not_bool), AfterValidator(ttl_check),
+                WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_TTL_S},
+                                          {"type": "string", "format": "date-time"}, {"type": "null"}]})]
 
 MAX_METADATA_DEPTH = 32  # MongoDB refuses documents nested over 100 levels; a memory's metadata sits inside one
 
@@ -63,18 +67,22 @@ def storable_metadata(v: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
 
 
-Metadata = Annotated[dict[str, Any], AfterValidator(storable_metadata)]
+# the schema's readers see the NUL rule for the keys they write; nested keys and the depth rule it leaves unsaid
+Metadata = Annotated[dict[str, Any], AfterValidator(storable_metadata),
+                     WithJsonSchema({"type": "object", "propertyNames": {"pattern": "^[^\\u0000]*$"}})]
 
 
 class StoreBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={  # `_session_needs_id`, for readers of the schema
+        "if": {"properties": {"scope": {"const": "session"}}, "required": ["scope"]},
+        "then": {"required": ["session_id"], "properties": {"session_id": {"type": "string", "minLength": 1}}}})
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     scope: Literal["session", "agent", "global"] = "agent"
     session_id: str | None = None
-    key: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(single_line)]
+    key: Annotated[str, Field(min_length=1, max_length=256, pattern=ONE_LINE), AfterValidator(single_line)]
     value: str = Field(min_length=1, max_length=65536)
     type: Literal["fact", "preference", "episode", "strategy_outcome", "constraint", "directive", "summary"] = "fact"
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    importance: Share = 0.5
     ttl: Ttl = None
     metadata: Metadata = Field(default_factory=dict)
     # restoring an export (`memplane memory import`): when it was said and made, and from which turns
@@ -100,11 +108,12 @@ def expiry(ttl: int | str) -> float:
 
 class PatchBody(BaseModel):
     """An edit: only the fields sent change; `"ttl": null` makes the memory permanent again."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={  # at least one change (`_changes_something`)
+        "anyOf": [{"required": [name]} for name in ("value", "importance", "ttl", "pinned")]})
     value: str | None = Field(default=None, min_length=1, max_length=65536)
-    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    importance: Share | None = None
     ttl: Ttl = None
-    pinned: bool | None = None
+    pinned: bool | None = Field(default=None, strict=True)  # not "yes" or 1
     reason: str | None = Field(default=None, max_length=1000)
     actor: str | None = Field(default=None, min_length=1, max_length=200)  # honoured for the admin token only
 
@@ -119,9 +128,9 @@ class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent_id: str = Field(pattern=AGENT_ID_PATTERN)
     query: str = Field(min_length=1)
-    top_k: int = Field(default=10, ge=1, le=100)
+    top_k: TopK = 10
     type_filter: list[str] | str | None = None
-    min_importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_importance: Share | None = None
     session_id: str | None = None
 
 
@@ -132,7 +141,9 @@ class _Query(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_absent(cls, v: Any) -> Any:
-        return None if v == "" else v
+        if v == "":  # `?limit=` is no limit given: the default, as for `?since=` (not a 400)
+            raise PydanticUseDefault()
+        return v
 
 
 class ListQuery(_Query):

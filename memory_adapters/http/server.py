@@ -29,6 +29,7 @@ from .auth import AgentToken, bearer_auth
 from .bodies import parse
 from .errors import error_doc, first_error, json_error, json_response
 from .guard import local_guard
+from .openapi import openapi_document
 
 
 class MemoryBackend(Protocol):
@@ -169,6 +170,12 @@ async def describe(request: web.Request) -> web.Response:
     return web.json_response(request.app[ADAPTER].descriptor)
 
 
+async def openapi(request: web.Request) -> web.Response:
+    """The service's API as OpenAPI 3.1 (openapi.py): the descriptor's paths, and the REST API when mounted."""
+    rest = any(r.canonical == "/api/memories" for r in request.app.router.resources())
+    return json_response(openapi_document(request.app[ADAPTER].descriptor, rest=rest))
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[ADAPTER].metrics.render(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -178,6 +185,7 @@ ROUTES = [
     web.get("/health", health),
     web.get("/metrics", metrics),
     web.get("/.claw-describe.json", describe),
+    web.get("/openapi.json", openapi),
 ]
 CONTRACT_HANDLERS = {"recall": recall, "retain": retain, "forget": forget}
 
