@@ -121,25 +121,6 @@ def calls_tools(entry: dict[str, Any]) -> bool:
     return False
 
 
-def carries_tool_results(body: Any) -> bool:
-    """The request hands the model text a tool returned (OpenAI `tool` messages, Anthropic
-    `tool_result` blocks, Responses `function_call_output` items): whatever the model writes in
-    such a turn may be a hostile page's words (docs/DESIGN.md, "Memory poisoning")."""
-    if not isinstance(body, dict):
-        return False
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
-    if not isinstance(messages, list):
-        return False
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        if m.get("role") == "tool" or m.get("type") in ("function_call_output", "custom_tool_call_output"):
-            return True
-        if m.get("role") == "user" and answers_tools(m.get("content")):
-            return True
-    return False
-
-
 TOOL_STEP_CHARS = 160
 TOOL_STEPS = 6
 
