@@ -189,6 +189,7 @@ async def test_a_write_in_a_conversation_that_carried_foreign_text_is_tainted_wh
     stack = await make_stack()
     stack.add_agent("a", engine, service="mem", tools=["store_memory"])
     stack.provider.model = copying
+    await ask(stack, "a", PERSON, "s-person")  # the person's own words, in a clean conversation
     path, body = SHAPES[shape]
     await post(stack, "a", path, body, "s-page")
     async with connect(stack, stack.tokens["a"], **{"X-Session-Id": "s-page"}) as mcp:
@@ -199,3 +200,104 @@ async def test_a_write_in_a_conversation_that_carried_foreign_text_is_tainted_wh
     await stack.settle()
     block = await ask(stack, "a", LATER, "s-later")
     assert not [line for line in presented_as_users(block) if "evil.example" in line or "Paris" in line], block
+    assert_the_person_leads(block)
+
+
+def assert_the_person_leads(block: str) -> None:
+    """The person's words came back, as theirs, first."""
+    elements = memory_elements(block)
+    assert elements and "Maren lives in Bergen" in elements[0][1], block
+    assert re.search(r' origin="user', elements[0][0]), elements[0]
+
+
+def remembering(view):
+    """A model acting for the person: it stores what they asked it to keep, in the same turn."""
+    stored = any("Saved" in r or "not saved" in r for r in view.tool_results)
+    if "store_memory" in view.tools and not stored and "sister" in view.user_text:
+        return Answer(tool_calls=[ToolCall("store_memory", {"key": "editor", "value": HELIX})])
+    return Answer(text="Noted.")
+
+
+async def chat_named_and_many_system_messages(stack, agent: str, sid: str) -> None:
+    await post(stack, agent, "/v1/chat/completions", {"model": "gpt-4o", "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "developer", "content": "Answer briefly."},
+        {"role": "system", "content": "The user's timezone is Europe/Oslo."},
+        {"role": "user", "name": "alice", "content": PERSON}]}, sid)
+
+
+async def chat_image_part(stack, agent: str, sid: str) -> None:
+    await post(stack, agent, "/v1/chat/completions", {"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64('a photo of Bergen')}"}},
+        {"type": "text", "text": PERSON}]}]}, sid)
+
+
+async def responses_reasoning_items(stack, agent: str, sid: str) -> None:
+    """A stateless client (`store: false`) sends the previous answer's reasoning item back."""
+    first = await post(stack, agent, "/v1/responses", {"model": "o4-mini", "store": False, "input": "Hello!",
+                                                       "include": ["reasoning.encrypted_content"]}, sid)
+    await post(stack, agent, "/v1/responses", {
+        "model": "o4-mini", "store": False, "include": ["reasoning.encrypted_content"],
+        "input": [{"role": "user", "content": "Hello!"}, *first["output"],
+                  {"role": "user", "content": [{"type": "input_text", "text": PERSON}]}]}, sid)
+
+
+async def responses_chain(stack, agent: str, sid: str) -> None:
+    first = await post(stack, agent, "/v1/responses", {"model": "gpt-4.1", "input": "Hello!"}, sid)
+    await post(stack, agent, "/v1/responses", {"model": "gpt-4.1", "previous_response_id": first["id"],
+                                               "input": PERSON}, sid)
+
+
+async def anthropic_thinking_blocks(stack, agent: str, sid: str) -> None:
+    """Extended thinking: the previous answer's signed thinking block goes back with the history."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    hello = {"role": "user", "content": "Hello!"}
+    first = await post(stack, agent, "/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 2048,
+                                                      "thinking": thinking, "messages": [hello]}, sid)
+    assert any(b["type"] == "thinking" for b in first["content"])
+    await post(stack, agent, "/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 2048, "thinking": thinking,
+                                              "messages": [hello, {"role": "assistant", "content": first["content"]},
+                                                           {"role": "user", "content": PERSON}]}, sid)
+
+
+CLEAN = {f.__name__: f for f in (chat_named_and_many_system_messages, chat_image_part, responses_reasoning_items,
+                                 responses_chain, anthropic_thinking_blocks)}
+
+
+@pytest.mark.parametrize("shape", CLEAN)
+async def test_what_the_person_said_and_a_clean_write_come_back_in_a_later_session_whatever_the_shape(
+        make_stack, engine, shape):
+    """No foreign text in play (the model's own thinking and reasoning, the operator's system and
+    developer messages, the person's own photo): the model's `store_memory` (proxy tool, and over
+    /mcp in the same conversation) is untainted, and a later, unrelated session gets the person's
+    words first, as theirs, with the model's writes beside them, as the model's."""
+    stack = await make_stack()
+    stack.add_agent("a", engine, service="mem", tools=["store_memory"])
+    stack.provider.model = remembering
+    await CLEAN[shape](stack, "a", "s-clean")
+    async with connect(stack, stack.tokens["a"], **{"X-Session-Id": "s-clean"}) as mcp:
+        await mcp.call_tool("store_memory", {"key": "shell", "value": "The user's shell is fish."})
+    written = {m["key"]: (m["origin"], m["tainted"]) for m in await listing(engine, "a")
+               if m["key"] in ("editor", "shell")}
+    assert written == {"editor": ("model", False), "shell": ("model", False)}, shape
+    await stack.settle()
+    block = await ask(stack, "a", "Where does my sister live, which editor do I use for Rust, and which shell?",
+                      "s-later")
+    assert_the_person_leads(block)
+    assert HELIX in block and "The user's shell is fish." in block
+
+
+async def test_the_persons_words_beside_tool_results_are_theirs_and_the_results_are_not(make_stack, engine):
+    """A user turn that answers the model's tool call and carries the person's own words after the
+    results (they typed while the tool ran): the page stays a tool's, the person's words come back."""
+    stack = await make_stack()
+    stack.add_agent("a", engine, service="mem")
+    path, body = messages(ASKED, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "fetch_page", "input": {}}]})
+    body["messages"][-1] = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": PAGE}, {"type": "text", "text": PERSON}]}
+    await post(stack, "a", path, body, "s-mixed")
+    await stack.settle()
+    block = await ask(stack, "a", LATER, "s-later")
+    assert not [line for line in presented_as_users(block) if "evil.example" in line or "Paris" in line], block
+    assert_the_person_leads(block)
