@@ -57,6 +57,15 @@ class TurnTaint:
         self._turns[turn_id] = here
         return here
 
+    def answered_foreign(self, ctx: Any, session_id: str | None, turn_id: str) -> None:
+        """An answer of the turn carried the results of a tool the provider ran itself (web search
+        or fetch, file search, an MCP connector's call): from now on the conversation holds them (a
+        resent history, a Responses chain or conversation), as if its request had."""
+        if getattr(ctx, "memory", None) is None:
+            return
+        self._turns[turn_id] = True
+        self._note(ctx.agent_id, session_id, None, True)
+
     def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
         session_id = session_key(session_id) if session_id else None
         here = shown_bounded or carries_foreign_text(body)

@@ -301,3 +301,53 @@ async def test_the_persons_words_beside_tool_results_are_theirs_and_the_results_
     block = await ask(stack, "a", LATER, "s-later")
     assert not [line for line in presented_as_users(block) if "evil.example" in line or "Paris" in line], block
     assert_the_person_leads(block)
+
+
+# -- tools the provider runs itself, inside the answer that then calls store_memory --
+
+RAN = {
+    "anthropic": [{"type": "server_tool_use", "id": "srvtoolu_9", "name": "web_fetch",
+                   "input": {"url": "https://ferry.example"}},
+                  {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_9", "content": {
+                      "type": "web_fetch_result", "url": "https://ferry.example", "content": {
+                          "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": PAGE}}}}],
+    "responses": [{"type": "file_search_call", "id": "fs_9", "queries": ["ferry"], "status": "completed",
+                   "results": [{"file_id": "file_9", "filename": "ferry.txt", "score": 0.9, "text": PAGE}]}],
+}
+
+
+def searching_then_storing(fmt: str):
+    """The provider's own tool reads the page, and in the same answer the model stores its order."""
+    def model(view):
+        stored = any("Saved" in r or "not saved" in r for r in view.tool_results)
+        if "store_memory" in view.tools and not stored and view.steps == 0:
+            return Answer(ran=RAN[fmt], tool_calls=[ToolCall("store_memory", {"key": "files", "value": ORDER})])
+        return Answer(text="Done.")
+    return model
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("fmt", ["anthropic", "responses"])
+async def test_a_write_in_the_answer_that_ran_a_providers_tool_is_tainted_and_so_is_what_follows(
+        make_stack, engine, fmt, stream):
+    """The request is clean; the answer carries a provider-run tool's results (Anthropic web fetch,
+    Responses file search) and a store_memory call: that write is tainted, and so is a write over
+    /mcp in the same conversation afterwards (the proxy noted what the answer carried)."""
+    stack = await make_stack()
+    stack.add_agent("a", engine, service="mem", tools=["store_memory"])
+    stack.provider.model = searching_then_storing(fmt)
+    if fmt == "anthropic":
+        path, body = "/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 512, "stream": stream,
+                                      "messages": [ASKED]}
+    else:
+        # a streamed Responses call is offered store_memory only with `store: false` (memory_tool/offer.py)
+        path, body = "/v1/responses", {"model": "gpt-4.1", "input": [ASKED], "stream": stream, "store": not stream}
+    async with aiohttp.ClientSession() as s, s.post(stack.proxy_url + path, json=body,
+                                                    headers=headers(stack.tokens["a"], path, "s-ran")) as r:
+        raw = await r.read()
+        assert r.status == 200, raw
+    async with connect(stack, stack.tokens["a"], **{"X-Session-Id": "s-ran"}) as mcp:
+        await mcp.call_tool("store_memory", {"key": "files-mcp", "value": ORDER})
+    written = {m["key"]: (m["origin"], m["tainted"]) for m in await listing(engine, "a")
+               if m["key"] in ("files", "files-mcp")}
+    assert written == {"files": ("model", True), "files-mcp": ("model", True)}, written
