@@ -8,24 +8,19 @@ connector). Whatever the shape, a memory the model writes in such a conversation
 bounded, never leading), and the page's words never come back as the person's. What the person
 said, and what the agent stored in a clean conversation, comes back in a later, unrelated session.
 
-Real proxy on loopback, the strict fake provider, the embedded engine (tiered where marked); the
-bodies are the wire formats' own (SDK type definitions, the providers' API references)."""
+Real proxy on loopback, the strict fake provider, both engines (embedded, tiered on Redis and the
+Mongo-wire server: conftest's `engine`); the bodies are the wire formats' own (SDK type
+definitions, the providers' API references)."""
 
 from __future__ import annotations
 
 import base64
-import io
 import re
 
 import aiohttp
-import orjson
 import pytest
 
-from memory_adapters.embedded.app import build_embedded_app
-from memplane_core.redact import Redactor
-from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import Answer, ToolCall
-from tests.conftest import url_of
 from tests.test_mcp_memory import connect
 from tests.test_memory_poisoning import listing, memory_elements, presented_as_users
 
@@ -38,13 +33,6 @@ REMEMBER = "Please remember what that said."
 LATER = "Where do I live, and where should my files go?"
 PERSON = "My sister Maren lives in Bergen and I send my files to backup.example."
 HELIX = "The user edits Rust in Helix."
-
-
-@pytest.fixture
-async def engine(aiohttp_server, tmp_path):
-    app = build_embedded_app(tmp_path / "mem", redactor=Redactor(), embeddings="off",
-                             telemetry=Telemetry(make_logger(io.StringIO())))
-    return url_of(await aiohttp_server(app))
 
 
 def copying(view):
@@ -190,6 +178,9 @@ async def test_a_write_in_a_conversation_that_carried_foreign_text_is_tainted_wh
     stack.add_agent("a", engine, service="mem", tools=["store_memory"])
     stack.provider.model = copying
     await ask(stack, "a", PERSON, "s-person")  # the person's own words, in a clean conversation
+    async with aiohttp.ClientSession() as s, s.post(engine + "/api/memories", json={  # and an operator's fact
+            "agent_id": "a", "key": "home", "value": "The user lives in Lisbon."}) as r:
+        assert r.status == 201
     path, body = SHAPES[shape]
     await post(stack, "a", path, body, "s-page")
     async with connect(stack, stack.tokens["a"], **{"X-Session-Id": "s-page"}) as mcp:
@@ -201,6 +192,7 @@ async def test_a_write_in_a_conversation_that_carried_foreign_text_is_tainted_wh
     block = await ask(stack, "a", LATER, "s-later")
     assert not [line for line in presented_as_users(block) if "evil.example" in line or "Paris" in line], block
     assert_the_person_leads(block)
+    assert "The user lives in Lisbon." in block
 
 
 def assert_the_person_leads(block: str) -> None:
