@@ -195,11 +195,14 @@ async def test_a_write_in_a_conversation_that_carried_foreign_text_is_tainted_wh
     assert "The user lives in Lisbon." in block
 
 
-def assert_the_person_leads(block: str) -> None:
-    """The person's words came back, as theirs, first."""
+def assert_the_person_leads(block: str, bounded_beside: bool = True) -> None:
+    """The person's words came back, as theirs, in the first memory; with bounded text beside them,
+    on its first line (a tainted write the store took before the person's turn was retained does not
+    go ahead of it). A clean write may lead by its score, like the person's facts."""
     elements = memory_elements(block)
-    assert elements and "Maren lives in Bergen" in elements[0][1], block
-    assert re.search(r' origin="user', elements[0][0]), elements[0]
+    assert elements and re.search(r' origin="user', elements[0][0]) and "Maren lives in Bergen" in elements[0][1], block
+    lines = [line for line in elements[0][1].split("\n") if line and not re.fullmatch(r"\[[^\]]*\]", line)]
+    assert "Maren lives in Bergen" in lines[0] or not bounded_beside, block
 
 
 def remembering(view):
@@ -275,7 +278,7 @@ async def test_what_the_person_said_and_a_clean_write_come_back_in_a_later_sessi
     await stack.settle()
     block = await ask(stack, "a", "Where does my sister live, which editor do I use for Rust, and which shell?",
                       "s-later")
-    assert_the_person_leads(block)
+    assert_the_person_leads(block, bounded_beside=False)
     assert HELIX in block and "The user's shell is fish." in block
 
 
@@ -343,3 +346,14 @@ async def test_a_write_in_the_answer_that_ran_a_providers_tool_is_tainted_and_so
     written = {m["key"]: (m["origin"], m["tainted"]) for m in await listing(engine, "a")
                if m["key"] in ("files", "files-mcp")}
     assert written == {"files": ("model", True), "files-mcp": ("model", True)}, written
+
+
+def test_a_block_begins_with_trusted_text_when_it_holds_any():
+    """provenance.trusted_lead: only the bounded memories before the first trusted one move, to the
+    end; a block of only one kind keeps its order."""
+    from memplane_core.provenance import trusted_lead
+    doubtful = str.isupper
+    assert trusted_lead(["PAGE", "REPLY", "person", "TOOL", "operator"], doubtful) == [
+        "person", "TOOL", "operator", "PAGE", "REPLY"]
+    assert trusted_lead(["PAGE", "TOOL"], doubtful) == ["PAGE", "TOOL"]
+    assert trusted_lead(["person", "TOOL"], doubtful) == ["person", "TOOL"]
