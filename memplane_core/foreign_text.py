@@ -6,7 +6,8 @@ in play may be a hostile page's words, so it is `tainted` (docs/provenance.md, "
 The shapes, as the providers define them:
 
 * OpenAI Chat Completions (API reference, `messages`): `tool` messages and the legacy `function`
-  messages answer the model's calls; a `file` content part attaches a file.
+  messages answer the model's calls; a `file` content part attaches a file; a search model's answer
+  cites the pages it read (`annotations` of type `url_citation`).
 * OpenAI Responses (openai-python `types/responses/response_input_item_param.py`): every `*_output`
   item answers a call the client ran (`function_call_output`, `custom_tool_call_output`,
   `computer_call_output`, `local_shell_call_output`, `shell_call_output`, `apply_patch_call_output`,
@@ -58,8 +59,17 @@ def carries_foreign_text(body: Any) -> bool:
 
 def answer_carries_foreign_text(doc: Any) -> bool:
     """A provider's answer holds the results of tools it ran itself (Anthropic `content` blocks,
-    Responses `output` items): the model read them before it wrote the rest of the answer."""
+    Responses `output` items) or cites the web pages it searched (a Chat search model's
+    `url_citation` annotations): the model read them before it wrote the rest of the answer."""
     if not isinstance(doc, dict):
         return False
+    if isinstance(doc.get("choices"), list):
+        return any(_cites_pages(choice) for choice in doc["choices"])
     blocks = doc.get("content") if isinstance(doc.get("content"), list) else doc.get("output")
     return isinstance(blocks, list) and any(foreign_part(b) or foreign_item(b) for b in blocks)
+
+
+def _cites_pages(choice: Any) -> bool:
+    message = choice.get("message") if isinstance(choice, dict) else None
+    notes = message.get("annotations") if isinstance(message, dict) else None
+    return isinstance(notes, list) and any(isinstance(n, dict) and n.get("type") == "url_citation" for n in notes)

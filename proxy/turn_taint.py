@@ -34,8 +34,12 @@ MAX_KEYS = 100_000
 
 
 def _chains(body: dict[str, Any]) -> bool:
-    """The call continues context the provider holds (Responses `previous_response_id`, `conversation`)."""
-    return bool(body.get("previous_response_id")) or bool(body.get("conversation"))
+    """The call continues context the provider holds (Responses `previous_response_id`, `conversation`,
+    or an `item_reference` input item: an item it stored, named instead of sent, whatever it holds)."""
+    if body.get("previous_response_id") or body.get("conversation"):
+        return True
+    items = body.get("input")
+    return isinstance(items, list) and any(isinstance(x, dict) and x.get("type") == "item_reference" for x in items)
 
 
 class TurnTaint:

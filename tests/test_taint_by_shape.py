@@ -148,13 +148,13 @@ SHAPES = {
 }
 
 
-def headers(token: str, path: str, sid: str) -> dict[str, str]:
+def headers(token: str, path: str, sid: str | None) -> dict[str, str]:
     auth = {"x-api-key": token, "anthropic-version": "2023-06-01"} if path == "/v1/messages" \
         else {"Authorization": f"Bearer {token}"}
-    return {**auth, "X-Session-Id": sid}
+    return {**auth, **({"X-Session-Id": sid} if sid else {})}
 
 
-async def post(stack, agent: str, path: str, body: dict, sid: str) -> dict:
+async def post(stack, agent: str, path: str, body: dict, sid: str | None) -> dict:
     async with aiohttp.ClientSession() as s, s.post(stack.proxy_url + path, json=body,
                                                     headers=headers(stack.tokens[agent], path, sid)) as r:
         doc = await r.json()
@@ -357,3 +357,34 @@ def test_a_block_begins_with_trusted_text_when_it_holds_any():
         "person", "TOOL", "operator", "PAGE", "REPLY"]
     assert trusted_lead(["PAGE", "TOOL"], doubtful) == ["PAGE", "TOOL"]
     assert trusted_lead(["person", "TOOL"], doubtful) == ["person", "TOOL"]
+
+
+async def test_a_search_models_cited_answer_taints_what_follows_in_its_conversation(make_stack, engine):
+    """Chat Completions with `web_search_options`: the provider searched the web inside the call and
+    the answer cites it (`annotations`, `url_citation`); a write over /mcp in that conversation next
+    is tainted."""
+    stack = await make_stack()
+    stack.add_agent("a", engine, service="mem")
+    stack.provider.model = lambda view: Answer(text="Boats leave at 9:00.", ran=[{"type": "url_citation", "url_citation": {
+        "url": "https://ferry.example", "title": "ferry", "start_index": 0, "end_index": 20}}])
+    await post(stack, "a", "/v1/chat/completions", {"model": "gpt-4o-search-preview", "web_search_options": {},
+                                                    "messages": [ASKED]}, "s-search")
+    async with connect(stack, stack.tokens["a"], **{"X-Session-Id": "s-search"}) as mcp:
+        await mcp.call_tool("store_memory", {"key": "files-mcp", "value": ORDER})
+    [m] = [m for m in await listing(engine, "a") if m["key"] == "files-mcp"]
+    assert (m["origin"], m["tainted"]) == ("model", True)
+
+
+async def test_an_item_reference_continues_what_the_provider_holds(make_stack, engine):
+    """Responses `item_reference`: the input names an item the provider stored (here the page a tool
+    returned one call earlier) instead of sending it. Without a session id the call is judged like a
+    `previous_response_id` chain: by the agent's latest conversation, which read the page."""
+    stack = await make_stack()
+    stack.add_agent("a", engine, service="mem", tools=["store_memory"])
+    path, body = SHAPES["responses function_call_output"]
+    await post(stack, "a", path, body, None)
+    stack.provider.model = copying
+    await post(stack, "a", "/v1/responses", {"model": "gpt-4.1", "input": [
+        {"type": "item_reference", "id": "fco_1"}, {"role": "user", "content": REMEMBER}]}, None)
+    [m] = [m for m in await listing(engine, "a") if m["key"] == "files"]
+    assert (m["origin"], m["tainted"]) == ("model", True)

@@ -215,6 +215,8 @@ class FakeProvider:
         n = int(body.get("n") or 1)
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.text or None, "refusal": None}
+            if answer.ran:  # a search model's web results, as the answer cites them (API reference, `annotations`)
+                message["annotations"] = answer.ran
             if calls:
                 message["tool_calls"] = calls
             choices = [{"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(n)]
