@@ -88,3 +88,13 @@ def lead_order(items: list[T], bounded: Callable[[T], bool]) -> list[T]:
     read in a tool result never leads a block."""
     first = [x for x in items if not bounded(x)]
     return items if len(first) in (0, len(items)) else first + [x for x in items if bounded(x)]
+
+
+def trusted_lead(items: list[T], bounded: Callable[[T], bool]) -> list[T]:
+    """`items` (one block's memories, in time order) with the bounded ones that come before the first
+    trusted one moved to the end: a block that holds the person's words never begins with a page's
+    (a model's tainted write is stored at once, the person's turn only when it is retained). The
+    rest keep their order, a turn's tool part after its user part included."""
+    lead = next((i for i, x in enumerate(items) if not bounded(x)), 0)
+    return items[lead:] + items[:lead] if lead else items
+

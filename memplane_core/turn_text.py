@@ -90,14 +90,22 @@ def _request_messages(entry: dict[str, Any]) -> list[Any]:
 
 
 def user_text(entry: dict[str, Any]) -> str:
-    """The newest user turn's text (what the user said in this turn). A call that continues a turn
-    with tool outputs only (a Responses chain step) has the question the proxy noted for it."""
+    """The newest user turn's text (what the user said in this turn), and the text the person typed
+    beside the tool results of its loop: an Anthropic user message that answers tool calls holds the
+    `tool_result` blocks first and may carry text after them, which no tool returned (a Chat or
+    Responses client sends the same words as a message of their own, read as the question). A call
+    that continues a turn with tool outputs only (a Responses chain step) has the question the proxy
+    noted for it."""
     messages = _request_messages(entry)
     i = latest_user_index(messages, skip_tool_results=True)
     if i is not None:
-        return text_of(messages[i].get("content")).strip()
-    noted = entry.get("turn_question")
-    return noted.strip() if isinstance(noted, str) else ""
+        asked = text_of(messages[i].get("content")).strip()
+    else:
+        noted = entry.get("turn_question")
+        asked = noted.strip() if isinstance(noted, str) else ""
+    beside = [text_of(m.get("content")).strip() for m in messages[(i + 1) if i is not None else 0:]
+              if m.get("role") == "user" and answers_tools(m.get("content"))]
+    return "\n".join(t for t in (asked, *beside) if t)
 
 
 def calls_tools(entry: dict[str, Any]) -> bool:
@@ -117,25 +125,6 @@ def calls_tools(entry: dict[str, Any]) -> bool:
     for key, kinds in (("content", ("tool_use", "server_tool_use")),
                        ("output", ("function_call", "custom_tool_call", "local_shell_call", "computer_call"))):
         if isinstance(doc.get(key), list) and any(isinstance(b, dict) and b.get("type") in kinds for b in doc[key]):
-            return True
-    return False
-
-
-def carries_tool_results(body: Any) -> bool:
-    """The request hands the model text a tool returned (OpenAI `tool` messages, Anthropic
-    `tool_result` blocks, Responses `function_call_output` items): whatever the model writes in
-    such a turn may be a hostile page's words (docs/DESIGN.md, "Memory poisoning")."""
-    if not isinstance(body, dict):
-        return False
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
-    if not isinstance(messages, list):
-        return False
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        if m.get("role") == "tool" or m.get("type") in ("function_call_output", "custom_tool_call_output"):
-            return True
-        if m.get("role") == "user" and answers_tools(m.get("content")):
             return True
     return False
 

@@ -2,8 +2,9 @@
 `tainted` the same way whether it is written with the proxy's `store_memory` tool or over `/mcp`
 (docs/provenance.md).
 
-A turn is tainted when its request hands the model text a tool returned (a tool result, a fetched
-page, another agent's output: `carries_tool_results`), or when the block memplane injected into it
+A turn is tainted when its request hands the model text nobody in the conversation typed (a tool's
+result, a fetched page, a file, a search result, another agent's output, in any of the wire
+formats' shapes: `foreign_text.carries_foreign_text`), or when the block memplane injected into it
 shows such text (a tool's words, a tainted write, another agent's: `provenance.puts_in_play`; a
 model that copies a recalled page into `store_memory` does not make it trusted). The proxy notes each turn of an agent
 with memory, per turn and per agent and conversation (`X-Session-Id` or `metadata.session_id`),
@@ -26,15 +27,19 @@ from cachetools import TTLCache
 
 from memplane_core.provenance import puts_in_play
 from memplane_core.session_key import session_key
-from memplane_core.turn_text import carries_tool_results
+from memplane_core.foreign_text import carries_foreign_text
 
 TTL_S = 900.0
 MAX_KEYS = 100_000
 
 
 def _chains(body: dict[str, Any]) -> bool:
-    """The call continues context the provider holds (Responses `previous_response_id`, `conversation`)."""
-    return bool(body.get("previous_response_id")) or bool(body.get("conversation"))
+    """The call continues context the provider holds (Responses `previous_response_id`, `conversation`,
+    or an `item_reference` input item: an item it stored, named instead of sent, whatever it holds)."""
+    if body.get("previous_response_id") or body.get("conversation"):
+        return True
+    items = body.get("input")
+    return isinstance(items, list) and any(isinstance(x, dict) and x.get("type") == "item_reference" for x in items)
 
 
 class TurnTaint:
@@ -56,9 +61,18 @@ class TurnTaint:
         self._turns[turn_id] = here
         return here
 
+    def answered_foreign(self, ctx: Any, session_id: str | None, turn_id: str) -> None:
+        """An answer of the turn carried the results of a tool the provider ran itself (web search
+        or fetch, file search, an MCP connector's call): from now on the conversation holds them (a
+        resent history, a Responses chain or conversation), as if its request had."""
+        if getattr(ctx, "memory", None) is None:
+            return
+        self._turns[turn_id] = True
+        self._note(ctx.agent_id, session_id, None, True)
+
     def _note(self, agent_id: str, session_id: str | None, body: Any, shown_bounded: bool) -> bool:
         session_id = session_key(session_id) if session_id else None
-        here = shown_bounded or carries_tool_results(body)
+        here = shown_bounded or carries_foreign_text(body)
         latest = (agent_id, None)
         if session_id:
             here = here or self._seen.get((agent_id, session_id), False)  # the conversation still holds it
@@ -76,7 +90,7 @@ class TurnTaint:
         noted = self._turns.get(turn_id)
         if noted is not None:
             return noted
-        if carries_tool_results(body):
+        if carries_foreign_text(body):
             return True
         if session_id:
             return self._seen.get((agent_id, session_key(session_id)), False)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import orjson
 
 from memplane_core.contract import ORIGINS
-from memplane_core.provenance import BoundedShare, lead_order
+from memplane_core.provenance import BoundedShare, lead_order, trusted_lead
 from memplane_core.tokens import estimate_tokens
 
 from .dates import note
@@ -189,20 +189,24 @@ def pack(ranked: Iterable[tuple[StoredMemory, float]], neighbours: Callable[[Sto
 _block_time = lru_cache(maxsize=4096)(iso)  # a block's date: the same memories lead block after block (~3 µs each)
 
 
-def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
-    """`chosen` (in time order) as runs of consecutive memories, split into at most `max_blocks`
-    groups of similar size."""
+def _runs(members: list[Chosen]) -> list[list[Chosen]]:
+    """`members` as runs of consecutive memories (each position following the one before)."""
     runs: list[list[Chosen]] = []
-    sizes: list[int] = []  # characters of each run's lines
     follows = None  # the position that continues the last run
-    for c in chosen:
+    for c in members:
         if c.position == follows:
             runs[-1].append(c)
-            sizes[-1] += len(c.snippet.line)
         else:
             runs.append([c])
-            sizes.append(len(c.snippet.line))
         follows = c.position + 1
+    return runs
+
+
+def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
+    """`chosen` (in time order) as runs of consecutive memories, split into at most `max_blocks`
+    groups of similar size; in each, the person's words before bounded text (`_trusted_lead`)."""
+    runs = _runs(chosen)
+    sizes = [sum(len(c.snippet.line) for c in run) for run in runs]  # characters of each run's lines
     per_block = math.ceil(sum(sizes) / max_blocks)
     groups: list[list[list[Chosen]]] = [[]]
     size = 0
@@ -212,7 +216,15 @@ def _group(chosen: list[Chosen], max_blocks: int) -> list[list[list[Chosen]]]:
             size = 0
         groups[-1].append(run)
         size += run_size
-    return groups
+    return [_trusted_lead(group) for group in groups]
+
+
+def _trusted_lead(group: list[list[Chosen]]) -> list[list[Chosen]]:
+    """A block that holds trusted text begins with it (provenance.trusted_lead); moved bounded
+    memories make runs of their own at its end."""
+    members = [c for run in group for c in run]
+    led = trusted_lead(members, lambda c: c.snippet.doubtful)
+    return group if led is members else _runs(led)
 
 
 def _block(group: list[list[Chosen]], text: str) -> Packed:

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from memplane_core.foreign_text import foreign_part
 from memplane_core.turn_text import answers_tools, latest_user_index, query_from
 
 from ..errors import Dialect
@@ -106,6 +107,8 @@ class AnthropicMessages(NoResponseId):
                            "completion_tokens": usage.get("output_tokens")}
         elif kind == "content_block_start":
             block = ev.get("content_block") or {}
+            if foreign_part(block):  # a server tool's result comes whole in its start event
+                state.extra["foreign"] = True
             if block.get("type") in ("tool_use", "server_tool_use"):
                 calls = state.extra.setdefault("tool_calls", {})
                 calls[str(ev.get("index", len(calls)))] = {"name": block.get("name") or "", "arguments": ""}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memplane_core.foreign_text import foreign_item
 from memplane_core.turn_text import latest_user_index, query_from
 
 from ..errors import Dialect
@@ -84,6 +85,8 @@ class OpenAIResponses(NoCitations):
         kind = ev.get("type") or event
         if kind == "response.output_text.delta":
             state.text_parts.append(ev.get("delta", ""))
+        elif kind == "response.output_item.done" and foreign_item(ev.get("item")):  # a hosted tool's results
+            state.extra["foreign"] = True
         elif kind in ("response.completed", "response.incomplete"):
             response = ev.get("response") or {}
             state.model = response.get("model", state.model)

@@ -20,7 +20,7 @@ from ..transport_errors import TransportError
 from ..upstream import returned_headers
 from .answers import calls, follow_up, hide_tool, summed_usage, without_calls
 from .offer import TOOL_NAME, offer, why_not
-from .write import store
+from .write import TurnWrites
 
 MAX_EXTRA_CALLS = 3
 
@@ -58,9 +58,8 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         if 200 <= upstream.status < 300:
             await finish(whole_record(fmt, data))
         return web.Response(status=upstream.status, body=data, headers=headers)
-    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
-    answers, final, note = await _rounds(
-        fmt.name, body, doc, resend, lambda args: store(state, ctx, session_id, turn_id, args, tainted=tainted))
+    answers, final, note = await _rounds(fmt.name, body, doc, resend,
+                                         TurnWrites.of(state, ctx, session_id, turn_id, body))
     final = hide_tool(fmt.name, final)
     if final is doc:
         await finish(whole_record(fmt, data))
@@ -87,7 +86,7 @@ def _sendable(data: bytes) -> dict[str, Any] | None:
 
 async def _rounds(fmt_name: str, body: dict[str, Any], doc: dict[str, Any],
                   resend: Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]],
-                  store_one: Callable[[Any], Awaitable[tuple[bool, str]]]
+                  store_one: Callable[[Any, Any], Awaitable[tuple[bool, str]]]
                   ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
     """Store, hand the results back, again while an answer holds only store_memory calls: every
     provider answer, the final one, and why memplane stopped handing results back, if it did."""
@@ -96,7 +95,7 @@ async def _rounds(fmt_name: str, body: dict[str, Any], doc: dict[str, Any],
         mine, others = calls(fmt_name, final)
         if not mine:
             break
-        results = {c.id: await store_one(c.arguments) for c in mine}
+        results = {c.id: await store_one(c.arguments, final) for c in mine}
         if others or extra == MAX_EXTRA_CALLS:
             final = without_calls(fmt_name, final)
             note = None if others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"

@@ -28,7 +28,7 @@ from .answers import follow_up, summed_usage
 from .chat_stream import ChatRound
 from .messages_stream import MessagesRound
 from .responses_stream import ResponsesRound
-from .write import store
+from .write import TurnWrites
 
 MAX_EXTRA_CALLS = 3
 ROUNDS = {"openai": ChatRound, "anthropic": MessagesRound, "responses": ResponsesRound}
@@ -81,10 +81,8 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
     await resp.prepare(request)
     relayed = _Relayed(fmt_name, resp)
     incomplete = None
-    tainted = state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body)
     try:
-        await _rounds(relayed, upstream, body, reopen,
-                      lambda args: store(state, ctx, session_id, turn_id, args, tainted=tainted))
+        await _rounds(relayed, upstream, body, reopen, TurnWrites.of(state, ctx, session_id, turn_id, body))
         await relayed.send(relayed.rounds[-1].closing(relayed.rounds, hidden_usage))
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         incomplete = "client_disconnected"
@@ -96,7 +94,7 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
 
 async def _rounds(relayed: _Relayed, upstream: aiohttp.ClientResponse, body: dict[str, Any],
                   reopen: Callable[[dict[str, Any]], Any],
-                  store_one: Callable[[Any], Awaitable[tuple[bool, str]]]) -> None:
+                  store_one: Callable[[Any, Any], Awaitable[tuple[bool, str]]]) -> None:
     """Round after round while a round ends with only store_memory calls (at most MAX_EXTRA_CALLS more)."""
     rnd = await relayed.run(upstream)
     for extra in range(MAX_EXTRA_CALLS + 1):
@@ -108,7 +106,7 @@ async def _rounds(relayed: _Relayed, upstream: aiohttp.ClientResponse, body: dic
                 args = orjson.loads(slot["arguments"] or "{}")
             except orjson.JSONDecodeError:
                 args = slot["arguments"]
-            results[slot["id"]] = await store_one(args)
+            results[slot["id"]] = await store_one(args, rnd.assistant_doc())
         if rnd.others or extra == MAX_EXTRA_CALLS:
             relayed.note = None if rnd.others else f"stopped after {MAX_EXTRA_CALLS} extra provider calls"
             break

@@ -5,6 +5,7 @@ failed turn: bad arguments, a refused scope (`global` needs a grant), an unreach
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import aiohttp
@@ -13,6 +14,7 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from memplane_core.contract import RESERVED_METADATA, single_line
+from memplane_core.foreign_text import answer_carries_foreign_text
 
 from ..memory_service import MemoryService, MemoryServiceError
 
@@ -106,3 +108,27 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
     status_code = 201 if created else 200
     return said(True, f"Saved ({'updated' if not created else 'new'}) under key {args.key!r}.",
                 key=args.key, scope=args.scope)
+
+
+@dataclass
+class TurnWrites:
+    """The store_memory calls of one turn, over its provider calls. They are `tainted` when the turn
+    is (turn_taint.py), and from the first answer on that carries the results of a tool the provider
+    ran itself (web search or fetch, file search, code execution, an MCP connector's call): the model
+    read them before it wrote the call, though the request was clean (docs/provenance.md, "Taint by
+    shape")."""
+
+    state: Any
+    ctx: Any
+    session_id: str | None
+    turn_id: str
+    tainted: bool
+
+    @classmethod
+    def of(cls, state: Any, ctx: Any, session_id: str | None, turn_id: str, body: Any) -> TurnWrites:
+        return cls(state, ctx, session_id, turn_id, state.turn_taint.of_turn(ctx.agent_id, session_id, turn_id, body))
+
+    async def __call__(self, args: Any, answer: Any) -> tuple[bool, str]:
+        """Store one call's `args`, written in `answer` (the provider's answer, or a stream's round as one)."""
+        self.tainted = self.tainted or answer_carries_foreign_text(answer)
+        return await store(self.state, self.ctx, self.session_id, self.turn_id, args, tainted=self.tainted)

@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from memplane_core.foreign_text import answer_carries_foreign_text
+
 from ..formats import StreamState, WireFormat
 from ..formats.base import event_json
 from ..ledger.entry import nests_safely
@@ -39,6 +41,8 @@ def whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     record: dict[str, Any] = {"response": {"format": "json", "json": doc}, "usage": usage, "model": model,
                               "response_id": fmt.response_id(doc) if isinstance(doc, dict) else None}
+    if answer_carries_foreign_text(doc):
+        record["foreign"] = True
     if isinstance(doc, dict) and hasattr(fmt, "reply"):
         record["reply"] = fmt.reply(doc)
     if isinstance(doc, dict):
@@ -82,5 +86,7 @@ def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
+    if st.extra.get("foreign"):  # a provider-run tool's results came in the stream (the formats' feed_event)
+        record["foreign"] = True
     return record
 

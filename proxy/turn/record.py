@@ -15,6 +15,8 @@ async def record(turn: Turn, answer: dict[str, Any]) -> None:
     rid = answer.pop("response_id", None)
     reply = answer.pop("reply", None)
     own(turn, rid, reply)
+    if answer.pop("foreign", False):  # the provider ran a tool and its results are in the conversation now
+        turn.state.turn_taint.answered_foreign(turn.ctx, turn.session_id, turn.turn_id)
     # shielded: a client that goes away mid-write must not cost the ledger its line
     await asyncio.shield(record_turn(turn, answer))
 

@@ -84,6 +84,10 @@ class ToolCall:
 class Answer:
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # what the provider ran itself before answering, as its answer carries it, first: Anthropic server
+    # tool blocks (`server_tool_use` and its `web_fetch_tool_result`, …), Responses hosted-tool items
+    # (`web_search_call`, `file_search_call`, `mcp_call`, …), Chat `annotations` (`url_citation`)
+    ran: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

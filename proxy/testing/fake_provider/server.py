@@ -215,6 +215,8 @@ class FakeProvider:
         n = int(body.get("n") or 1)
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.text or None, "refusal": None}
+            if answer.ran:  # a search model's web results, as the answer cites them (API reference, `annotations`)
+                message["annotations"] = answer.ran
             if calls:
                 message["tool_calls"] = calls
             choices = [{"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(n)]
@@ -268,6 +270,7 @@ class FakeProvider:
         output: list[dict[str, Any]] = []
         if "reasoning.encrypted_content" in (body.get("include") or ()):
             output.append(self.signer.reasoning_item())
+        output.extend(answer.ran)
         if answer.text:
             output.append({"id": f"msg_{uuid.uuid4().hex[:16]}", "type": "message", "status": "completed",
                            "role": "assistant", "content": [{"type": "output_text", "text": answer.text,
@@ -321,6 +324,9 @@ class FakeProvider:
                               text=part["text"], logprobs=[]),
                            ev("response.content_part.done", item_id=mid, output_index=index, content_index=0,
                               part=part)]
+            elif item["type"] != "function_call":  # a hosted tool's item: added, then done whole
+                events.append(ev("response.output_item.added", output_index=index,
+                                 item={**item, "status": "in_progress"}))
             else:
                 events.append(ev("response.output_item.added", output_index=index,
                                  item={**item, "status": "in_progress", "arguments": ""}))
@@ -357,6 +363,7 @@ class FakeProvider:
         content: list[dict[str, Any]] = []
         if (prompt.get("thinking") or {}).get("type") in ("enabled", "adaptive"):
             content.append(self.signer.thinking_block((prompt.get("thinking") or {}).get("display")))
+        content.extend(answer.ran)
         if answer.text:
             text_block: dict[str, Any] = {"type": "text", "text": answer.text}
             if citation:
@@ -400,6 +407,10 @@ class FakeProvider:
                                      delta={"type": "citations_delta", "citation": block["citations"][0]}))
                 events += [ev("content_block_delta", index=index, delta={"type": "text_delta", "text": p})
                            for p in self._pieces(block["text"])]
+            elif block["type"] not in ("tool_use", "server_tool_use"):
+                # a server tool's result comes whole in its content_block_start, no deltas (docs:
+                # "Streaming Messages" → "Streaming request with web search")
+                events.append(ev("content_block_start", index=index, content_block=block))
             else:
                 events.append(ev("content_block_start", index=index, content_block={**block, "input": {}}))
                 events += [ev("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": p})
