@@ -1,0 +1,162 @@
+"""What the attacker's review noticed and left as it was (docs/operating.md, "Leftovers mended"),
+each through the real servers on loopback, as a prober or a provider would meet it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import time
+
+import pytest
+
+from manifests.agents import memory_manifest, write_agent
+from memory_adapters.reference.app import build_reference_app
+from memplane_cli.runner import Site, start_site
+from memplane_core.redact import Redactor
+from memplane_core.telemetry import Telemetry, make_logger
+from proxy.app import build_app
+from proxy.config import ProxySettings
+
+pytestmark = pytest.mark.asyncio
+
+
+# -- 1. a client that announces a body and never sends it; one that sends its head slowly --
+
+def _stalled(port: int, head: str, sent: bytes, wait_s: float = 20.0) -> tuple[int | None, dict, bytes, float]:
+    """Send a request head and part of its body, then nothing: (status, headers, body, seconds until
+    the server closed the connection). A status of None: the server closed without answering."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        s.sendall(head.encode() + sent)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            return None, {}, out, wait_s  # still open
+    took = time.monotonic() - started
+    if not out:
+        return None, {}, b"", took
+    status_line, _, rest = out.partition(b"\r\n")
+    headers, _, payload = rest.partition(b"\r\n\r\n")
+    fields = dict(line.split(": ", 1) for line in headers.decode("latin-1").split("\r\n") if ": " in line)
+    return int(status_line.split()[1]), {k.lower(): v for k, v in fields.items()}, payload, took
+
+
+def _head(method: str, path: str, port: int, extra: str = "", length: int = 1000,
+          content_type: str = "application/json") -> str:
+    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}"
+            f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n")
+
+
+async def _proxy_site(provider_url: str, tmp_path, memory_url: str | None = None):
+    settings = ProxySettings(context_root=tmp_path / "context", history_root=tmp_path / "history",
+                             openai_base_url=f"{provider_url}/v1", openai_api_key="sk-operator-openai-key",
+                             anthropic_base_url=provider_url, anthropic_api_key="sk-ant-operator-key")
+    memory = memory_manifest("mem-svc", memory_url) if memory_url else None
+    token, _ = write_agent(settings.context_root, "a", memory=memory)
+    log = io.StringIO()
+    runner, port = await start_site(Site(build_app(settings, Telemetry(make_logger(log))), "127.0.0.1", 0))
+    return runner, port, token, log
+
+
+async def test_a_body_announced_and_never_sent_is_408_in_the_callers_format_and_the_connection_closes(
+        provider_server, tmp_path, monkeypatch):
+    """Served as `memplane serve`/`up` serve (memplane_cli/runner.py), with MEMPLANE_BODY_TIMEOUT_S
+    short: a turn (OpenAI's and Anthropic's error shapes), a pass-through, /mcp and the inspector's
+    form each answer 408 once the body is overdue, and close; before, the connection was held for
+    ever (aiohttp has no body-read timeout)."""
+    monkeypatch.setenv("MEMPLANE_BODY_TIMEOUT_S", "0.5")
+    _, provider_url = provider_server
+    memory = await start_site(Site(build_reference_app(tmp_path / "ref", redactor=Redactor()), "127.0.0.1", 0))
+    runner, port, token, log = await _proxy_site(provider_url, tmp_path, f"http://127.0.0.1:{memory[1]}")
+    auth = f"Authorization: Bearer {token}\r\n"
+    probes = {
+        "openai turn": _head("POST", "/v1/chat/completions", port, auth),
+        "anthropic turn": _head("POST", "/v1/messages", port, f"x-api-key: {token}\r\n"),
+        "pass-through": _head("POST", "/v1/embeddings", port, auth),
+        "mcp": _head("POST", "/mcp", port, auth + "Accept: application/json, text/event-stream\r\n"),
+        "inspector form": _head("POST", "/memplane/ui/agents/a/forget", port,
+                                content_type="application/x-www-form-urlencoded"),
+    }
+    try:
+        answers = await asyncio.gather(*(asyncio.to_thread(_stalled, port, head, b'{"model":')
+                                         for head in probes.values()))
+    finally:
+        await runner.cleanup()
+        await memory[0].cleanup()
+    for name, (status, headers, payload, took) in zip(probes, answers):
+        assert status == 408, (name, status, payload[:300])
+        assert took < 10, (name, took)  # answered and closed, not held
+        assert headers.get("connection", "").lower() == "close", (name, headers)
+        if name == "inspector form":
+            continue
+        doc = json.loads(payload)
+        assert "did not arrive" in doc["error"]["message"], (name, doc)
+        if name == "anthropic turn":
+            assert doc["type"] == "error", doc  # Anthropic's shape
+        assert doc["error"]["type"] == "invalid_request_error", (name, doc)  # the caller's, not a 5xx
+    assert "unhandled_error" not in log.getvalue()
+
+
+@pytest.mark.parametrize("service", ["reference", "embedded", "tiered"])
+async def test_a_body_announced_and_never_sent_is_408_on_the_memory_services(service, tmp_path, monkeypatch,
+                                                                            request):
+    """Every memory service: `{"error": {...}}` 408 on a body overdue, and the connection closed."""
+    monkeypatch.setenv("MEMPLANE_BODY_TIMEOUT_S", "0.5")
+    quiet = Telemetry(make_logger(io.StringIO()))
+    if service == "reference":
+        app = build_reference_app(tmp_path / "ref", redactor=Redactor())
+    elif service == "embedded":
+        from memory_adapters.embedded.app import build_embedded_app
+        app = build_embedded_app(tmp_path / "memory", redactor=Redactor(), telemetry=quiet, embeddings="off")
+    else:
+        from memory_adapters.tiered.app import build_tiered_app
+        settings = request.getfixturevalue("tiered_settings")
+        settings.embeddings = "off"
+        app = build_tiered_app(settings, quiet, Redactor())
+    runner, port = await start_site(Site(app, "127.0.0.1", 0))
+    try:
+        answers = await asyncio.gather(*(asyncio.to_thread(_stalled, port, _head("POST", path, port), b'{"agent')
+                                         for path in ("/recall", "/retain")))
+    finally:
+        await runner.cleanup()
+    for status, headers, payload, took in answers:
+        assert status == 408, (status, payload[:300])
+        assert took < 10 and headers.get("connection", "").lower() == "close", (took, headers)
+        assert "did not arrive" in json.loads(payload)["error"]["message"]
+
+
+async def test_a_client_that_sends_its_request_head_slowly_is_let_go(provider_server, tmp_path, monkeypatch):
+    """Slowloris: a head that never ends (a byte now and then, or nothing) is dropped once
+    MEMPLANE_HEADER_TIMEOUT_S has passed since the connection opened (aiohttp's keep-alive timer)."""
+    monkeypatch.setenv("MEMPLANE_HEADER_TIMEOUT_S", "1")
+    _, provider_url = provider_server
+    runner, port, _, _ = await _proxy_site(provider_url, tmp_path)
+
+    def slow() -> float:
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            try:
+                for _ in range(40):
+                    s.sendall(b"X-A: b\r\n")
+                    time.sleep(0.25)
+            except OSError:
+                pass  # closed under us
+            s.settimeout(20)
+            try:
+                while s.recv(65536):
+                    pass
+            except OSError:
+                pass
+        return time.monotonic() - started
+
+    try:
+        took = await asyncio.to_thread(slow)
+    finally:
+        await runner.cleanup()
+    assert took < 5, took
