@@ -10,15 +10,21 @@ import json
 import socket
 import time
 
+import httpx
 import pytest
+from aiohttp import web
 
 from manifests.agents import memory_manifest, write_agent
 from memory_adapters.reference.app import build_reference_app
 from memplane_cli.runner import Site, start_site
+from memplane_core.contract import RecallRequest
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.app import build_app
+from proxy.app import STATE
 from proxy.config import ProxySettings
+from proxy.ledger.files import Ledger
+from tests.conftest import url_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -160,3 +166,110 @@ async def test_a_client_that_sends_its_request_head_slowly_is_let_go(provider_se
     finally:
         await runner.cleanup()
     assert took < 5, took
+
+
+# -- 2. a provider's error event mid-stream; an upstream that drops mid-stream --
+
+def _events(*pairs: tuple[str | None, dict]) -> list[bytes]:
+    return [(f"event: {name}\n".encode() if name else b"") + b"data: " + json.dumps(doc).encode() + b"\n\n"
+            for name, doc in pairs]
+
+
+_HEAD = {  # the first words of an answer, as each API streams them
+    "/v1/chat/completions": _events((None, {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"role": "assistant", "content": "Tromsø is in"}, "finish_reason": None}]})),
+    "/v1/messages": _events(
+        ("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                                "model": "m", "content": [], "usage": {
+                                                                    "input_tokens": 5, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": "Tromsø is in"}})),
+    "/v1/responses": _events(
+        ("response.created", {"type": "response.created", "sequence_number": 0,
+                              "response": {"id": "resp_1", "status": "in_progress", "model": "m", "output": []}}),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": 1,
+                                        "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                        "delta": "Tromsø is in"})),
+}
+_ERROR = {  # each API's error event mid-stream (OpenAI: an `error` chunk / the Responses `error` event;
+    # Anthropic: `event: error`, "Error events" in its streaming docs)
+    "/v1/chat/completions": _events((None, {"error": {"message": "The server had an error", "type": "server_error",
+                                                      "param": None, "code": None}})),
+    "/v1/messages": _events(("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                                   "message": "Overloaded"}})),
+    "/v1/responses": _events(("error", {"type": "error", "code": "server_error", "message": "The server had an error",
+                                        "param": None, "sequence_number": 2})),
+}
+_ASKS = {
+    "/v1/chat/completions": {"model": "m", "stream": True, "stream_options": {"include_usage": True},
+                             "messages": [{"role": "user", "content": "My sister Ingrid lives in Tromsø."}]},
+    "/v1/messages": {"model": "m", "max_tokens": 50, "stream": True,
+                     "messages": [{"role": "user", "content": "My sister Ingrid lives in Tromsø."}]},
+    "/v1/responses": {"model": "m", "stream": True, "input": "My sister Ingrid lives in Tromsø."},
+}
+
+
+def _failing_provider(how: str) -> web.Application:
+    """Streams an answer's first words, then its API's error event (`error`) or drops the connection."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for raw in _HEAD[request.path]:
+            await resp.write(raw)
+        if how == "cut":
+            await asyncio.sleep(0.05)
+            request.transport.abort()
+            return resp
+        for raw in _ERROR[request.path]:
+            await resp.write(raw)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    for path in _HEAD:
+        app.router.add_post(path, answer)
+    return app
+
+
+async def _behind(aiohttp_server, tmp_path, upstream_app, reference_url):
+    upstream = url_of(await aiohttp_server(upstream_app))
+    settings = ProxySettings(context_root=tmp_path / "ctx", history_root=tmp_path / "hist",
+                             openai_base_url=f"{upstream}/v1", openai_api_key="sk-op",
+                             anthropic_base_url=upstream, anthropic_api_key="sk-ant-op")
+    app = build_app(settings, Telemetry(make_logger(io.StringIO())))
+    proxy = url_of(await aiohttp_server(app))
+    token, _ = write_agent(settings.context_root, "a", memory=memory_manifest("reference", reference_url))
+    return proxy, token, settings.history_root, app[STATE]
+
+
+@pytest.mark.parametrize("path", sorted(_HEAD))
+async def test_a_providers_error_event_mid_stream_marks_the_ledgered_turn_incomplete(aiohttp_server, tmp_path,
+                                                                                     reference, path):
+    """The agent gets exactly the bytes the provider sent (its SDK raises on the error event, as it
+    would without memplane); the ledger says the answer broke off (`incomplete: provider_error`),
+    and the person's words still reach memory, as for any other turn that broke off."""
+    proxy, token, history, state = await _behind(aiohttp_server, tmp_path, _failing_provider("error"), reference[0])
+    async with httpx.AsyncClient(base_url=proxy, timeout=30) as client:
+        r = await client.post(path, json=_ASKS[path], headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200
+    assert r.content == b"".join(_HEAD[path] + _ERROR[path])  # nothing added, nothing held back
+    [entry] = [ref.entry for ref in Ledger(history).read("a")]
+    assert entry["response"]["incomplete"] == "provider_error", entry["response"]
+    assert "Tromsø is in" in entry["response"]["text"]
+    await state.settle(30)
+    found = await reference[1].recall(RecallRequest(agent_id="a", query="Where does Ingrid live?"))
+    assert any("Ingrid lives in Tromsø" in m.text for m in found)
+
+
+@pytest.mark.parametrize("path", sorted(_HEAD))
+async def test_an_upstream_that_drops_mid_stream_marks_the_ledgered_turn_incomplete(aiohttp_server, tmp_path,
+                                                                                    reference, path):
+    proxy, token, history, state = await _behind(aiohttp_server, tmp_path, _failing_provider("cut"), reference[0])
+    async with httpx.AsyncClient(base_url=proxy, timeout=30) as client:
+        r = await client.post(path, json=_ASKS[path], headers={"Authorization": f"Bearer {token}"})
+    assert r.content.startswith(b"".join(_HEAD[path]))
+    [entry] = [ref.entry for ref in Ledger(history).read("a")]
+    assert entry["response"]["incomplete"] == "upstream_broke_off", entry["response"]

@@ -12,6 +12,7 @@ from ..formats import StreamState, WireFormat
 from ..formats.base import event_json
 from ..ledger.entry import nests_safely
 from ..sse import SSESplitter, parse_event
+from .stream_faults import PROVIDER_ERROR, provider_error
 
 
 def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
@@ -64,11 +65,16 @@ def first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:
 
 def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
                   incomplete: str | None) -> dict[str, Any]:
-    """A streamed answer as the ledger keeps it, assembled from the events relayed."""
+    """A streamed answer as the ledger keeps it, assembled from the events relayed; one that carries
+    the provider's error event is incomplete (stream_faults.py)."""
     st = StreamState()
     body = b"".join(received)
+    failed = False
     for raw in SSESplitter().feed(body + b"\n\n"):
-        safe_feed(fmt, st, *parse_event(raw), hidden_usage)
+        event = parse_event(raw)
+        safe_feed(fmt, st, *event, hidden_usage)
+        failed = failed or provider_error(*event)
+    incomplete = incomplete or (PROVIDER_ERROR if failed else None)
     response: dict[str, Any] = {"format": "sse", "text": st.text}
     if not st.text and not st.extra.get("tool_calls"):
         response["raw"] = body.decode("utf-8", "replace")  # nothing could be read out: keep what was relayed
