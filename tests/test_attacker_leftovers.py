@@ -273,3 +273,58 @@ async def test_an_upstream_that_drops_mid_stream_marks_the_ledgered_turn_incompl
     assert r.content.startswith(b"".join(_HEAD[path]))
     [entry] = [ref.entry for ref in Ledger(history).read("a")]
     assert entry["response"]["incomplete"] == "upstream_broke_off", entry["response"]
+
+
+# -- 3. a stream (or a whole answer) longer than the ledger keeps of one answer --
+
+_DELTA = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+          "choices": [{"index": 0, "delta": {"content": "word " * 200}, "finish_reason": None}]}
+_LONG_STREAM = [b"data: " + json.dumps(_DELTA).encode() + b"\n\n"] * 300 + [b"data: [DONE]\n\n"]  # ~330 KB
+_LONG_WHOLE = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "word " * 60_000}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 60_000, "total_tokens": 60_005}}).encode()  # ~300 KB
+
+
+def _long_provider() -> web.Application:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        if not body.get("stream"):
+            return web.Response(body=_LONG_WHOLE, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for raw in _LONG_STREAM:
+            await resp.write(raw)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    return app
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+async def test_the_ledger_keeps_the_head_of_an_answer_longer_than_its_cap_and_the_agent_gets_it_all(
+        aiohttp_server, tmp_path, stream):
+    """MEMPLANE_LEDGER_MAX_ANSWER_BYTES (here 64 KiB): the agent gets every byte the provider sent;
+    the ledger keeps the answer's first 64 KiB, marked `truncated` with the answer's size, so a
+    provider that streams without end cannot grow the proxy's memory (before: held whole)."""
+    upstream = url_of(await aiohttp_server(_long_provider()))
+    settings = ProxySettings(context_root=tmp_path / "ctx", history_root=tmp_path / "hist",
+                             openai_base_url=f"{upstream}/v1", openai_api_key="sk-op",
+                             ledger_max_answer_bytes=64 * 1024)
+    proxy = url_of(await aiohttp_server(build_app(settings, Telemetry(make_logger(io.StringIO())))))
+    token, _ = write_agent(settings.context_root, "a")
+    ask = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "Say it many times."}]}
+    if stream:
+        ask["stream_options"] = {"include_usage": True}
+    async with httpx.AsyncClient(base_url=proxy, timeout=30) as client:
+        r = await client.post("/v1/chat/completions", json=ask, headers={"Authorization": f"Bearer {token}"})
+    sent = b"".join(_LONG_STREAM) if stream else _LONG_WHOLE
+    assert r.status_code == 200 and r.content == sent
+    [entry] = [ref.entry for ref in Ledger(settings.history_root).read("a")]
+    response = entry["response"]
+    assert response["truncated"] is True and response["answer_bytes"] == len(sent), {
+        k: v for k, v in response.items() if k not in ("text", "raw")}
+    kept = response.get("text", "") + response.get("raw", "")
+    assert 1000 < len(kept.encode()) <= 64 * 1024
+    assert "word word" in kept[:2000]  # the answer's head

@@ -4,6 +4,7 @@ still relayed and ledgered as it came."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from ..formats import StreamState, WireFormat
 from ..formats.base import event_json
 from ..ledger.entry import nests_safely
 from ..sse import SSESplitter, parse_event
+from .answer_cap import Head, mark, whole_head
 from .stream_faults import PROVIDER_ERROR, provider_error
 
 
@@ -24,8 +26,11 @@ def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str,
         return True
 
 
-def whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
-    """A whole answer as the ledger keeps it: its JSON, usage, model, response id, reply, citations."""
+def whole_record(fmt: WireFormat, data: bytes, limit: int | None = None) -> dict[str, Any]:
+    """A whole answer as the ledger keeps it: its JSON, usage, model, response id, reply, citations;
+    one longer than `limit` bytes, its head (answer_cap.py)."""
+    if limit is not None and len(data) > limit:
+        return whole_head(data, limit)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -63,10 +68,11 @@ def first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:
     return None
 
 
-def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
+def stream_record(fmt: WireFormat, received: Iterable[bytes], hidden_usage: bool,
                   incomplete: str | None) -> dict[str, Any]:
-    """A streamed answer as the ledger keeps it, assembled from the events relayed; one that carries
-    the provider's error event is incomplete (stream_faults.py)."""
+    """A streamed answer as the ledger keeps it, assembled from the events relayed (or the head of
+    them the ledger keeps: answer_cap.py); one that carries the provider's error event is
+    incomplete (stream_faults.py)."""
     st = StreamState()
     body = b"".join(received)
     failed = False
@@ -82,9 +88,12 @@ def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["tool_calls"] = list(st.extra["tool_calls"].values())
     if incomplete:
         response["incomplete"] = incomplete
+    truncated = isinstance(received, Head) and received.truncated
+    if truncated:
+        mark(response, received.seen)
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
-    if hasattr(fmt, "streamed_reply") and not incomplete:
+    if hasattr(fmt, "streamed_reply") and not incomplete and not truncated:
         record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]
