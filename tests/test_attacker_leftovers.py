@@ -25,6 +25,7 @@ from proxy.app import STATE
 from proxy.config import ProxySettings
 from proxy.ledger.files import Ledger
 from tests.conftest import url_of
+from tests.test_odd_provider_answers import odd_provider
 
 pytestmark = pytest.mark.asyncio
 
@@ -279,27 +280,10 @@ async def test_an_upstream_that_drops_mid_stream_marks_the_ledgered_turn_incompl
 
 _DELTA = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
           "choices": [{"index": 0, "delta": {"content": "word " * 200}, "finish_reason": None}]}
-_LONG_STREAM = [b"data: " + json.dumps(_DELTA).encode() + b"\n\n"] * 300 + [b"data: [DONE]\n\n"]  # ~330 KB
+_LONG_EVENTS = [json.dumps(_DELTA).encode()] * 300  # ~330 KB
 _LONG_WHOLE = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "word " * 60_000}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 60_000, "total_tokens": 60_005}}).encode()  # ~300 KB
-
-
-def _long_provider() -> web.Application:
-    async def answer(request: web.Request) -> web.StreamResponse:
-        body = json.loads(await request.read())
-        if not body.get("stream"):
-            return web.Response(body=_LONG_WHOLE, content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for raw in _LONG_STREAM:
-            await resp.write(raw)
-        await resp.write_eof()
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    return app
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
@@ -308,7 +292,7 @@ async def test_the_ledger_keeps_the_head_of_an_answer_longer_than_its_cap_and_th
     """MEMPLANE_LEDGER_MAX_ANSWER_BYTES (here 64 KiB): the agent gets every byte the provider sent;
     the ledger keeps the answer's first 64 KiB, marked `truncated` with the answer's size, so a
     provider that streams without end cannot grow the proxy's memory (before: held whole)."""
-    upstream = url_of(await aiohttp_server(_long_provider()))
+    upstream = url_of(await aiohttp_server(odd_provider(_LONG_EVENTS, _LONG_WHOLE)))
     settings = ProxySettings(context_root=tmp_path / "ctx", history_root=tmp_path / "hist",
                              openai_base_url=f"{upstream}/v1", openai_api_key="sk-op",
                              ledger_max_answer_bytes=64 * 1024)
@@ -319,7 +303,7 @@ async def test_the_ledger_keeps_the_head_of_an_answer_longer_than_its_cap_and_th
         ask["stream_options"] = {"include_usage": True}
     async with httpx.AsyncClient(base_url=proxy, timeout=30) as client:
         r = await client.post("/v1/chat/completions", json=ask, headers={"Authorization": f"Bearer {token}"})
-    sent = b"".join(_LONG_STREAM) if stream else _LONG_WHOLE
+    sent = b"".join(b"data: " + e + b"\n\n" for e in [*_LONG_EVENTS, b"[DONE]"]) if stream else _LONG_WHOLE
     assert r.status_code == 200 and r.content == sent
     [entry] = [ref.entry for ref in Ledger(settings.history_root).read("a")]
     response = entry["response"]
