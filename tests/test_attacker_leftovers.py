@@ -312,3 +312,63 @@ async def test_the_ledger_keeps_the_head_of_an_answer_longer_than_its_cap_and_th
     kept = response.get("text", "") + response.get("raw", "")
     assert 1000 < len(kept.encode()) <= 64 * 1024
     assert "word word" in kept[:2000]  # the answer's head
+
+
+# -- 4. the strict fake provider: a field of the wrong type is the API's 400, never a crash --
+
+_WRONG = {"list": ["x"], "object": {"a": 1}, "number": 7, "null": None, "bool": True, "string": "s"}
+_VALID = {
+    "/v1/chat/completions": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/messages": {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/responses": {"model": "gpt-4o-mini", "input": "hi"},
+}
+_FIELDS = {  # each API's request fields (its reference's request body), and a message's
+    "/v1/chat/completions": ["model", "messages", "stream", "stream_options", "temperature", "top_p", "n",
+                             "max_tokens", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
+                             "response_format", "user", "metadata", "stop", "seed", "presence_penalty",
+                             "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "store",
+                             "reasoning_effort", "modalities", "prediction", "service_tier", "functions",
+                             "messages.0", "messages.0.role", "messages.0.content", "messages.0.name"],
+    "/v1/messages": ["model", "messages", "max_tokens", "system", "stream", "temperature", "top_p", "top_k",
+                     "stop_sequences", "tools", "tool_choice", "metadata", "thinking", "service_tier", "container",
+                     "messages.0", "messages.0.role", "messages.0.content"],
+    "/v1/responses": ["model", "input", "instructions", "stream", "previous_response_id", "tools", "tool_choice",
+                      "store", "reasoning", "text", "max_output_tokens", "temperature", "top_p", "truncation",
+                      "metadata", "include", "parallel_tool_calls", "user", "background", "prompt", "conversation"],
+}
+
+
+def _with(body: dict, field: str, value) -> dict:
+    out = json.loads(json.dumps(body))
+    *path, last = field.split(".")
+    at = out
+    for part in path:
+        at = at[int(part)] if isinstance(at, list) else at[part]
+    if isinstance(at, list):
+        at[int(last)] = value
+    else:
+        at[last] = value
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(_VALID))
+async def test_the_strict_fake_provider_answers_every_wrong_type_in_the_apis_own_format(provider_server, path):
+    """`model` given as a list crashed the fake provider (a 500 from aiohttp, which no real API
+    answers); every field of each format as a list, object, number, null, boolean or string is now
+    answered as the API answers it: a 200, or a 4xx JSON error of the API's own shape."""
+    _, url = provider_server
+    crashed = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for field in _FIELDS[path]:
+            for kind, value in _WRONG.items():
+                for stream in (False, True):
+                    body = _with({**_VALID[path], "stream": stream}, field, value)
+                    r = await client.post(path, json=body)
+                    ok = r.status_code < 500
+                    if ok and r.status_code >= 400:
+                        doc = r.json()
+                        ok = (doc.get("type") == "error" and isinstance(doc["error"].get("message"), str)
+                              if path == "/v1/messages" else isinstance(doc["error"]["message"], str))
+                    if not ok:
+                        crashed.append((field, kind, stream, r.status_code, r.text[:120]))
+    assert crashed == []
