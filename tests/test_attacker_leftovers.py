@@ -372,3 +372,39 @@ async def test_the_strict_fake_provider_answers_every_wrong_type_in_the_apis_own
                     if not ok:
                         crashed.append((field, kind, stream, r.status_code, r.text[:120]))
     assert crashed == []
+
+
+# -- 5. `memplane compile` stages in directories of its own, 0700 --
+
+async def test_compile_stages_and_leaves_its_output_0700_and_never_follows_a_planted_symlink(tmp_path):
+    """The compiled context root lists every agent of the pod: it was staged with `mkdir` under the
+    umask (0755) and renamed into place, so it stayed 0755; the staging and old names were fixed, so
+    a symlink planted there stopped the compile with a traceback. Now each is a fresh 0700
+    directory of compile's own (a name no one can guess), and the output is 0700."""
+    import os
+    import stat
+
+    from click.testing import CliRunner
+
+    from memplane_cli.main import main
+    from tests.test_compiler import BASE, pod
+
+    pod_file = pod(tmp_path, BASE)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    out = tmp_path / "deep" / "ctx"
+    (tmp_path / "deep").mkdir()
+    for name in (".ctx.staging", ".ctx.old"):
+        (tmp_path / "deep" / name).symlink_to(victim)
+    previous = os.umask(0o022)
+    try:
+        for _ in range(2):  # a first compile, then a recompile over it
+            result = CliRunner().invoke(main, ["compile", str(pod_file), "--out", str(out)])
+            assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+            assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    finally:
+        os.umask(previous)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"] and (victim / "keep").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == [".ctx.old", ".ctx.staging", "ctx"]
+    assert {p.name for p in out.iterdir()} >= {"analyst", "researcher"}
