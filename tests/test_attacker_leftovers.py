@@ -408,3 +408,51 @@ async def test_compile_stages_and_leaves_its_output_0700_and_never_follows_a_pla
     assert sorted(p.name for p in victim.iterdir()) == ["keep"] and (victim / "keep").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == [".ctx.old", ".ctx.staging", "ctx"]
     assert {p.name for p in out.iterdir()} >= {"analyst", "researcher"}
+
+
+# -- 6. the reference adapter keeps a tool loop's person's words by its loop_key --
+
+def _persons_words(store, agent_id: str) -> list[str]:
+    """The person's part of each summary (the fake model's replies quote the memories it was given)."""
+    return [r["summary"].split(" | Assistant: ")[0] for r in store._agents[agent_id].records.values()]
+
+
+async def test_the_reference_adapter_keeps_a_loop_that_ends_on_a_tool_call_and_one_memory_per_loop(stack, reference):
+    """Behind the reference adapter a loop ending on a tool call whose result never returns (an
+    agent's `finish` tool) was lost: each step was dropped, waiting for a last call that never came.
+    Now each step is kept under the loop's `loop_key`, the latest replacing the one before, as the
+    engines do: the finished turn is remembered, a loop that ends with an answer is one memory,
+    and forgetting any call of the loop forgets it."""
+    from proxy.testing.fake_provider import ToolCall, ToolLoop
+    from tests.test_tool_loops import FACT, LOOP, _weather_loop
+
+    ref_url, store = reference
+    stack.add_agent("coder", ref_url)
+    client = stack.openai("coder")
+    finish = [{"type": "function", "function": {"name": "finish", "parameters": {"type": "object", "properties": {}}}}]
+    stack.provider.model = ToolLoop([ToolCall("finish", {})])
+    ended = await client.chat.completions.create(model="m", tools=finish, messages=[
+        {"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": FACT}])
+    assert ended.choices[0].message.tool_calls[0].function.name == "finish"  # and the client stops there
+    stack.provider.model = ToolLoop(LOOP[:1])
+    trip = "Please check the weather in Lisbon for my trip on Friday."
+    await _weather_loop(client, [{"role": "user", "content": trip}])
+    await stack.caught_up()
+
+    stack.provider.model = None
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Where does Ana live?"}])
+    assert FACT in (stack.provider.received[-1].memories_block or ""), "the finished turn was remembered"
+    await stack.caught_up()
+    said = _persons_words(store, "coder")
+    assert sum(FACT in s for s in said) == 1, said
+    assert sum("my trip on Friday" in s for s in said) == 1, said  # the loop's two calls: one memory
+
+    first = stack.ledger("coder")[1]["id"]  # the weather loop's first call, not the one its memory came from
+    async with httpx.AsyncClient(base_url=ref_url, timeout=30) as http:
+        r = await http.post("/forget", json={"agent_id": "coder", "entry_ids": [first], "reason": "asked"})
+        assert r.status_code == 204, r.text
+    assert not any("my trip on Friday" in s for s in _persons_words(store, "coder"))
+    store._agents.clear()  # as after a restart: read back from its files
+    await store.recall(RecallRequest(agent_id="coder", query="trip"))
+    said = _persons_words(store, "coder")
+    assert not any("my trip on Friday" in s for s in said) and sum(FACT in s for s in said) == 1
