@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from memplane_core.private_files import write_private
+from memplane_core.private_files import fresh_private_dir, write_private
 
 from .agents import memory_manifest, read_token, write_agent
 from .models import DEFAULT_RECALL_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS
@@ -315,11 +315,10 @@ def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / OUT_MARKER).exists())):
         raise CompileError(f"--out {out}: exists and was not made by `memplane compile` (no {OUT_MARKER}); "
                            "refusing to replace it")
-    staging = out.with_name(f".{out.name}.staging")
-    old = out.with_name(f".{out.name}.old")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
-    staging.mkdir(parents=True)
+    # staged in a fresh 0700 directory of its own, which becomes `out`: the compiled root lists the
+    # pod's agents, and a fixed name beside `out` could be a symlink planted there
+    staging = fresh_private_dir(out.parent, f".{out.name}.staging-")
+    old = None
     try:
         for agent in result.agents:
             existing = read_token(out / agent.agent_id / "token")
@@ -328,9 +327,11 @@ def compile_pod(pod_file: Path, out: Path, *, pod_dir: Path | None = None,
             agent.new_token = created
         write_private(staging / OUT_MARKER, b"made by memplane compile; the whole directory is replaced on recompile\n")
         if out.exists():
-            os.replace(out, old)
+            old = fresh_private_dir(out.parent, f".{out.name}.old-")
+            os.replace(out, old)  # a directory renamed onto an empty one replaces it
         os.replace(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return result

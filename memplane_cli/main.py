@@ -94,6 +94,7 @@ def proxy_settings(p: dict) -> ProxySettings:
         context_root=p["context_root"], history_root=p["history_root"], openai_base_url=p["openai_base_url"],
         openai_api_key=os.environ.get("OPENAI_API_KEY"), anthropic_base_url=p["anthropic_base_url"],
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY"), max_body_bytes=p["max_body_bytes"],
+        ledger_max_answer_bytes=p["ledger_max_answer_bytes"],
         upstream_connect_timeout_s=p["upstream_connect_timeout"], upstream_read_timeout_s=p["upstream_read_timeout"],
         max_concurrent_upstream=p["max_concurrent_upstream"],
         max_concurrent_upstream_per_agent=p["max_concurrent_upstream_per_agent"], rate_limit_per_agent=p["rate_limit"],
@@ -134,6 +135,9 @@ def proxy_settings_from_env(**overrides) -> ProxySettings:
               envvar=["MEMPLANE_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"], help="Provider root, without /v1.")
 @click.option("--max-body-bytes", default=default("max_body_bytes"), show_default=True, type=int,
               envvar="MEMPLANE_MAX_BODY_BYTES")
+@click.option("--ledger-max-answer-bytes", default=default("ledger_max_answer_bytes"), show_default=True,
+              type=click.IntRange(1), envvar="MEMPLANE_LEDGER_MAX_ANSWER_BYTES",
+              help="What the ledger keeps of one answer; past it, its head, marked truncated.")
 @click.option("--upstream-connect-timeout", default=default("upstream_connect_timeout_s"), show_default=True, type=float,
               envvar="MEMPLANE_UPSTREAM_CONNECT_TIMEOUT")
 @click.option("--upstream-read-timeout", default=default("upstream_read_timeout_s"), show_default=True, type=float,
@@ -183,14 +187,15 @@ def serve(host: str, port: int, context_root: Path, history_root: Path, openai_b
           ledger_prefix: str = "memplane", retain_claim_idle: float = 30.0,
           retain_batch: int = default("retain_batch"), retain_batch_call: int = default("retain_batch_call"),
           retain_linger: float = default("retain_linger_s"),
-          retain_in_flight: int = default("retain_max_in_flight"), workers: int = 1) -> None:
+          retain_in_flight: int = default("retain_max_in_flight"), workers: int = 1,
+          ledger_max_answer_bytes: int = default("ledger_max_answer_bytes")) -> None:
     """Run the memory proxy."""
     from proxy.app import build_app
 
     settings = proxy_settings(dict(
         context_root=context_root, history_root=history_root, openai_base_url=openai_base_url,
         anthropic_base_url=anthropic_base_url, max_body_bytes=max_body_bytes,
-        upstream_connect_timeout=upstream_connect_timeout, upstream_read_timeout=upstream_read_timeout,
+        ledger_max_answer_bytes=ledger_max_answer_bytes, upstream_connect_timeout=upstream_connect_timeout, upstream_read_timeout=upstream_read_timeout,
         max_concurrent_upstream=max_concurrent_upstream,
         max_concurrent_upstream_per_agent=max_concurrent_upstream_per_agent, rate_limit=rate_limit,
         rate_limit_burst=rate_limit_burst, redaction_rules=redaction_rules, shutdown_grace=shutdown_grace,

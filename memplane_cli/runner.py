@@ -23,6 +23,12 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
 from memplane_core.arrival import ARRIVED
+from memplane_core.slow_clients import (
+    BODY_EXPIRED,
+    DEFAULT_HEADER_TIMEOUT_S,
+    HEADER_TIMEOUT_ENV,
+    seconds_from_env,
+)
 from proxy.header_logs import quiet_header_values
 
 
@@ -88,6 +94,19 @@ class _JsonErrors(RequestHandler):
                      message: str | None = None) -> web.StreamResponse:
         super().handle_error(request, status, exc, message)  # logs it; raises when the answer has begun
         return low_level_error(status, exc)
+
+    async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
+                              start_time: float | None) -> tuple[web.StreamResponse, bool]:
+        """A request whose body did not arrive in time (memplane_core/slow_clients.py) is answered
+        (`Connection: close`), then its connection closed at once: aiohttp would otherwise linger,
+        reading the body that is not coming, before closing it."""
+        expired = request.get(BODY_EXPIRED)
+        if expired and not resp.prepared:
+            resp.force_close()
+        done = await super().finish_response(request, resp, start_time)
+        if expired:
+            self.force_close()  # what was written is flushed before the socket closes
+        return done
 
 
 def low_level_error(status: int, exc: BaseException | None) -> web.Response:
@@ -155,8 +174,11 @@ class _Runner(web.AppRunner):
 
 async def start_site(site: Site, grace_s: float = 30.0) -> tuple[web.AppRunner, int]:
     quiet_header_values()
+    # keepalive_timeout: aiohttp drops a connection that has not sent a whole request head this long
+    # after it opened or after its last answer — an idle one, or a slowloris (memplane_core/slow_clients.py)
     runner = _Runner(site.app, handle_signals=False, access_log=None, shutdown_timeout=grace_s,
-                           max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES)
+                     max_field_size=MAX_HEADER_BYTES, max_line_size=MAX_HEADER_BYTES,
+                     keepalive_timeout=seconds_from_env(HEADER_TIMEOUT_ENV, DEFAULT_HEADER_TIMEOUT_S))
     await runner.setup()
     tcp = web.TCPSite(runner, site.host, site.port, reuse_address=True, reuse_port=site.reuse_port or None)
     await tcp.start()

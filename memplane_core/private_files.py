@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 DIR_MODE = 0o700
@@ -32,6 +33,17 @@ def private_dir(path: Path) -> Path:
     except OSError:
         pass
     return path
+
+
+def fresh_private_dir(parent: Path, prefix: str) -> Path:
+    """A new, empty 0700 directory in `parent` under a name no one can guess or plant beforehand
+    (`mkdtemp`: a random name, made with mkdir, which fails on anything already there, a symlink
+    included). Missing parents are made 0700; an existing `parent` is left as it is (it may be the
+    operator's own directory)."""
+    parent = Path(parent)
+    if not parent.exists():
+        private_dir(parent)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def open_append(path: Path, *, buffering: int = 0):

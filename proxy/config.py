@@ -24,6 +24,7 @@ class ProxySettings:
     anthropic_base_url: str = DEFAULT_ANTHROPIC_BASE_URL
     anthropic_api_key: str | None = None
     max_body_bytes: int = 10 * 1024 * 1024
+    ledger_max_answer_bytes: int = 4 * 1024 * 1024  # what the ledger keeps of one answer (turn/answer_cap.py)
     upstream_connect_timeout_s: float = 10.0
     upstream_read_timeout_s: float = 600.0
     max_concurrent_upstream: int = 512

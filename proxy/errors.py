@@ -18,6 +18,7 @@ _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    408: "invalid_request_error",  # the caller's body did not arrive in time (memplane_core/slow_clients.py)
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",
@@ -30,6 +31,7 @@ _ANTHROPIC_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    408: "invalid_request_error",
     413: "request_too_large",
     415: "invalid_request_error",
     429: "rate_limit_error",

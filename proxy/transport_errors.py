@@ -6,7 +6,8 @@ talks to another server runs its I/O inside `transport_errors()` and catches `Tr
 (the way httpx maps httpcore's exceptions once); provider calls use `provider_errors()`, which
 turns the same failures into the agent's 504/502. The caller's own body is read through
 `read_request_body()` (or `read_request_form()`), which turns a body aiohttp cannot decode, or
-one cut short, into the caller's 400.
+one cut short, into the caller's 400, and one that does not arrive in time (MEMPLANE_BODY_TIMEOUT_S,
+memplane_core/slow_clients.py) into its 408.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
+
+from memplane_core.slow_clients import BodyTimedOut, read_in_time
 
 from .errors import ProxyError
 
@@ -82,19 +85,28 @@ async def read_request_body(request: web.Request) -> bytes:
     """The caller's body, decoded; one it cannot be read as sent is the caller's 400 in its format,
     not an internal error (nor an `unhandled_error` log line for a client that went away)."""
     try:
-        return await request.read()
+        return await read_in_time(request)
     except UNREADABLE_BODY as exc:
         raise _unreadable(exc) from None
+    except BodyTimedOut as exc:
+        raise _overdue(exc) from None
 
 
 async def read_request_form(request: web.Request) -> Any:
     """The caller's form (the inspector's posts), read like `read_request_body`."""
     try:
-        return await request.post()
+        return await read_in_time(request, request.post)
     except UNREADABLE_BODY as exc:
         raise _unreadable(exc) from None
+    except BodyTimedOut as exc:
+        raise _overdue(exc) from None
 
 
 def _unreadable(exc: BaseException) -> ProxyError:
     detail = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
     return ProxyError(400, f"The request body could not be read ({detail}).", code="invalid_body")
+
+
+def _overdue(exc: BodyTimedOut) -> ProxyError:
+    """The caller's 408; the connection is closed once it is answered (memplane_cli/runner.py)."""
+    return ProxyError(408, str(exc), code="request_timeout")

@@ -11,6 +11,8 @@ from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
+from memplane_core.slow_clients import BodyTimedOut, read_in_time
+
 from .auth import CALLER_AGENT
 from .errors import first_error, refusal
 
@@ -28,12 +30,15 @@ async def parse(request: web.Request, model: type[Model]) -> Model:
 
 async def read_body(request: web.Request) -> bytes:
     """The body, decoded. One that cannot be read as sent — a `Content-Encoding` it does not match
-    (gzip that is not gzip), or cut short by a caller that hung up — is the caller's 400, not a 500."""
+    (gzip that is not gzip), or cut short by a caller that hung up — is the caller's 400, not a 500;
+    one that does not arrive in time (MEMPLANE_BODY_TIMEOUT_S) its 408, and the connection closed."""
     try:
-        return await request.read()
+        return await read_in_time(request)
     except (ContentEncodingError, RequestPayloadError, ConnectionResetError):
         raise refusal(web.HTTPBadRequest, "the body could not be read as sent (its Content-Encoding, "
                                           "or cut short)") from None
+    except BodyTimedOut as exc:
+        raise refusal(web.HTTPRequestTimeout, str(exc)) from None
 
 
 def parse_query(request: web.Request, model: type[Model]) -> Model:

@@ -1,5 +1,6 @@
-"""JSONL files per agent under the data dir: entries.jsonl (one record per entry id) and
-tombstones.jsonl. Survives restarts; concurrent retains for one agent are serialized by a
+"""JSONL files per agent under the data dir: entries.jsonl (one record per entry id; a tool loop's
+steps, named by the proxy's `loop_key`, keep one between them, the latest step's: a loop that ends
+on a tool call whose result never returns is still remembered) and tombstones.jsonl. Survives restarts; concurrent retains for one agent are serialized by a
 per-agent lock, and each record is one appended line, so the files never interleave.
 
 Recall returns up to 4 summaries: those sharing most words with the latest user turn first (among
@@ -98,9 +99,13 @@ class _Agent:
     rank: dict[str, tuple[str, int]] = field(default_factory=dict)  # id → (ts, when stored): `order`'s key
     stored: int = 0  # records added so far (the second half of a rank)
     read_to: dict[str, int] = field(default_factory=dict)  # file name → bytes read (several processes: `follow`)
+    loops: dict[str, list[str]] = field(default_factory=dict)  # loop_key → its steps' ids, oldest first
+    loop_of: dict[str, str] = field(default_factory=dict)  # a step's id → its loop_key
 
     def add(self, rec: dict[str, Any]) -> None:
         eid = rec["id"]
+        if not self._newest_step(rec):
+            return
         self.records[eid] = rec
         self.stored += 1
         self.rank[eid] = (rec["ts"], self.stored)
@@ -112,6 +117,30 @@ class _Agent:
             self.order.append(eid)
         else:  # concurrent turns finish out of order: insert in place, not re-sort
             bisect.insort(self.order, eid, key=self.rank.__getitem__)
+
+    def _newest_step(self, rec: dict[str, Any]) -> bool:
+        """A step of a tool loop replaces the loop's step kept before it (one memory per loop, from its
+        latest step); False: an older step than the one kept (noted as the loop's, not kept)."""
+        loop = rec.get("loop")
+        if not isinstance(loop, str):
+            return True
+        steps = self.loops.setdefault(loop, [])
+        self.loop_of[rec["id"]] = loop
+        steps.append(rec["id"])
+        kept = next((e for e in reversed(steps[:-1]) if e in self.records), None)
+        if kept is not None and self.records[kept]["ts"] > rec["ts"]:
+            return False
+        if kept is not None:
+            self.drop(kept)
+        return True
+
+    def with_loops(self, ids: list[str]) -> list[str]:
+        """`ids` and every step of a loop one of them is a step of: forgetting any call of a loop
+        forgets the memory its latest step left."""
+        out = dict.fromkeys(ids)
+        for eid in ids:
+            out.update(dict.fromkeys(self.loops.get(self.loop_of.get(eid, ""), ())))
+        return list(out)
 
     def drop(self, eid: str) -> bool:
         rec = self.records.pop(eid, None)
@@ -237,9 +266,10 @@ class ReferenceStore:
         eid = entry["id"]
         if eid in agent.tombstones:
             return "tombstoned", None
-        if eid in agent.records or eid in taken:
+        if eid in agent.records or eid in taken or eid in agent.loop_of:
             return "duplicate", None
-        if calls_tools(entry):  # a step of a tool loop: its last call carries the whole turn
+        loop = entry.get("loop_key") if isinstance(entry.get("loop_key"), str) and entry["loop_key"] else None
+        if calls_tools(entry) and loop is None:  # a step of an unnamed tool loop: its last call carries the turn
             return "empty", None
         steps = tool_steps(entry)
         user = user_text(entry)
@@ -254,7 +284,7 @@ class ReferenceStore:
             return "empty", None
         return "stored", {"id": eid, "ts": entry.get("ts") or now_rfc3339(), "summary": summary,
                           "session_id": session_of(entry, req.metadata), **({"tools": True} if steps else {}),
-                          **({"reply": True} if said else {})}
+                          **({"reply": True} if said else {}), **({"loop": loop} if loop else {})}
 
     async def recall(self, req: RecallRequest) -> list[RecalledMemory]:
         agent = await self._agent(req.agent_id)
@@ -286,10 +316,11 @@ class ReferenceStore:
         agent = await self._agent(req.agent_id)
         async with agent.lock:
             ts = now_rfc3339()
-            rows = [{"entry_id": eid, "reason": req.reason, "ts": ts} for eid in req.entry_ids]
+            ids = agent.with_loops(req.entry_ids)
+            rows = [{"entry_id": eid, "reason": req.reason, "ts": ts} for eid in ids]
             self._append(req.agent_id, TOMBSTONES, rows)
             removed = 0
-            for eid in req.entry_ids:
+            for eid in ids:
                 agent.tombstones.add(eid)
                 removed += agent.drop(eid)
             return removed

@@ -68,7 +68,8 @@ async def relay_whole(*, request: web.Request, state: Any, ctx: Any, fmt: Any, b
         final = {**final, "usage": summed_usage([a.get("usage") for a in answers])}
     out = orjson.dumps(final)
     record = whole_record(fmt, out)
-    record["response"]["provider_answers"] = answers
+    if not record["response"].get("truncated"):  # past the ledger's cap its head alone is kept (turn/answer_cap.py)
+        record["response"]["provider_answers"] = answers
     if note:
         record["response"]["memory_tool_note"] = note
     await finish(record)

@@ -43,9 +43,13 @@ class _Relayed:
 
     fmt_name: str
     resp: web.StreamResponse
-    written: list[bytes] = field(default_factory=list)
+    kept: Callable[[], Any] = list  # what the ledger keeps of a stream: the head of it (turn/answer_cap.py)
+    written: Any = None
     rounds: list[Any] = field(default_factory=list)
     note: str | None = None
+
+    def __post_init__(self) -> None:
+        self.written = self.kept()
 
     async def send(self, data: bytes) -> None:
         self.written.append(data)
@@ -58,6 +62,7 @@ class _Relayed:
         if rounds and hasattr(rnd, "seq"):  # Responses: one sequence of event numbers, items carried over
             rnd.seq, rnd.seen_items, rnd.ids = rounds[-1].seq, rounds[-1].seen_items, rounds[-1].ids
         splitter = SSESplitter()
+        rnd.raw = self.kept()
         rounds.append(rnd)
         async for chunk in source.content.iter_any():
             rnd.raw.append(chunk)
@@ -74,12 +79,12 @@ async def relay_stream(*, fmt_name: str, request: web.Request, state: Any, ctx: 
                        upstream: aiohttp.ClientResponse, headers: dict[str, str], hidden_usage: bool,
                        reopen: Callable[[dict[str, Any]], Any],
                        finish: Callable[[dict[str, Any]], Awaitable[None]],
-                       stream_record: Callable[[list[bytes], str | None], dict[str, Any]],
-                       session_id: str | None, turn_id: str) -> web.StreamResponse:
+                       stream_record: Callable[[Any, str | None], dict[str, Any]],
+                       session_id: str | None, turn_id: str, kept: Callable[[], Any] = list) -> web.StreamResponse:
     resp = web.StreamResponse(status=upstream.status, headers=headers)
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(request)
-    relayed = _Relayed(fmt_name, resp)
+    relayed = _Relayed(fmt_name, resp, kept)
     incomplete = None
     try:
         await _rounds(relayed, upstream, body, reopen, TurnWrites.of(state, ctx, session_id, turn_id, body))

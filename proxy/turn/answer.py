@@ -4,6 +4,7 @@ still relayed and ledgered as it came."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -14,6 +15,8 @@ from ..formats import StreamState, WireFormat
 from ..formats.base import event_json
 from ..ledger.entry import nests_safely
 from ..sse import SSESplitter, parse_event
+from .answer_cap import Head, mark, whole_head
+from .stream_faults import PROVIDER_ERROR, provider_error
 
 
 def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
@@ -25,8 +28,11 @@ def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str,
         return True
 
 
-def whole_record(fmt: WireFormat, data: bytes) -> dict[str, Any]:
-    """A whole answer as the ledger keeps it: its JSON, usage, model, response id, reply, citations."""
+def whole_record(fmt: WireFormat, data: bytes, limit: int | None = None) -> dict[str, Any]:
+    """A whole answer as the ledger keeps it: its JSON, usage, model, response id, reply, citations;
+    one longer than `limit` bytes, its head (answer_cap.py)."""
+    if limit is not None and len(data) > limit:
+        return whole_head(data, limit)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -66,13 +72,19 @@ def first_response_id(fmt: WireFormat, events: list[bytes]) -> str | None:
     return None
 
 
-def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
+def stream_record(fmt: WireFormat, received: Iterable[bytes], hidden_usage: bool,
                   incomplete: str | None) -> dict[str, Any]:
-    """A streamed answer as the ledger keeps it, assembled from the events relayed."""
+    """A streamed answer as the ledger keeps it, assembled from the events relayed (or the head of
+    them the ledger keeps: answer_cap.py); one that carries the provider's error event is
+    incomplete (stream_faults.py)."""
     st = StreamState()
     body = b"".join(received)
+    failed = False
     for raw in SSESplitter().feed(body + b"\n\n"):
-        safe_feed(fmt, st, *parse_event(raw), hidden_usage)
+        event = parse_event(raw)
+        safe_feed(fmt, st, *event, hidden_usage)
+        failed = failed or provider_error(*event)
+    incomplete = incomplete or (PROVIDER_ERROR if failed else None)
     response: dict[str, Any] = {"format": "sse", "text": st.text}
     if not st.text and not st.extra.get("tool_calls"):
         response["raw"] = body.decode("utf-8", "replace")  # nothing could be read out: keep what was relayed
@@ -80,9 +92,12 @@ def stream_record(fmt: WireFormat, received: list[bytes], hidden_usage: bool,
         response["tool_calls"] = list(st.extra["tool_calls"].values())
     if incomplete:
         response["incomplete"] = incomplete
+    truncated = isinstance(received, Head) and received.truncated
+    if truncated:
+        mark(response, received.seen)
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
                               "response_id": st.extra.get("response_id")}
-    if hasattr(fmt, "streamed_reply") and not incomplete:
+    if hasattr(fmt, "streamed_reply") and not incomplete and not truncated:
         record["reply"] = fmt.streamed_reply(st)
     if st.extra.get("citations"):
         record["citations"] = st.extra["citations"]

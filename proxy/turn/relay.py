@@ -16,6 +16,7 @@ from ..formats import StreamState
 from ..sse import SSESplitter, end_stream, parse_event
 from ..upstream import returned_headers
 from .answer import first_response_id, safe_feed, stream_record, whole_record
+from .answer_cap import Head
 from .provider import read_answer, reopen, resend
 from .record import link, record
 from .value import Turn
@@ -36,7 +37,7 @@ async def relay_whole(turn: Turn) -> web.StreamResponse:
     data = await read_answer(upstream)
     resp = web.Response(status=upstream.status, body=data, headers={**returned_headers(upstream.headers), **turn.said})
     if 200 <= upstream.status < 300:
-        await record(turn, whole_record(turn.fmt, data))
+        await record(turn, whole_record(turn.fmt, data, turn.state.settings.ledger_max_answer_bytes))
     return resp
 
 
@@ -51,7 +52,7 @@ async def relay_stream(turn: Turn) -> web.StreamResponse:
     resp = web.StreamResponse(status=upstream.status, headers={**returned_headers(upstream.headers), **turn.said})
     resp.headers["Cache-Control"] = "no-cache"
     await resp.prepare(turn.request)
-    received: list[bytes] = []
+    received = Head(turn.state.settings.ledger_max_answer_bytes)  # what the ledger keeps of it
     incomplete = None
     try:
         await _pass_on(turn, resp, received)
@@ -68,7 +69,7 @@ async def relay_stream(turn: Turn) -> web.StreamResponse:
     return await end_stream(resp, incomplete, stream_error_event(fmt.name))
 
 
-async def _pass_on(turn: Turn, resp: web.StreamResponse, received: list[bytes]) -> None:
+async def _pass_on(turn: Turn, resp: web.StreamResponse, received: Head) -> None:
     """The stream's bytes as they arrive, kept in `received`. A chain step's response id is linked
     to its user turn as soon as an event names it, before the client can continue from it."""
     assert turn.upstream is not None
@@ -104,7 +105,8 @@ async def relay_tool_whole(turn: Turn) -> web.StreamResponse:
     return await memory_tool.relay_whole(
         request=turn.request, state=turn.state, ctx=turn.ctx, fmt=turn.fmt, body=turn.effective, upstream=upstream,
         resend=functools.partial(resend, turn), finish=functools.partial(record, turn),
-        whole_record=whole_record, said=turn.said, session_id=turn.session_id, turn_id=turn.turn_id,
+        whole_record=functools.partial(whole_record, limit=turn.state.settings.ledger_max_answer_bytes),
+        said=turn.said, session_id=turn.session_id, turn_id=turn.turn_id,
         read=functools.partial(read_answer, upstream))
 
 
@@ -117,6 +119,7 @@ async def relay_tool_stream(turn: Turn) -> web.StreamResponse:
         upstream=upstream, headers={**returned_headers(upstream.headers), **turn.said},
         hidden_usage=turn.hidden_usage, reopen=functools.partial(reopen, turn), finish=functools.partial(record, turn),
         stream_record=lambda sent, incomplete: stream_record(turn.fmt, sent, False, incomplete),
+        kept=lambda: Head(turn.state.settings.ledger_max_answer_bytes),
         session_id=turn.session_id, turn_id=turn.turn_id)
 
 

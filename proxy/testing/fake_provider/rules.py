@@ -34,6 +34,28 @@ def _tools_problem(body: dict[str, Any], message: str) -> Problem | None:
     return None
 
 
+_JSON_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a decimal"), (str, "a string"),
+               (list, "an array"), (dict, "an object"))
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type as OpenAI's errors name it ("expected a string, but got an array instead")."""
+    return next((name for t, name in _JSON_KINDS if isinstance(value, t)), "null")
+
+
+def _openai_types_problem(body: dict[str, Any], fields: dict[str, tuple[str, bool]]) -> Problem | None:
+    """`fields`: name → (the one JSON type the API takes, whether null is taken too). A field of another
+    type is a 400 with code `invalid_type` (https://platform.openai.com/docs/guides/error-codes: 400
+    "Invalid request": the parameters do not match the API reference's schema)."""
+    for name, (expected, nullable) in fields.items():
+        if name not in body or (body[name] is None and nullable):
+            continue
+        if _kind(body[name]) != expected and not (expected == "a decimal" and _kind(body[name]) == "an integer"):
+            return Problem(f"Invalid type for '{name}': expected {expected}, but got {_kind(body[name])} instead.",
+                           name, code="invalid_type")
+    return None
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -53,6 +75,9 @@ def anthropic_problem(body: dict[str, Any], betas: str | None = None) -> Problem
     for required in ("model", "max_tokens", "messages"):
         if required not in body:
             return Problem(f"{required}: Field required", required)
+    # (the same reference: `model` is a string; a value of another type is the API's 400, as pydantic words it)
+    if not isinstance(body["model"], str):
+        return Problem("model: Input should be a valid string", "model")
     messages = body["messages"]
     if not isinstance(messages, list) or not messages:
         return Problem("messages: at least one message is required", "messages")
@@ -278,6 +303,10 @@ def chat_problem(body: dict[str, Any]) -> Problem | None:
     for required in ("model", "messages"):
         if required not in body:
             return Problem(f"Missing required parameter: '{required}'.", required)
+    # (the same reference: `model` a string, `n` an integer or null, `stream_options` an object or null)
+    if problem := _openai_types_problem(body, {"model": ("a string", False), "n": ("an integer", True),
+                                               "stream_options": ("an object", True)}):
+        return problem
     if problem := _tools_problem(body, "Invalid type for 'tools': expected an array of objects."):
         return problem
     messages = body["messages"]
@@ -347,6 +376,8 @@ def responses_problem(body: dict[str, Any],
     # https://platform.openai.com/docs/api-reference/responses/create
     if "model" not in body:
         return Problem("Missing required parameter: 'model'.", "model")
+    if problem := _openai_types_problem(body, {"model": ("a string", False)}):  # (the same reference)
+        return problem
     inp = body.get("input")
     if inp is not None and not isinstance(inp, (str, list)):
         return Problem("Invalid type for 'input': expected a string or an array of input items.", "input")

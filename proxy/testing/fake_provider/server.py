@@ -133,7 +133,7 @@ class FakeProvider:
             self.received.append(seen)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if isinstance(body, dict) and body.get("model") in self.slow_models:
+        if isinstance(body, dict) and isinstance(body.get("model"), str) and body["model"] in self.slow_models:
             await asyncio.sleep(self.slow_models[body["model"]])
         anthropic = request.path.startswith("/v1/messages")
         render = _anthropic_error if anthropic else _openai_error
@@ -212,7 +212,7 @@ class FakeProvider:
         finish = "tool_calls" if calls else "stop"
         if seen:
             seen.usage = usage
-        n = int(body.get("n") or 1)
+        n = body["n"] if isinstance(body.get("n"), int) and body["n"] > 0 else 1  # not strict: what a lenient server does
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": answer.text or None, "refusal": None}
             if answer.ran:  # a search model's web results, as the answer cites them (API reference, `annotations`)
@@ -238,7 +238,7 @@ class FakeProvider:
             events.extend(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
                           for piece in self._pieces(call["function"]["arguments"]))
         events.append(chunk({}, finish))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage"):
             doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": [], "usage": usage}
             events.append(b"data: " + orjson.dumps(doc) + b"\n\n")
