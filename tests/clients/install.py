@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen", "opencode": "opencode", "continue": "cn"}
+BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen", "opencode": "opencode", "continue": "cn", "pi": "pi"}
 PYPI_BINS = {"aider": "aider-chat", "gptme": "gptme"}  # binary -> the package pinned in pypi-clients.txt
 PYPI_PYTHON = {"aider": ((3, 10), (3, 13)),  # aider-chat 0.86: Requires-Python >=3.10,<3.13
                "gptme": ((3, 10), (3, 15))}  # gptme 0.35: >=3.10,<3.15
