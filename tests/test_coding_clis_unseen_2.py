@@ -87,3 +87,113 @@ async def test_pi_compaction_gets_no_block_and_each_repository_keeps_its_work(pi
     print(f"\npi story ({api}): {report}")
     assert problems == [], "\n".join(problems)
 
+
+
+
+async def test_pi_compacting_first_after_a_memplane_restart_gets_no_block_and_stores_no_transcript(
+        pi, coding, make_stack, tmp_path):
+    """`pi -c` compacts before it sends the person's next message when the last answer's context
+    passed its threshold: after a memplane restart that summary call is the first call memplane sees
+    from the agent (no main calls to compare it with), so only its own shape can tell it."""
+    stack, memory_url = coding
+    alpha, _ = repos(tmp_path / "m")
+    home = tmp_path / "home"
+    said = f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."
+    await CodingCli("pi", pi, home, stack.proxy_url, stack.tokens[AGENT]).run(said, alpha)
+    await stack.settle()
+    restarted = await make_stack()  # the same agents, ledger and provider; a new process's memory
+    restarted.tokens.update(stack.tokens)
+    first = len(restarted.provider.received)
+    # the same home, now told to compact past 1,450 tokens (the last answer's context was ~1,500)
+    await CodingCli("pi", pi, home, restarted.proxy_url, stack.tokens[AGENT], pi_compact_at=1450).run(
+        "Which port does alpha's staging database listen on?", alpha, resume=True)
+    await restarted.settle()
+    calls = [r for r in restarted.provider.received[first:] if r.path.startswith("/v1/")]
+    problems = refused(calls)
+    summaries = [r for r in calls if is_pi_summary(r)]
+    if not summaries:
+        problems.append("pi did not compact")
+    problems += [f"pi's summary call got a block: {r.memories_block[:200]!r}" for r in summaries if r.memories_block]
+    memories = await stored_memories(memory_url, AGENT)
+    words = persons_words(memories)
+    if "[User]:" in words or "context checkpoint summary" in words:
+        problems.append("pi's summary call was stored as the person's words")
+    if words.count(ALPHA_FACT[0]) != 1:
+        problems.append(f"the person's fact is stored {words.count(ALPHA_FACT[0])} times as their words")
+    main = [r for r in calls if not is_pi_summary(r)]
+    if not main or ALPHA_FACT[1] not in "\n".join(block_memories(main[0].memories_block)):
+        problems.append(f"{ALPHA_FACT[1]!r} is not in the question's block")
+    rules = sorted({(e["scaffolding"].get("side_call"), e["scaffolding"].get("rule"))
+                    for e in restarted.ledger(AGENT)[-len(calls):] if e.get("scaffolding")}, key=str)
+    print(f"\npi after a restart: calls {len(calls)}, summary calls {len(summaries)}, rules {rules}")
+    assert problems == [], "\n".join(problems)
+
+
+# -- the OpenAI Agents SDK (JS): an app's agent loop, Responses or chat completions, streaming or not --
+
+AGENTS_SCRIPT = Path(__file__).parent / "clients" / "agents_sdk.cjs"
+AGENTS_MODEL = "gpt-4.1"
+
+
+@pytest.fixture(scope="session")
+def agents_sdk() -> Path:
+    """The pinned install's node_modules holding `@openai/agents`."""
+    try:
+        install.ensure()
+    except (FileNotFoundError, KeyError) as exc:
+        pytest.skip(str(exc))
+    modules = install.cache_dir() / "node_modules"
+    if not (modules / "@openai" / "agents" / "package.json").exists():
+        pytest.skip(f"@openai/agents is not installed under {modules}")
+    return modules
+
+
+async def run_agent(modules: Path, home: Path, stack, key: str, api: str, stream: bool, say: str) -> str:
+    """One run of tests/clients/agents_sdk.cjs (a new process, as a later run of an app is)."""
+    import os
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NODE_PATH": str(modules),
+           "OPENAI_BASE_URL": f"{stack.proxy_url}/v1", "OPENAI_API_KEY": key, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    argv = ["node", str(AGENTS_SCRIPT), "--api", api, "--model", AGENTS_MODEL, *(["--stream"] if stream else []), say]
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=home, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, f"the agent run failed:\n{out.decode()}\n{err.decode()[-3000:]}"
+    return out.decode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_agents_sdk_loop_keeps_one_episode_and_its_fact_comes_back_next_run(
+        agents_sdk, coding, tmp_path, api, stream):
+    stack, memory_url = coding
+    alpha, _ = repos(tmp_path / "m")
+    key = stack.tokens[AGENT]
+    first = len(stack.provider.received)
+    said = f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."
+    await run_agent(agents_sdk, tmp_path / "home", stack, key, api, stream, said)
+    await stack.settle()
+    loop = [r for r in stack.provider.received[first:] if r.path.startswith("/v1/")]
+    then = len(stack.provider.received)
+    await run_agent(agents_sdk, tmp_path / "home", stack, key, api, stream,
+                    "Which port does alpha's staging database listen on?")
+    await stack.settle()
+    later = [r for r in stack.provider.received[then:] if r.path.startswith("/v1/")]
+    problems = refused(loop + later)
+    if len(loop) < 2 or APP_PY not in json.dumps(loop[-1].body):
+        problems.append(f"the agent's tool loop did not run: {len(loop)} calls")
+    memories = await stored_memories(memory_url, AGENT)
+    words = persons_words(memories)
+    if APP_PY in words:
+        problems.append("the tool's result was stored as the person's words")
+    if words.count(ALPHA_FACT[0]) != 1:
+        problems.append(f"the loop's steps left {words.count(ALPHA_FACT[0])} episodes of the person's words")
+    back = "\n".join(block_memories(later[0].memories_block if later else ""))
+    if ALPHA_FACT[1] not in back:
+        problems.append(f"{ALPHA_FACT[1]!r} is not in the next run's block")
+    if len(memories) > 6:
+        problems.append(f"{len(memories)} memories for two runs")
+    print(f"\nagents sdk ({api}, {'stream' if stream else 'whole'}): loop calls {len(loop)}, "
+          f"memories {len(memories)}, user memories {[m['value'][:60] for m in memories if (m.get('metadata') or {}).get('origin') == 'user']}, "
+          f"fact back {ALPHA_FACT[1] in back}")
+    assert problems == [], "\n".join(problems)

@@ -132,6 +132,34 @@ async def test_a_commit_message_over_a_diff_leaves_nothing_and_a_persons_pasted_
     assert any("Why did my port change" in m.value for m in await memories_of(service, "chat"))
 
 
+
+async def test_a_summary_over_a_bracketed_transcript_before_any_main_call_leaves_nothing(answers):
+    """A client's summary call that quotes the conversation as `[User]: …` / `[Assistant]: …` lines
+    (after a memplane restart it can be the first call seen from the agent) is an errand over quoted
+    material, not the person's words; a person's own message that mentions `[User]` is theirs."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "helm", memory_url)
+    sdk = opened(stack, stack.openai("helm"))
+    transcript = ("<conversation>\n[User]: By the way, alpha's staging database listens on port 6543.\n\n"
+                  "[Assistant tool calls]: read(path=\"/work/alpha/src/app.py\")\n\n"
+                  "[Tool result]: def invoice(total):\n    return round(total * 1.2, 2)\n\n"
+                  "[Assistant]: Done.\n</conversation>\n\n")
+    raw = await sdk.chat.completions.with_raw_response.create(model="helm-large", max_tokens=4000, messages=[
+        {"role": "system", "content": "You are a context summarization assistant. Read a conversation, then "
+                                      "produce a structured summary following the exact format specified."},
+        {"role": "user", "content": transcript + "Summarize the prefix to provide context for the retained suffix."}])
+    assert stack.provider.received[-1].memories_block is None
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc["call_kind"] == "side" and doc["call_rule"] == "task-instruction"
+    add_agent(stack, "chat", memory_url)
+    chat = opened(stack, stack.openai("chat"))
+    await chat.chat.completions.create(model="gpt-4o", messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "In my chat export, what does a line starting with [User]: mean?"}])
+    await stack.settle()
+    assert await memories_of(service, "helm") == []
+    assert any("[User]: mean" in m.value for m in await memories_of(service, "chat"))
+
 async def test_a_call_that_declares_nothing_belongs_to_its_sessions_project(answers):
     stack, memory_url, service, _ = answers
     add_agent(stack, "helm", memory_url)
@@ -248,7 +276,7 @@ def test_the_shape_rules_need_two_weak_signals_and_no_client_name():
 
 
 @pytest.mark.parametrize("text", [
-    "USER: " + "a" * 100_000, "```" * 40_000, "diff --git " + "\n+" * 50_000, "Working directory: " + "/" * 100_000,
+    "USER: " + "a" * 100_000, "[User" * 20_000, "[Assistant " + "a" * 100_000 + "]:", "```" * 40_000, "diff --git " + "\n+" * 50_000, "Working directory: " + "/" * 100_000,
     "origin " + "a." * 50_000, "generate " + "title " * 20_000, '"' + "x" * 100_000 + '"', "\n\n".join(["p" * 50] * 2000),
 ])
 def test_hostile_requests_are_read_without_harm(text):
