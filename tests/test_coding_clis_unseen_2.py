@@ -28,7 +28,7 @@ from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
 )
-from tests.test_coding_clis_by_shape import _system, check
+from tests.test_coding_clis_by_shape import check
 from tests.test_coding_clis_unseen import run_rounds, side_rules, story
 
 APP_PY = "round(total * 1.2, 2)"  # what pi's `read` of alpha's src/app.py returns, never the person's words
@@ -43,8 +43,9 @@ def pi() -> Path:
 
 
 def is_pi_summary(r: Received) -> bool:
-    """pi's compaction call (chat completions: a system message; Anthropic: the `system` field)."""
-    return not r.body.get("tools") and "context summarization assistant" in _system(r) + json.dumps(r.body.get("system"))
+    """pi's compaction call (its system prompt: a system message, Anthropic's `system`, Responses'
+    `instructions` or developer item)."""
+    return not r.body.get("tools") and "context summarization assistant" in json.dumps(r.body)
 
 
 def persons_words(memories: list[dict]) -> str:
@@ -56,7 +57,7 @@ def memory_text(memories: list[dict]) -> str:
     return "\n".join(json.dumps(m, ensure_ascii=False) for m in memories)
 
 
-@pytest.mark.parametrize("api", ["openai-completions", "anthropic-messages"])
+@pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])
 async def test_pi_compaction_gets_no_block_and_each_repository_keeps_its_work(pi, coding, tmp_path, api):
     stack, memory_url = coding
     alpha, beta = repos(tmp_path / "m")
