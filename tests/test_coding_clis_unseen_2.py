@@ -53,6 +53,10 @@ def persons_words(memories: list[dict]) -> str:
     return "\n".join(m["value"] for m in memories if (m.get("metadata") or {}).get("origin") == "user")
 
 
+def tool_names(r: Received) -> set[str]:
+    return {(t.get("function") or t).get("name") for t in r.body.get("tools") or () if isinstance(t, dict)}
+
+
 def memory_text(memories: list[dict]) -> str:
     return "\n".join(json.dumps(m, ensure_ascii=False) for m in memories)
 
@@ -149,13 +153,14 @@ def agents_sdk() -> Path:
     return modules
 
 
-async def run_agent(modules: Path, home: Path, stack, key: str, api: str, stream: bool, say: str) -> str:
+async def run_agent(modules: Path, home: Path, stack, key: str, api: str, stream: bool, say: str,
+                    *flags: str) -> str:
     """One run of tests/clients/agents_sdk.cjs (a new process, as a later run of an app is)."""
     import os
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NODE_PATH": str(modules),
            "OPENAI_BASE_URL": f"{stack.proxy_url}/v1", "OPENAI_API_KEY": key, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    argv = ["node", str(AGENTS_SCRIPT), "--api", api, "--model", AGENTS_MODEL, *(["--stream"] if stream else []), say]
+    argv = ["node", str(AGENTS_SCRIPT), "--api", api, "--model", AGENTS_MODEL, *(["--stream"] if stream else []), *flags, say]
     proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=home, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -197,4 +202,33 @@ async def test_agents_sdk_loop_keeps_one_episode_and_its_fact_comes_back_next_ru
     print(f"\nagents sdk ({api}, {'stream' if stream else 'whole'}): loop calls {len(loop)}, "
           f"memories {len(memories)}, user memories {[m['value'][:60] for m in memories if (m.get('metadata') or {}).get('origin') == 'user']}, "
           f"fact back {ALPHA_FACT[1] in back}")
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_agents_sdk_subagent_task_is_not_stored_as_the_persons_words(agents_sdk, coding, tmp_path, api):
+    """An agent whose tool is another agent (`asTool`): the model hands the subagent a task in its own
+    words, which the subagent's calls carry as their user message. That task is the model's, not the
+    person's: it gets a block (the subagent works for the person) and leaves no memory of its own."""
+    stack, memory_url = coding
+    alpha, _ = repos(tmp_path / "m")
+    key = stack.tokens[AGENT]
+    first = len(stack.provider.received)
+    said = f"By the way, {ALPHA_FACT[0]}. Please ask a subagent to read {alpha}/src/app.py and report what it does."
+    await run_agent(agents_sdk, tmp_path / "home", stack, key, api, True, said, "--subagent")
+    await stack.settle()
+    calls = [r for r in stack.provider.received[first:] if r.path.startswith("/v1/")]
+    problems = refused(calls)
+    task = f"read {alpha}/src/app.py and report what it does"
+    handed = [r for r in calls if tool_names(r) == {"read_file"}]  # the subagent's (the parent offers `Agent`)
+    if len(handed) < 2:
+        problems.append(f"the subagent's loop did not run: {len(handed)} calls")
+    memories = await stored_memories(memory_url, AGENT)
+    words = persons_words(memories)
+    if words.count(task) != words.count(said):
+        problems.append(f"the subagent's task was stored as the person's words: {words!r}")
+    if words.count(ALPHA_FACT[0]) != 1:
+        problems.append(f"the person's words are stored {words.count(ALPHA_FACT[0])} times")
+    print(f"\nagents sdk subagent ({api}): calls {len(calls)}, subagent calls {len(handed)}, "
+          f"memories {len(memories)}, rules {side_rules(stack)}, blocks {[bool(r.memories_block) for r in calls]}")
     assert problems == [], "\n".join(problems)

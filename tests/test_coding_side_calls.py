@@ -16,7 +16,7 @@ import pytest
 
 from proxy.coding.reading import NO_PROJECT, UNSCOPED
 from proxy.coding.side_calls import decide, quoted_share, shape_of
-from proxy.testing.fake_provider.model import Answer
+from proxy.testing.fake_provider.model import Answer, ToolCall
 from tests.test_coding_memory import add_agent, coding, memories_of, opened  # noqa: F401  (fixture)
 
 MAIN_SYSTEM = "You are Helm, a coding assistant. Use the tools to read and change the user's files."
@@ -159,6 +159,61 @@ async def test_a_summary_over_a_bracketed_transcript_before_any_main_call_leaves
     await stack.settle()
     assert await memories_of(service, "helm") == []
     assert any("[User]: mean" in m.value for m in await memories_of(service, "chat"))
+
+
+TASK_TOOL = [{"type": "function", "function": {"name": "research", "description": "Hand a task to a subagent.",
+                                               "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_subagent_handed_its_task_by_a_tool_call_gets_a_block_and_leaves_nothing(answers, stream):
+    """An app whose tool is another agent (no session named): the subagent's conversation opens with
+    the task the model wrote as the tool call's argument. Those are the model's words: the subagent
+    gets a block and stores nothing as the person's. A model that hands on the person's own message
+    verbatim hands on the person's words: the parent's next step is still the person's turn."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    task = "Find where alpha's staging database port is configured and report the file."
+    person = "Remember that alpha's staging database listens on port 6543. Where is it configured?"
+
+    def model(view):
+        if view.tools and view.steps == 0 and "research" in view.tools:
+            said = view.user_text
+            return Answer(tool_calls=[ToolCall("research", {"task": person if "verbatim" in said else task})])
+        return Answer(text="Done.")
+    stack.provider.model = model
+
+    async def call(messages, tools=None):
+        kw = {"tools": tools} if tools else {}
+        if stream:
+            raw = await sdk.chat.completions.with_raw_response.create(model="app-large", messages=messages,
+                                                                       stream=True, **kw)
+            async for _ in raw.parse():
+                pass
+        else:
+            raw = await sdk.chat.completions.with_raw_response.create(model="app-large", messages=messages, **kw)
+        return raw.headers["x-memplane-turn-id"]
+
+    await call([{"role": "system", "content": "You are the app's assistant."},
+                {"role": "user", "content": person}], TASK_TOOL)
+    await stack.settle()  # the person's words are stored: the subagent's block can hold them
+    sub = await call([{"role": "system", "content": "You are a research subagent. Use the tools."},
+                      {"role": "user", "content": task}], TOOLS)
+    assert stack.provider.received[-1].memories_block is not None  # it works for the person: a block
+    doc = await explanation(stack, sub)
+    assert doc["call_kind"] == "subagent" and doc["call_rule"] == "handed-by-tool-call"
+    await stack.settle()
+    stored = [m.value for m in await memories_of(service, "app")]
+    assert not any(task in v for v in stored), stored
+    # the person's message handed on verbatim: the parent's later step is still theirs
+    verbatim = person.replace("Where", "Verbatim: where")
+    add_agent(stack, "app2", memory_url)
+    sdk = opened(stack, stack.openai("app2"))
+    first = [{"role": "system", "content": "You are the app's assistant."}, {"role": "user", "content": verbatim}]
+    await call(first, TASK_TOOL)
+    await stack.settle()
+    assert any(verbatim in m.value for m in await memories_of(service, "app2"))
 
 async def test_a_call_that_declares_nothing_belongs_to_its_sessions_project(answers):
     stack, memory_url, service, _ = answers

@@ -212,6 +212,8 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     """What kind of call this is, and the rule that said so (see the module docstring)."""
     if shape.compaction:
         return Decision(SideCall.COMPACTION, "compaction-request")
+    if seen is not None and shape.first in seen.handed:  # its task is the model's words (handed.py)
+        return Decision(SideCall.SUBAGENT, "handed-by-tool-call")
     main = seen.sessions.get(session) if seen is not None and session else None
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:

@@ -109,11 +109,13 @@ def _run(tools: list[str], command: str) -> ToolCall | None:
     return None
 
 
-def _subagent(tools: list[str], task: str) -> ToolCall | None:
-    if "Agent" in tools:
-        return ToolCall("Agent", {"description": "Subagent task", "prompt": task.strip(),
-                                  "subagent_type": "general-purpose"})
-    return None
+def _subagent(view: View, task: str) -> ToolCall | None:
+    if "Agent" not in view.tools:
+        return None
+    if "input" in _parameters(view.body, "Agent"):  # the OpenAI Agents SDK's `agent.asTool()`
+        return ToolCall("Agent", {"input": task.strip()})
+    return ToolCall("Agent", {"description": "Subagent task", "prompt": task.strip(),
+                              "subagent_type": "general-purpose"})
 
 
 def plan(view: View) -> list[ToolCall]:
@@ -122,7 +124,7 @@ def plan(view: View) -> list[ToolCall]:
     found: list[tuple[int, ToolCall | None]] = []
     found += [(m.start(), _read(view, m.group(1))) for m in _READ.finditer(said)]
     found += [(m.start(), _run(view.tools, m.group(1))) for m in _RUN.finditer(said)]
-    found += [(m.start(), _subagent(view.tools, m.group(1))) for m in _SUBAGENT.finditer(said)]
+    found += [(m.start(), _subagent(view, m.group(1))) for m in _SUBAGENT.finditer(said)]
     return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
 
 
