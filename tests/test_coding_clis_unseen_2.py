@@ -1,14 +1,15 @@
 """Two more coding agents no rule of memplane was written for, through memplane.
 
 * pi (`@mariozechner/pi-coding-agent` on npm, `pi -p`, pinned in tests/clients/package-lock.json):
-  a provider of its own in `~/.pi/agent/models.json` (OpenAI chat completions, or Anthropic
-  messages), tools `read`, `bash`, `edit`, `write`; declares `Current working directory:` in its
+  a provider of its own in `~/.pi/agent/models.json` (OpenAI chat completions, Responses, or
+  Anthropic messages; it always streams), tools `read`, `bash`, `edit`, `write`; declares `Current working directory:` in its
   system prompt; names no session; compacts on its own when the context passes its window less its
   `reserveTokens`, with a one-shot call of its own ("You are a context summarization assistant",
   the conversation quoted in `<conversation>`).
 * The OpenAI Agents SDK for JavaScript (`@openai/agents` on npm, same lock): an agent with one
   function tool run by `run(agent, input)`, over the Responses API (its default) and chat
-  completions (`setOpenAIAPI('chat_completions')`), streaming and not (tests/clients/agents_sdk.mjs).
+  completions (`setOpenAIAPI('chat_completions')`), streaming and not, and an agent whose tool is
+  another agent (`asTool()`) (tests/clients/agents_sdk.cjs).
 
 Both run against the strict fake provider's coding model; memplane must tell what each call is by
 its shape.
@@ -18,15 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from proxy.testing.fake_provider import Received
-from tests.cli_agents import CodingCli, block_memories, stored_memories
+from tests.cli_agents import CodingCli, block_memories, scaffolding_share, stored_memories
 from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
-    AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
+    AGENT, ALPHA_FACT, coding, refused, repos, scaffolding_of,
 )
 from tests.test_coding_clis_by_shape import check
 from tests.test_coding_clis_unseen import run_rounds, side_rules, story
@@ -93,8 +95,6 @@ async def test_pi_compaction_gets_no_block_and_each_repository_keeps_its_work(pi
     assert problems == [], "\n".join(problems)
 
 
-
-
 async def test_pi_compacting_first_after_a_memplane_restart_gets_no_block_and_stores_no_transcript(
         pi, coding, make_stack, tmp_path):
     """`pi -c` compacts before it sends the person's next message when the last answer's context
@@ -156,7 +156,6 @@ def agents_sdk() -> Path:
 async def run_agent(modules: Path, home: Path, stack, key: str, api: str, stream: bool, say: str,
                     *flags: str) -> str:
     """One run of tests/clients/agents_sdk.cjs (a new process, as a later run of an app is)."""
-    import os
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NODE_PATH": str(modules),
            "OPENAI_BASE_URL": f"{stack.proxy_url}/v1", "OPENAI_API_KEY": key, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
@@ -199,9 +198,13 @@ async def test_agents_sdk_loop_keeps_one_episode_and_its_fact_comes_back_next_ru
         problems.append(f"{ALPHA_FACT[1]!r} is not in the next run's block")
     if len(memories) > 6:
         problems.append(f"{len(memories)} memories for two runs")
+    share = max((scaffolding_share(block_memories(r.memories_block), scaffolding_of(loop + later))
+                 for r in later if r.memories_block), default=0.0)
+    if share > 0.10:
+        problems.append(f"a block is {share:.0%} the app's scaffolding")
     print(f"\nagents sdk ({api}, {'stream' if stream else 'whole'}): loop calls {len(loop)}, "
-          f"memories {len(memories)}, user memories {[m['value'][:60] for m in memories if (m.get('metadata') or {}).get('origin') == 'user']}, "
-          f"fact back {ALPHA_FACT[1] in back}")
+          f"memories {len(memories)} ({words.count(ALPHA_FACT[0])} episode of the fact), "
+          f"fact back {ALPHA_FACT[1] in back}, scaffolding share {share:.2f}")
     assert problems == [], "\n".join(problems)
 
 
