@@ -130,7 +130,8 @@ async def test_pi_compacting_first_after_a_memplane_restart_gets_no_block_and_st
         problems.append(f"{ALPHA_FACT[1]!r} is not in the question's block")
     rules = sorted({(e["scaffolding"].get("side_call"), e["scaffolding"].get("rule"))
                     for e in restarted.ledger(AGENT)[-len(calls):] if e.get("scaffolding")}, key=str)
-    print(f"\npi after a restart: calls {len(calls)}, summary calls {len(summaries)}, rules {rules}")
+    print(f"\npi after a restart: calls {len(calls)}, summary calls {len(summaries)}, rules {rules}, "
+          f"memories {len(memories)}, the fact stored {words.count(ALPHA_FACT[0])}x as the person's")
     assert problems == [], "\n".join(problems)
 
 
