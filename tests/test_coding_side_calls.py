@@ -346,6 +346,20 @@ def test_hostile_requests_are_read_without_harm(text):
     assert len(without_echoes(text, text)) <= len(text)
 
 
+
+@pytest.mark.parametrize("arguments", [
+    "[" * 1000 + "]" * 1000, '{"a":' * 1000 + '"x"' + "}" * 1000, '{"task": "' + "t" * 100_000 + '"}',
+    '["' + '", "'.join(["a task of twenty chars"] * 20_000) + '"]', "not json " * 10_000,
+])
+def test_hostile_tool_arguments_in_an_answer_are_read_without_harm(arguments):
+    """What an answer hands its tools is read from the model's output (handed.py): deep nesting, 100 KB
+    strings and floods of arguments cost no recursion and bounded work."""
+    from proxy.coding.handed import MAX_ARGS, handed_texts
+    for response in ({"tool_calls": [{"name": "t", "arguments": arguments}]},
+                     {"format": "json", "json": {"output": [{"type": "function_call", "arguments": arguments}]}}):
+        found = handed_texts(response)
+        assert len(found) <= MAX_ARGS
+
 def test_a_default_project_is_set_by_the_cli_and_by_the_pod_file(tmp_path):
     from click.testing import CliRunner
 

@@ -15,24 +15,30 @@ before the client gets its end, so the subagent's first call always comes after.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import orjson
 
 MIN_CHARS = 20  # a shorter argument ("ok", a path) is no task: it could open a person's own message
 MAX_ARGS = 16  # string arguments noted per answer
+MAX_NODES = 1000  # argument values looked at per call
 
 
 def _strings(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        if len(value.strip()) >= MIN_CHARS and len(out) < MAX_ARGS:
-            out.append(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _strings(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _strings(v, out)
+    """The long-enough strings in a call's arguments, breadth first, at most MAX_ARGS of them and
+    MAX_NODES values looked at: a model's output may nest deeply or flood (no recursion here)."""
+    queue, seen = deque([value]), 0
+    while queue and len(out) < MAX_ARGS and seen < MAX_NODES:
+        v = queue.popleft()
+        seen += 1
+        if isinstance(v, str):
+            if len(v.strip()) >= MIN_CHARS:
+                out.append(v)
+        elif isinstance(v, dict):
+            queue.extend(v.values())
+        elif isinstance(v, list):
+            queue.extend(v)
 
 
 def _arguments(raw: Any) -> Any:
@@ -54,7 +60,8 @@ def _calls(response: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
     for choice in doc.get("choices") if isinstance(doc.get("choices"), list) else ():
         message = choice.get("message") if isinstance(choice, dict) else None
-        for call in (message or {}).get("tool_calls") or () if isinstance(message, dict) else ():
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict):
                 out.append(_arguments(fn.get("arguments")))
