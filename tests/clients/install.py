@@ -7,6 +7,8 @@ both call `ensure()`. The install is cached outside the checkout, one directory 
 a fresh clone reuses it instead of installing ~900 MB again, and a changed lock file gets a directory
 of its own. A file lock keeps two pytest-xdist workers from installing at once. Only the npm registry
 is contacted for those.
+The same lock pins `@openai/agents`, a library rather than a CLI: tests/clients/agents_sdk.cjs
+finds it under `cache_dir() / "node_modules"` through NODE_PATH.
 
 The PyPI clients (aider, gptme) each go into a venv of their own,
 `~/.cache/memplane/py-clis/<digest of its pinned line>/venv` (`$MEMPLANE_PY_CLI_CACHE` moves it),
