@@ -1,4 +1,4 @@
-"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code, opencode, aider, Continue, gptme) headless
+"""Drive the real coding-agent CLIs (Claude Code, Codex, Qwen Code, opencode, aider, Continue, gptme, pi) headless
 through memplane.
 
 Each CLI gets a private HOME (and CODEX_HOME), is pointed at the proxy with the agent's token as
@@ -28,6 +28,8 @@ OPENCODE_MODEL = "qwen3-coder-plus"  # opencode and aider speak OpenAI chat comp
 AIDER_MODEL = "openai/qwen3-coder-plus"  # litellm's name: the OpenAI-compatible API at OPENAI_API_BASE
 CONTINUE_MODEL = "qwen3-coder-plus"  # Continue's `openai` provider with an `apiBase`
 GPTME_MODEL = "local/qwen3-coder-plus"  # gptme's `local` provider: the OpenAI-compatible API at OPENAI_BASE_URL
+PI_MODEL = "qwen3-coder-plus"  # pi's `memplane` provider of ~/.pi/agent/models.json
+PI_CONTEXT = 8000  # the context window pi is told the model has: small, so its auto-compaction can be reached
 QUIET = {  # every CLI: nothing but the model calls
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1", "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
@@ -36,6 +38,7 @@ QUIET = {  # every CLI: nothing but the model calls
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # aider's litellm: its bundled model list, not a download
     "GPTME_TIKTOKEN_TIMEOUT": "0", "GPTME_TELEMETRY_ENABLED": "false",  # gptme: no tokenizer download
     "CONTINUE_CLI_ENABLE_TELEMETRY": "0", "CONTINUE_METRICS_ENABLED": "0",
+    "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0",
 }
 
 
@@ -43,12 +46,14 @@ QUIET = {  # every CLI: nothing but the model calls
 class CodingCli:
     """One CLI, one agent identity, its own home; `run` is one headless session."""
 
-    name: str  # claude | codex | qwen | opencode | aider | continue | gptme
+    name: str  # claude | codex | qwen | opencode | aider | continue | gptme | pi
     binary: Path
     home: Path
     base_url: str  # where the CLI sends its model calls (memplane, or the provider for a baseline)
     api_key: str
     transcripts: list[str] = field(default_factory=list)
+    pi_api: str = "openai-completions"  # pi: the wire format of its `memplane` provider
+    pi_compact_at: int | None = None  # pi: tokens of context after which it compacts (its reserveTokens)
 
     def __post_init__(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -90,6 +95,18 @@ wire_api = "responses"
                 f"    provider: openai\n    model: {CONTINUE_MODEL}\n    apiBase: {self.base_url}/v1\n"
                 f"    apiKey: {self.api_key}\n    roles: [chat, edit, apply, summarize]\n")
 
+        if self.name == "pi":  # a provider of its own in models.json, the key read from the environment
+            config = self.home / ".pi" / "agent"
+            config.mkdir(parents=True, exist_ok=True)
+            base = self.base_url if self.pi_api == "anthropic-messages" else f"{self.base_url}/v1"
+            (config / "models.json").write_text(orjson.dumps({"providers": {"memplane": {
+                "baseUrl": base, "api": self.pi_api, "apiKey": "MEMPLANE_AGENT_KEY",
+                "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                "models": [{"id": PI_MODEL, "contextWindow": PI_CONTEXT, "maxTokens": 1024}]}}}).decode())
+            reserve = PI_CONTEXT - self.pi_compact_at if self.pi_compact_at else 1024
+            (config / "settings.json").write_text(orjson.dumps({"compaction": {
+                "enabled": True, "reserveTokens": reserve, "keepRecentTokens": 1}}).decode())
+
     def env(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
                "GIT_CONFIG_NOSYSTEM": "1", **QUIET}
@@ -105,6 +122,8 @@ wire_api = "responses"
             pass  # its config file names memplane and the key
         elif self.name == "gptme":
             env.update(OPENAI_BASE_URL=f"{self.base_url}/v1", OPENAI_API_KEY=self.api_key)
+        elif self.name == "pi":
+            env.update(MEMPLANE_AGENT_KEY=self.api_key)  # its models.json names the variable
         else:
             # QWEN_CODE_NO_RELAUNCH: the CLI runs in this node process instead of re-spawning itself with a
             # larger heap (a second start of its bundle, ~1.3 s of CPU per session)
@@ -136,6 +155,9 @@ wire_api = "responses"
         if self.name == "gptme":  # non-interactive: runs until the model calls `complete`
             return [str(self.binary), "-n", "--model", GPTME_MODEL, *(["-r"] if resume else []),
                     prompt]
+        if self.name == "pi":  # print mode: one message, its tool loop, then exit; `-c` continues the latest
+            return [str(self.binary), "-p", "--provider", "memplane", "--model", PI_MODEL, "--no-extensions",
+                    "--no-skills", prompt, *(["-c"] if resume or compact else [])]
         return [str(self.binary), "-p", prompt, *(["-c"] if resume else [])]
 
     async def run(self, prompt: str, cwd: Path, *, resume: bool = False, compact: bool = False,

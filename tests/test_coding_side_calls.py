@@ -16,7 +16,7 @@ import pytest
 
 from proxy.coding.reading import NO_PROJECT, UNSCOPED
 from proxy.coding.side_calls import decide, quoted_share, shape_of
-from proxy.testing.fake_provider.model import Answer
+from proxy.testing.fake_provider.model import Answer, ToolCall
 from tests.test_coding_memory import add_agent, coding, memories_of, opened  # noqa: F401  (fixture)
 
 MAIN_SYSTEM = "You are Helm, a coding assistant. Use the tools to read and change the user's files."
@@ -131,6 +131,89 @@ async def test_a_commit_message_over_a_diff_leaves_nothing_and_a_persons_pasted_
     assert len(helm) == 1 and "diff --git" not in helm[0] and "commit message" not in helm[0]
     assert any("Why did my port change" in m.value for m in await memories_of(service, "chat"))
 
+
+
+async def test_a_summary_over_a_bracketed_transcript_before_any_main_call_leaves_nothing(answers):
+    """A client's summary call that quotes the conversation as `[User]: …` / `[Assistant]: …` lines
+    (after a memplane restart it can be the first call seen from the agent) is an errand over quoted
+    material, not the person's words; a person's own message that mentions `[User]` is theirs."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "helm", memory_url)
+    sdk = opened(stack, stack.openai("helm"))
+    transcript = ("<conversation>\n[User]: By the way, alpha's staging database listens on port 6543.\n\n"
+                  "[Assistant tool calls]: read(path=\"/work/alpha/src/app.py\")\n\n"
+                  "[Tool result]: def invoice(total):\n    return round(total * 1.2, 2)\n\n"
+                  "[Assistant]: Done.\n</conversation>\n\n")
+    raw = await sdk.chat.completions.with_raw_response.create(model="helm-large", max_tokens=4000, messages=[
+        {"role": "system", "content": "You are a context summarization assistant. Read a conversation, then "
+                                      "produce a structured summary following the exact format specified."},
+        {"role": "user", "content": transcript + "Summarize the prefix to provide context for the retained suffix."}])
+    assert stack.provider.received[-1].memories_block is None
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc["call_kind"] == "side" and doc["call_rule"] == "task-instruction"
+    add_agent(stack, "chat", memory_url)
+    chat = opened(stack, stack.openai("chat"))
+    await chat.chat.completions.create(model="gpt-4o", messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "In my chat export, what does a line starting with [User]: mean?"}])
+    await stack.settle()
+    assert await memories_of(service, "helm") == []
+    assert any("[User]: mean" in m.value for m in await memories_of(service, "chat"))
+
+
+TASK_TOOL = [{"type": "function", "function": {"name": "research", "description": "Hand a task to a subagent.",
+                                               "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_subagent_handed_its_task_by_a_tool_call_gets_a_block_and_leaves_nothing(answers, stream):
+    """An app whose tool is another agent (no session named): the subagent's conversation opens with
+    the task the model wrote as the tool call's argument. Those are the model's words: the subagent
+    gets a block and stores nothing as the person's. A model that hands on the person's own message
+    verbatim hands on the person's words: the parent's next step is still the person's turn."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app"))
+    task = "Find where alpha's staging database port is configured and report the file."
+    person = "Remember that alpha's staging database listens on port 6543. Where is it configured?"
+
+    def model(view):
+        if view.tools and view.steps == 0 and "research" in view.tools:
+            said = view.user_text
+            return Answer(tool_calls=[ToolCall("research", {"task": person if "verbatim" in said else task})])
+        return Answer(text="Done.")
+    stack.provider.model = model
+
+    async def call(messages, tools=None):
+        kw = {"tools": tools} if tools else {}
+        if stream:
+            raw = await sdk.chat.completions.with_raw_response.create(model="app-large", messages=messages,
+                                                                       stream=True, **kw)
+            async for _ in raw.parse():
+                pass
+        else:
+            raw = await sdk.chat.completions.with_raw_response.create(model="app-large", messages=messages, **kw)
+        return raw.headers["x-memplane-turn-id"]
+
+    await call([{"role": "system", "content": "You are the app's assistant."},
+                {"role": "user", "content": person}], TASK_TOOL)
+    await stack.settle()  # the person's words are stored: the subagent's block can hold them
+    sub = await call([{"role": "system", "content": "You are a research subagent. Use the tools."},
+                      {"role": "user", "content": task}], TOOLS)
+    assert stack.provider.received[-1].memories_block is not None  # it works for the person: a block
+    doc = await explanation(stack, sub)
+    assert doc["call_kind"] == "subagent" and doc["call_rule"] == "handed-by-tool-call"
+    await stack.settle()
+    stored = [m.value for m in await memories_of(service, "app")]
+    assert not any(task in v for v in stored), stored
+    # the person's message handed on verbatim: the parent's later step is still theirs
+    verbatim = person.replace("Where", "Verbatim: where")
+    add_agent(stack, "app2", memory_url)
+    sdk = opened(stack, stack.openai("app2"))
+    first = [{"role": "system", "content": "You are the app's assistant."}, {"role": "user", "content": verbatim}]
+    await call(first, TASK_TOOL)
+    await stack.settle()
+    assert any(verbatim in m.value for m in await memories_of(service, "app2"))
 
 async def test_a_call_that_declares_nothing_belongs_to_its_sessions_project(answers):
     stack, memory_url, service, _ = answers
@@ -248,7 +331,7 @@ def test_the_shape_rules_need_two_weak_signals_and_no_client_name():
 
 
 @pytest.mark.parametrize("text", [
-    "USER: " + "a" * 100_000, "```" * 40_000, "diff --git " + "\n+" * 50_000, "Working directory: " + "/" * 100_000,
+    "USER: " + "a" * 100_000, "[User" * 20_000, "[Assistant " + "a" * 100_000 + "]:", "```" * 40_000, "diff --git " + "\n+" * 50_000, "Working directory: " + "/" * 100_000,
     "origin " + "a." * 50_000, "generate " + "title " * 20_000, '"' + "x" * 100_000 + '"', "\n\n".join(["p" * 50] * 2000),
 ])
 def test_hostile_requests_are_read_without_harm(text):
@@ -262,6 +345,20 @@ def test_hostile_requests_are_read_without_harm(text):
     assert 0.0 <= quoted_share(text) <= 1.0
     assert len(without_echoes(text, text)) <= len(text)
 
+
+
+@pytest.mark.parametrize("arguments", [
+    "[" * 1000 + "]" * 1000, '{"a":' * 1000 + '"x"' + "}" * 1000, '{"task": "' + "t" * 100_000 + '"}',
+    '["' + '", "'.join(["a task of twenty chars"] * 20_000) + '"]', "not json " * 10_000,
+])
+def test_hostile_tool_arguments_in_an_answer_are_read_without_harm(arguments):
+    """What an answer hands its tools is read from the model's output (handed.py): deep nesting, 100 KB
+    strings and floods of arguments cost no recursion and bounded work."""
+    from proxy.coding.handed import MAX_ARGS, handed_texts
+    for response in ({"tool_calls": [{"name": "t", "arguments": arguments}]},
+                     {"format": "json", "json": {"output": [{"type": "function_call", "arguments": arguments}]}}):
+        found = handed_texts(response)
+        assert len(found) <= MAX_ARGS
 
 def test_a_default_project_is_set_by_the_cli_and_by_the_pod_file(tmp_path):
     from click.testing import CliRunner

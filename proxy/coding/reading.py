@@ -18,6 +18,7 @@ from typing import Any
 from memplane_core.turn_text import text_of
 
 from .already_said import request_shingles
+from .handed import handed_texts
 from .project import project_of
 from .scaffolding import RECUR_MIN_CHARS, SetAside, digest, named_session, session_of_request, sift_body, user_texts
 from .sessions import SessionBook
@@ -43,6 +44,7 @@ class CodingTurn:
     project_from: str = ""  # header-or-declared | session | agent-default
     note: str = ""  # NO_PROJECT or UNSCOPED, for the explanation
     unscoped: bool = False  # leaves no memory (UNSCOPED)
+    first: str = ""  # digest of the conversation's first message (side_calls.Shape.first)
 
     @property
     def recalls(self) -> bool:
@@ -105,7 +107,7 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
     call becomes part of that yardstick."""
     book: SessionBook = state.coding_sessions
     seen = book.of(ctx.agent_id)
-    turn.kind, turn.rule = decision.kind, decision.rule
+    turn.kind, turn.rule, turn.first = decision.kind, decision.rule, shape.first
     if turn.project:
         turn.project_from = "declared"
     elif scope:
@@ -127,6 +129,16 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
     if turn.kind is SideCall.TURN and (shape.tools or shape.history):
         book.main_call(ctx.agent_id, session, shape.system, shape.model, shape.first,
                        turn.project if turn.project_from in ("declared", "agent-default") else None, shape.tools)
+
+
+def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> None:
+    """The texts the answer hands to its tools (handed.py), unless they are the conversation's own
+    opening words (a model that passes the person's message on verbatim hands on the person's words)."""
+    if turn.kind not in (SideCall.TURN, SideCall.SUBAGENT):
+        return
+    digests = [d for d in map(digest, handed_texts(response)) if d != turn.first]
+    if digests:
+        state.coding_sessions.handed(agent_id, digests)
 
 
 async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],

@@ -22,6 +22,7 @@ MAX_AGENTS = 10_000
 MAX_SESSIONS = 50_000  # (agent, session) pairs across agents, ~20 MB at most
 MAX_SESSIONS_PER_AGENT = 1_000  # one agent's share: its flood of new session ids evicts only its own
 MAX_MAINS = 16  # system prompts / models per agent
+MAX_HANDED = 256  # texts an agent's model handed to its tools lately (handed.py), per agent
 RECENT_S = 3600.0  # an agent's latest declared project stays its "recent" one this long
 
 
@@ -71,6 +72,7 @@ class AgentSeen:
     sessions: Sessions
     systems: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
     models: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
+    handed: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_HANDED))  # digests (handed.py)
     declared_at: float = 0.0  # when a main call last declared a project (monotonic)
     told: bool = False  # the "declares no project" notice was logged
 
@@ -96,6 +98,12 @@ class SessionBook:
         if seen is None:
             seen = self._agents[agent_id] = AgentSeen(Sessions(self._sessions, agent_id, self._per_agent))
         return seen
+
+    def handed(self, agent_id: str, digests: list[str]) -> None:
+        """Texts the agent's model just passed to a tool: a call opening with one is a subagent's."""
+        handed = self.of(agent_id).handed
+        for d in digests:
+            handed[d] = True
 
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
                   project: str | None, tools: bool = False) -> None:

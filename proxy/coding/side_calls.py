@@ -69,7 +69,10 @@ _ERRAND = re2.compile(
     r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
     r"(generator|writer|maker|classifier)\b"
     r"|\bsummari[sz]e\s+(this|the|following|these)\b)")
-_TRANSCRIPT = re2.compile(r"^\s*(USER|ASSISTANT|User|Assistant|Human|AI|user|assistant|human)\s*:")
+# A transcript's speaker label: `USER:`, or in square brackets with a qualifier (`[User]:`,
+# `[Assistant tool calls]:`) as a client serialises the conversation it asks a summary of.
+_TRANSCRIPT = re2.compile(r"^\s*((USER|ASSISTANT|User|Assistant|Human|AI|user|assistant|human)|"
+                          r"\[(USER|ASSISTANT|User|Assistant|Human|AI|user|assistant|human)\b[^\]\n]{0,40}\])\s*:")
 _DIFF = re2.compile(r"^(diff --git |--- a/|\+\+\+ b/|@@ -\d)")
 
 
@@ -143,8 +146,8 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
 
 def quoted_share(text: str) -> float:
     """How much of `text` (by characters) is material it quotes: fenced blocks, a diff, a
-    transcript (`USER:` / `assistant:` lines and what follows them), `>` lines, or the whole text
-    in quotation marks."""
+    transcript (`USER:` / `assistant:` / `[User]:` lines and what follows them), `>` lines, or the
+    whole text in quotation marks."""
     body = text.strip()
     if not body:
         return 0.0
@@ -209,6 +212,8 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     """What kind of call this is, and the rule that said so (see the module docstring)."""
     if shape.compaction:
         return Decision(SideCall.COMPACTION, "compaction-request")
+    if seen is not None and shape.first in seen.handed:  # its task is the model's words (handed.py)
+        return Decision(SideCall.SUBAGENT, "handed-by-tool-call")
     main = seen.sessions.get(session) if seen is not None and session else None
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..coding.reading import note_answer
 from ..ledger.entry import build_entry_json
 from .value import Turn
 
@@ -17,6 +18,8 @@ async def record(turn: Turn, answer: dict[str, Any]) -> None:
     own(turn, rid, reply)
     if answer.pop("foreign", False):  # the provider ran a tool and its results are in the conversation now
         turn.state.turn_taint.answered_foreign(turn.ctx, turn.session_id, turn.turn_id)
+    if turn.coding is not None:  # what the answer hands its tools: a subagent's task (coding/handed.py)
+        note_answer(turn.state, turn.agent_id, turn.coding, answer.get("response"))
     # shielded: a client that goes away mid-write must not cost the ledger its line
     await asyncio.shield(record_turn(turn, answer))
 

@@ -7,6 +7,8 @@ both call `ensure()`. The install is cached outside the checkout, one directory 
 a fresh clone reuses it instead of installing ~900 MB again, and a changed lock file gets a directory
 of its own. A file lock keeps two pytest-xdist workers from installing at once. Only the npm registry
 is contacted for those.
+The same lock pins `@openai/agents`, a library rather than a CLI: tests/clients/agents_sdk.cjs
+finds it under `cache_dir() / "node_modules"` through NODE_PATH.
 
 The PyPI clients (aider, gptme) each go into a venv of their own,
 `~/.cache/memplane/py-clis/<digest of its pinned line>/venv` (`$MEMPLANE_PY_CLI_CACHE` moves it),
@@ -29,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen", "opencode": "opencode", "continue": "cn"}
+BINS = {"claude": "claude", "codex": "codex", "qwen": "qwen", "opencode": "opencode", "continue": "cn", "pi": "pi"}
 PYPI_BINS = {"aider": "aider-chat", "gptme": "gptme"}  # binary -> the package pinned in pypi-clients.txt
 PYPI_PYTHON = {"aider": ((3, 10), (3, 13)),  # aider-chat 0.86: Requires-Python >=3.10,<3.13
                "gptme": ((3, 10), (3, 15))}  # gptme 0.35: >=3.10,<3.15

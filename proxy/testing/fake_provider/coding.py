@@ -31,9 +31,9 @@ _CREATE = re.compile(r"\bcreate ([\w.-]+(?:/[\w.-]+)*) saying `([^`]+)`")
 _SUBAGENT = re.compile(r"\bask a subagent to ([^\n]+?)(?:\.(?=\s|$)|\n|$)")  # the sentence: a path keeps its dots
 # Claude Code's `/compact` ("Please provide your summary based on the conversation so far … an
 # <analysis> block followed by a <summary> block") and Codex's ("You are performing a CONTEXT
-# CHECKPOINT COMPACTION. Create a handoff summary …").
+# CHECKPOINT COMPACTION. Create a handoff summary …"), pi's ("Create a structured context checkpoint summary").
 COMPACTION = re.compile(r"summary based on the conversation so far|summary of (?:the|our) conversation|"
-                        r"CONTEXT CHECKPOINT COMPACTION|handoff summary", re.I)
+                        r"CONTEXT CHECKPOINT COMPACTION|handoff summary|context checkpoint summary", re.I)
 
 
 def _split(text: str, tag: str) -> tuple[str, list[str]]:
@@ -89,8 +89,9 @@ def _read(view: View, path: str) -> ToolCall | None:
         return ToolCall("exec_command", {"cmd": f"cat {path}"})
     if "read_file" in tools:
         return ToolCall("read_file", {"file_path": path})
-    if "read" in tools:
-        return ToolCall("read", {"filePath": path})
+    if "read" in tools:  # opencode's `filePath`, pi's `path`
+        key = "path" if "path" in _parameters(view.body, "read") else "filePath"
+        return ToolCall("read", {key: path})
     return None
 
 
@@ -108,11 +109,13 @@ def _run(tools: list[str], command: str) -> ToolCall | None:
     return None
 
 
-def _subagent(tools: list[str], task: str) -> ToolCall | None:
-    if "Agent" in tools:
-        return ToolCall("Agent", {"description": "Subagent task", "prompt": task.strip(),
-                                  "subagent_type": "general-purpose"})
-    return None
+def _subagent(view: View, task: str) -> ToolCall | None:
+    if "Agent" not in view.tools:
+        return None
+    if "input" in _parameters(view.body, "Agent"):  # the OpenAI Agents SDK's `agent.asTool()`
+        return ToolCall("Agent", {"input": task.strip()})
+    return ToolCall("Agent", {"description": "Subagent task", "prompt": task.strip(),
+                              "subagent_type": "general-purpose"})
 
 
 def plan(view: View) -> list[ToolCall]:
@@ -121,7 +124,7 @@ def plan(view: View) -> list[ToolCall]:
     found: list[tuple[int, ToolCall | None]] = []
     found += [(m.start(), _read(view, m.group(1))) for m in _READ.finditer(said)]
     found += [(m.start(), _run(view.tools, m.group(1))) for m in _RUN.finditer(said)]
-    found += [(m.start(), _subagent(view.tools, m.group(1))) for m in _SUBAGENT.finditer(said)]
+    found += [(m.start(), _subagent(view, m.group(1))) for m in _SUBAGENT.finditer(said)]
     return [call for _, call in sorted(found, key=lambda x: x[0]) if call is not None]
 
 
