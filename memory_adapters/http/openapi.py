@@ -77,6 +77,7 @@ _REFUSALS = {
     "400": "the body or a parameter is not what the operation takes (`error.field` names it)",
     "401": "missing or invalid bearer token",
     "403": "another agent's memory, or a cross-site browser",
+    "408": "the body did not arrive within the service's body deadline (MEMPLANE_BODY_TIMEOUT_S)",
     "413": "the body is over the service's limit",
     "415": "the body is not sent as application/json",
     "421": "a host name this loopback-only service does not answer",
