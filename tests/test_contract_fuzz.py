@@ -10,12 +10,14 @@ so what is checked is what a client generator would read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -54,6 +56,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def _serving(factory, args: list[str], **env_extra: str) -> Iterator[str]:
+    """`memplane adapter ARGS…` in a temporary directory of its own, for a module's tests: its URL."""
+    tmp = factory.mktemp(f"fuzz-{args[0]}")
+    proc, url = _serve([*args[:1], *[a.replace("{tmp}", str(tmp)) for a in args[1:]]], tmp, **env_extra)
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
 def _serve(args: list[str], tmp: Path, **env_extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "MEMPLANE_EMBEDDINGS": "off", **env_extra}  # the wire is under test; the encoder has its own tests
@@ -74,31 +87,25 @@ def _serve(args: list[str], tmp: Path, **env_extra: str) -> tuple[subprocess.Pop
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz-embedded")
-    proc, url = _serve(["embedded", "--data-dir", str(tmp / "memory")], tmp)
-    yield url
-    stop(proc)
+    with _serving(tmp_path_factory, ["embedded", "--data-dir", "{tmp}/memory"]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory, redis_base_url, mongo_base_url):
-    tmp = tmp_path_factory.mktemp("fuzz-tiered")
     import redis as redis_sync
     db = f"{redis_base_url}/{FUZZ_DB}"
     redis_sync.Redis.from_url(db).flushdb()
-    proc, url = _serve(["tiered", "--redis-url", db,
-                        "--mongo-url", f"{mongo_base_url}/memplane_fuzz_{uuid.uuid4().hex[:8]}"], tmp,
-                       MEMPLANE_REDIS_PREFIX=f"fuzz{uuid.uuid4().hex[:6]}")
-    yield url
-    stop(proc)
+    with _serving(tmp_path_factory, ["tiered", "--redis-url", db, "--mongo-url",
+                                     f"{mongo_base_url}/memplane_fuzz_{uuid.uuid4().hex[:8]}"],
+                  MEMPLANE_REDIS_PREFIX=f"fuzz{uuid.uuid4().hex[:6]}") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz-reference")
-    proc, url = _serve(["reference", "--data-dir", str(tmp / "data")], tmp)
-    yield url
-    stop(proc)
+    with _serving(tmp_path_factory, ["reference", "--data-dir", "{tmp}/data"]) as url:
+        yield url
 
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
