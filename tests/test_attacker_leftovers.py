@@ -224,6 +224,9 @@ def _failing_provider(how: str) -> web.Application:
             await asyncio.sleep(0.05)
             request.transport.abort()
             return resp
+        if how == "stop":  # a clean end of the response, before the answer's last event
+            await resp.write_eof()
+            return resp
         for raw in _ERROR[request.path]:
             await resp.write(raw)
         await resp.write_eof()
@@ -274,6 +277,24 @@ async def test_an_upstream_that_drops_mid_stream_marks_the_ledgered_turn_incompl
     assert r.content.startswith(b"".join(_HEAD[path]))
     [entry] = [ref.entry for ref in Ledger(history).read("a")]
     assert entry["response"]["incomplete"] == "upstream_broke_off", entry["response"]
+
+
+@pytest.mark.parametrize("path", sorted(_HEAD))
+async def test_a_stream_ended_before_its_last_event_marks_the_ledgered_turn_incomplete(aiohttp_server, tmp_path,
+                                                                                      reference, path):
+    """The provider closes the response cleanly after the first words, without `[DONE]`,
+    `message_stop` or `response.completed`: the agent gets those bytes as sent, and the ledger says
+    the answer was cut (`stream_unfinished`) instead of keeping "Tromsø is in" as a finished answer;
+    the person's words still reach memory."""
+    proxy, token, history, state = await _behind(aiohttp_server, tmp_path, _failing_provider("stop"), reference[0])
+    async with httpx.AsyncClient(base_url=proxy, timeout=30) as client:
+        r = await client.post(path, json=_ASKS[path], headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and r.content == b"".join(_HEAD[path])
+    [entry] = [ref.entry for ref in Ledger(history).read("a")]
+    assert entry["response"]["incomplete"] == "stream_unfinished", entry["response"]
+    await state.settle(30)
+    found = await reference[1].recall(RecallRequest(agent_id="a", query="Where does Ingrid live?"))
+    assert any("Ingrid lives in Tromsø" in m.text for m in found)
 
 
 # -- 3. a stream (or a whole answer) longer than the ledger keeps of one answer --

@@ -16,7 +16,7 @@ from ..formats.base import event_json
 from ..ledger.entry import nests_safely
 from ..sse import SSESplitter, parse_event
 from .answer_cap import Head, mark, whole_head
-from .stream_faults import PROVIDER_ERROR, provider_error
+from .stream_faults import PROVIDER_ERROR, UNFINISHED, last_event, provider_error
 
 
 def safe_feed(fmt: WireFormat, state: StreamState, event: str | None, data: str, hidden_usage: bool) -> bool:
@@ -79,12 +79,14 @@ def stream_record(fmt: WireFormat, received: Iterable[bytes], hidden_usage: bool
     incomplete (stream_faults.py)."""
     st = StreamState()
     body = b"".join(received)
-    failed = False
+    failed = ended = False
     for raw in SSESplitter().feed(body + b"\n\n"):
         event = parse_event(raw)
         safe_feed(fmt, st, *event, hidden_usage)
         failed = failed or provider_error(*event)
-    incomplete = incomplete or (PROVIDER_ERROR if failed else None)
+        ended = ended or last_event(*event)
+    truncated = isinstance(received, Head) and received.truncated  # its end is past the head kept
+    incomplete = incomplete or (PROVIDER_ERROR if failed else None) or (UNFINISHED if not ended and not truncated else None)
     response: dict[str, Any] = {"format": "sse", "text": st.text}
     if not st.text and not st.extra.get("tool_calls"):
         response["raw"] = body.decode("utf-8", "replace")  # nothing could be read out: keep what was relayed
@@ -92,7 +94,6 @@ def stream_record(fmt: WireFormat, received: Iterable[bytes], hidden_usage: bool
         response["tool_calls"] = list(st.extra["tool_calls"].values())
     if incomplete:
         response["incomplete"] = incomplete
-    truncated = isinstance(received, Head) and received.truncated
     if truncated:
         mark(response, received.seen)
     record: dict[str, Any] = {"response": response, "usage": st.usage, "model": st.model,
