@@ -16,7 +16,10 @@ its own vector (as `loo.evaluate` puts it).
 Settings (`--experiment contextual`): the dense vector of "previous turn + this turn" instead of
 the turn's own (`replace`); both, the mean of the two unit vectors (`mean`) or the higher cosine
 of the two (`max`, a second matrix beside the index's); the previous turn cut to its first N words;
-context only for a turn under K words.
+context only for a turn under K words (`--experiment contextual-short`: a second round, short turns
+only: replaced or the mean, under 15/20/30 words).
+
+    LOCOMO_DIR=../shared/datasets/locomo-dev python -m bench.quality.contextual   # retain-time encoder cost
 """
 
 from __future__ import annotations
@@ -114,8 +117,9 @@ class _Max:
         return np.maximum(self.own @ q, self.ctx @ q)
 
 
-def grid(embedder, _convs) -> dict:
-    """The settings: a setting's `rebuilt(conv_name, (memories, vecs))` makes its corpus."""
+def grid(embedder, _convs, short: bool = False) -> dict:
+    """The settings: a setting's `rebuilt(conv_name, (memories, vecs))` makes its corpus. `short`: the
+    second round, context for short turns only (what the first round's settings left open)."""
     cache: dict[tuple[str, int | None], dict[int, np.ndarray]] = {}
 
     def context_vectors(name: str, memories: list, words: int | None) -> dict[int, np.ndarray]:
@@ -147,6 +151,12 @@ def grid(embedder, _convs) -> dict:
         return s
 
     out = {"the turn's own vector (default)": with_constants()}
+    if short:
+        for how, words, under in (("replace", 32, 20), ("mean", 32, 20), ("mean", None, 20), ("replace", None, 20),
+                                  ("replace", 32, 15), ("replace", 32, 30), ("mean", 32, 30)):
+            said = "whole" if words is None else f"first {words} words"
+            out[f"{how}, previous turn {said}, turns under {under} words only"] = setting(how, words, under)
+        return out
     for how in ("replace", "mean", "max"):
         for words in (None, 32):
             out[f"{how}, previous turn {'whole' if words is None else f'first {words} words'}"] = setting(how, words)
@@ -156,3 +166,37 @@ def grid(embedder, _convs) -> dict:
         out[f"replace, previous turn first 32 words, turns under {under} words only"] = setting("replace", 32, under)
         out[f"max, previous turn first 32 words, turns under {under} words only"] = setting("max", 32, under)
     return out
+
+
+def cost(rounds: int = 5) -> None:
+    """Retain-time encoder CPU per turn (this thread's, one intra-op thread, 16-text batches as the
+    embedding backlog takes them), the turns' own texts against their contextual texts (the
+    `contextual-short` setting chosen most: the previous turn's first 32 words, turns under 30
+    words), over the dev turns; rounds interleaved so other processes' load falls on both alike."""
+    import time
+    from statistics import median
+
+    from memory_adapters.engine.dense import Embedder
+
+    from .locomo import DATASET, load
+    from .loo import build
+    embedder = Embedder.load()
+    memories = [m for c in load(DATASET) for m in build(c, embedder)[0]]
+    prev = previous_turns(memories)
+    own = [m.value for m in memories]
+    ctx = [contextual_text(p, m, 32) if p is not None and _own_words(m) < 30 else m.value
+           for p, m in zip(prev, memories)]
+    times: dict[str, list[float]] = {"own": [], "contextual": []}
+    for _ in range(rounds):
+        for name, texts in (("own", own), ("contextual", ctx)):
+            start = time.thread_time()
+            for i in range(0, len(texts), 16):
+                embedder.embed(texts[i:i + 16])
+            times[name].append((time.thread_time() - start) * 1000 / len(texts))
+    changed = sum(a != b for a, b in zip(own, ctx))
+    print(f"{len(own)} turns, {changed} with context; encoder CPU per turn, median of {rounds} rounds: "
+          + ", ".join(f"{k} {median(v):.2f} ms" for k, v in times.items()))
+
+
+if __name__ == "__main__":
+    cost()

@@ -2,7 +2,8 @@
 
     python -m bench.quality.loo [--replies assistant|assistant-b|small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|novelty|budget|coverage|
-                                               inference|replies|expansion|contextual]
+                                               inference|replies|expansion|contextual|
+                                               contextual-short]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -49,7 +50,8 @@ Experiments:
   (engine/expansion.py): expansion.WEIGHT x its z-score, expansion.TERMS of them; weight 0 is off.
 * `contextual`: a turn's dense vector made with the turn before it (bench/quality/contextual.py, not
   shipped): instead of its own, or beside it (mean, or the higher cosine); the previous turn cut to
-  its first N words; only for short turns. BM25 stays on the turn's own words.
+  its first N words; only for short turns. BM25 stays on the turn's own words. `contextual-short`:
+  the second round, context for short turns only (under 15/20/30 words), replaced or the mean.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -265,6 +267,12 @@ def contextual_grid(embedder, convs) -> dict:
     return contextual.grid(embedder, convs)
 
 
+def contextual_short_grid(embedder, convs) -> dict:
+    """Contextual turn embeddings for short turns only (the second round, contextual.py)."""
+    from . import contextual
+    return contextual.grid(embedder, convs, short=True)
+
+
 def expansion_grid(*_) -> dict:
     """The agent's words nearest the question as a second BM25 query (engine/expansion.py): weight x
     its z-score, `terms` of them; weight 0 is off."""
@@ -429,6 +437,7 @@ EXPERIMENTS = {
     "coverage": coverage_grid,
     "expansion": expansion_grid,
     "contextual": contextual_grid,
+    "contextual-short": contextual_short_grid,
 }
 
 
