@@ -100,10 +100,12 @@ class MaxVectorIndex(VectorIndex):
         self.dead[row] = False
 
     def remove(self, doc_id: str) -> None:
-        row = self.rows.get(doc_id)
-        super().remove(doc_id)
+        row = self.rows.pop(doc_id, None)
         if row is not None:
+            self.ids[row] = None
             self._own[row] = self._ctx[row] = 0.0
+            self.dead[row] = True
+            self.removed += 1
 
 
 class _Max:
