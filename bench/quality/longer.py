@@ -22,7 +22,7 @@ from datetime import datetime
 
 from ..harness import table, write_results
 from .locomo import CATEGORIES, DATASET, REPLIES, load, scores
-from .loo import EXPERIMENTS, REPLYING, evaluate, prepared, three
+from .loo import EXPERIMENTS, REPLYING, corpora_of, evaluate, prepared, three
 
 # (first conversation, second, the second's speakers renamed to the first's)
 MERGES = (("conversation_41", "conversation_30", {"Jon": "John", "Gina": "Maria"}),
@@ -72,12 +72,13 @@ def main() -> None:
     started = time.perf_counter()
     convs = [merged(by_name[a], by_name[b], names) for a, b, names in MERGES]
     corpora, qvecs, asked, settings = prepared(embedder, convs, args.experiment)
+    built = corpora_of(settings, convs, corpora, embedder)  # settings with a corpus of their own
     cats = [*CATEGORIES.values(), "all"]
     rows, doc = [], {}
     for name, setting in settings.items():
         pooled = []
         for c in convs:
-            got = evaluate(c, corpora[c["name"]], qvecs, setting, True, 0.0, asked[c["name"]])[0]
+            got = evaluate(c, built.get(name, corpora)[c["name"]], qvecs, setting, True, 0.0, asked[c["name"]])[0]
             pooled += got
             s = scores(got)
             doc.setdefault(name, {})[c["name"]] = s

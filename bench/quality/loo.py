@@ -2,7 +2,8 @@
 
     python -m bench.quality.loo [--replies assistant|assistant-b|small-talk|ok] [--experiment context|bm25|neighbours|dense-skip|deadline|static-query|impute|
                                                dates|speakers|sittings|feedback|novelty|budget|coverage|
-                                               inference|replies|expansion]
+                                               inference|replies|expansion|contextual|
+                                               contextual-short]
                                 [--no-retained-questions] [--lag SHARE]
 
 The dev set is three conversations. For each, the setting is chosen on the other two (best
@@ -47,6 +48,10 @@ Experiments:
   or the whole reply.
 * `expansion`: the agent's words nearest the question's meaning as a second BM25 query
   (engine/expansion.py): expansion.WEIGHT x its z-score, expansion.TERMS of them; weight 0 is off.
+* `contextual`: a turn's dense vector made with the turn before it (bench/quality/contextual.py, not
+  shipped): instead of its own, or beside it (mean, or the higher cosine); the previous turn cut to
+  its first N words; only for short turns. BM25 stays on the turn's own words. `contextual-short`:
+  the second round, context for short turns only (under 15/20/30 words), replaced or the mean.
 * `budget`: for scale, a larger block (3,000-8,000 tokens; past 3,000 without the 15 KB answer cap,
   which otherwise binds first): how far packing more memories into the same block could go.
 * `static-query`: a static query encoder (~0.03 ms instead of MiniLM's ~1.2-2.5 ms): the question's
@@ -93,11 +98,18 @@ def build(conv: dict, embedder, changes=()) -> tuple:
 
 
 def index_of(corpus: tuple):
+    """An index of `(memories, vectors)`; with a third item, `{id: contextual vector}`, each memory's
+    cosine is the higher of its two vectors' (contextual.MaxVectorIndex)."""
     from memory_adapters.engine.dense import VectorIndex
     from memory_adapters.engine.index import AgentIndex
 
-    memories, vecs = corpus
-    idx = AgentIndex(vectors=VectorIndex(vecs.shape[1]))
+    from .contextual import MaxVectorIndex
+
+    memories, vecs = corpus[:2]
+    vectors = VectorIndex(vecs.shape[1]) if len(corpus) == 2 else MaxVectorIndex(vecs.shape[1])
+    if len(corpus) > 2:
+        vectors.context = corpus[2]
+    idx = AgentIndex(vectors=vectors)
     for m, v in zip(memories, vecs):
         idx.put(m, v)
     return idx
@@ -246,6 +258,19 @@ def novelty_grid(*_) -> dict:
                 out[f"penalty {penalty} when under {novel:.0%} new terms"] = with_constants(
                     (novelty, "PENALTY", penalty), (novelty, "NOVEL", novel))
     return out
+
+
+def contextual_grid(embedder, convs) -> dict:
+    """Contextual turn embeddings (bench/quality/contextual.py): a turn's dense vector with the turn
+    before it."""
+    from . import contextual
+    return contextual.grid(embedder, convs)
+
+
+def contextual_short_grid(embedder, convs) -> dict:
+    """Contextual turn embeddings for short turns only (the second round, contextual.py)."""
+    from . import contextual
+    return contextual.grid(embedder, convs, short=True)
 
 
 def expansion_grid(*_) -> dict:
@@ -411,6 +436,8 @@ EXPERIMENTS = {
     "inference": inference_grid,
     "coverage": coverage_grid,
     "expansion": expansion_grid,
+    "contextual": contextual_grid,
+    "contextual-short": contextual_short_grid,
 }
 
 
@@ -424,6 +451,18 @@ def query_vectors(embedder, convs: list[dict], corpora: dict, qvecs: dict) -> di
         other = [q for q, text in texts.items() if text != q]
         out[c["name"]] = {**{q: qvecs[q] for q in texts},
                           **dict(zip(other, embedder.embed([texts[q] for q in other]) if other else ()))}
+    return out
+
+
+def corpora_of(settings: dict, convs: list[dict], corpora: dict, embedder) -> dict:
+    """The corpora of the settings that change it, by setting and conversation: built again with
+    constants set (`building`), or made from the default's (`rebuilt(conversation, corpus)`)."""
+    out = {}
+    for name, s in settings.items():
+        if getattr(s, "building", ()):
+            out[name] = {c["name"]: build(c, embedder, s.building) for c in convs}
+        elif getattr(s, "rebuilt", None) is not None:
+            out[name] = {c["name"]: s.rebuilt(c["name"], corpora[c["name"]]) for c in convs}
     return out
 
 
@@ -463,8 +502,7 @@ def main() -> None:
     convs = load(DATASET)
     started = time.perf_counter()
     corpora, qvecs, asked, settings = prepared(embedder, convs, args.experiment)
-    built = {name: {c["name"]: build(c, embedder, s.building) for c in convs}
-             for name, s in settings.items() if getattr(s, "building", ())}  # a corpus of their own
+    built = corpora_of(settings, convs, corpora, embedder)
 
     def corpus(name: str, conv: str) -> tuple:
         return built[name][conv] if name in built else corpora[conv]
