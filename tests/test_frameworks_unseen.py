@@ -75,3 +75,92 @@ async def test_a_planning_call_with_its_instructions_in_the_user_message_gets_no
     stored = [m.value for m in await memories_of(service, "fw")]
     assert not any("Facts survey" in v or "A-1001" in v for v in stored), stored
     assert any("Porto" in m.value for m in await memories_of(service, "chat"))
+
+
+PLAN = "1. Look up the order.\n2. Answer."
+CALLING = "Calling tools:\n[{'name': 'lookup_order', 'arguments': {'order_id': 'A-1001'}}]"
+STOPS = ["Observation:", "Calling tools:"]
+
+
+def text_protocol_model(view: View) -> Answer:
+    """A model for a framework that writes tool calls as text and gets their results back as user
+    messages starting "Observation:" (the request's stop sequence)."""
+    if not view.tools:
+        return Answer(text=PLAN)
+    said = [m for m in view.body.get("messages") or () if m.get("role") == "user"]
+    if said and str(said[-1].get("content")).startswith("Observation:"):
+        return Answer(text="Order A-1001 has shipped.")
+    return Answer(text=CALLING)
+
+
+class PlanThenAct:
+    """A framework memplane has never seen, as its requests look on the wire: a planning call (no
+    system prompt, no tools, the task quoted in its instructions), then a tool loop that opens with
+    the task, the plan as an assistant message and the framework's own "go on", writes its tool calls
+    as text and sends each result back as a user message that starts with its stop sequence."""
+
+    def __init__(self, stack, agent_id: str) -> None:
+        self.sdk = opened(stack, stack.openai(agent_id))
+        self.turn_ids: list[str] = []
+        self.updates: list[str] = []  # the plan updates' turn ids
+
+    async def call(self, **kw) -> str:
+        raw = await self.sdk.chat.completions.with_raw_response.create(model="gpt-4o", **kw)
+        self.turn_ids.append(raw.headers["x-memplane-turn-id"])
+        return raw.parse().choices[0].message.content or ""
+
+    async def run(self, task: str, steps: int = 1) -> str:
+        plan = await self.call(stop=["<end_plan>"], messages=[{"role": "user", "content": planning_prompt(task)}])
+        messages = [{"role": "system", "content": MAIN_SYSTEM}, {"role": "user", "content": f"New task:\n{task}"},
+                    {"role": "assistant", "content": f"Here are the facts I know and the plan of action that I "
+                                                     f"will follow to solve the task:\n```\n{plan}\n```"},
+                    {"role": "user", "content": "Now proceed and carry out this plan."}]
+        for _ in range(steps):
+            said = await self.call(tools=TOOLS, stop=STOPS, messages=messages)
+            messages += [{"role": "assistant", "content": said}, {"role": "user", "content": f"Observation:\n{ORDER}"}]
+            # the plan's update: its own system prompt over the loop so far, no tools
+            update = await self.call(stop=["<end_plan>"], messages=[
+                {"role": "system", "content": "You are a world expert at analyzing a situation, and plan "
+                                              f"accordingly towards solving a task.\nYou have been given the "
+                                              f"following task:\n```\n{task}\n```\nFind the task and history below:"},
+                *messages[1:2], *messages[4:],
+                {"role": "user", "content": "Now write your updated facts below, then your new plan."}])
+            self.updates.append(self.turn_ids[-1])
+            messages += [{"role": "assistant", "content": f"I still need to solve the task I was given:\n```\n{task}"
+                                                          f"\n```\n\nHere are the facts I know and my new/updated "
+                                                          f"plan of action to solve the task:\n```\n{update}\n```"},
+                         {"role": "user", "content": "Now proceed and carry out this plan."}]
+        return await self.call(tools=TOOLS, stop=STOPS, messages=messages)
+
+
+async def test_a_plan_then_act_framework_keeps_the_persons_task_and_not_its_own_notes_or_tool_results(coding):
+    """The person's task is the loop's first user message, not its newest: the newest is the
+    framework's "go on" after the plan it inserted (the answer of its planning call, not an answer to
+    that task) or a tool's observation (a user message that starts with the request's stop sequence)."""
+    stack, memory_url, service, _ = coding
+    stack.provider.model = text_protocol_model
+    add_agent(stack, "fw", memory_url)
+    # (a first run before it: the agent's main calls are known, as they are after any first session)
+    # (its very first call, the planning call, is read as the person's one-shot: nothing to compare it with)
+    await PlanThenAct(stack, "fw").run("Please look up the status of order A-1001.")
+    await stack.settle()
+    before = {m.id for m in await memories_of(service, "fw")}
+    first = len(stack.provider.received)
+    await PlanThenAct(stack, "fw").run(f"{FACT} Please look up the status of order A-1001 again.")
+    await stack.settle()
+    later = PlanThenAct(stack, "fw")
+    await later.run("What is my locker number?")
+    blocks = [r.memories_block or "" for r in stack.provider.received[first:]]
+    assert "4471" in blocks[-1], "the person's fact did not come back in the next session's loop"
+    for turn_id in later.updates:  # an errand over the conversation: no block, no memory
+        doc = await explanation(stack, turn_id)
+        assert (doc.get("call_kind"), doc["call_rule"]) == ("side", "task-instruction"), doc
+    await stack.settle()
+    memories = [m for m in await memories_of(service, "fw") if m.id not in before]
+    said = [m.value for m in memories if (m.metadata or {}).get("origin") == "user"]
+    assert any("4471" in v for v in said), said
+    for note in ("Now proceed and carry out this plan", "Facts survey", "Here are the facts I know",
+                 "updated facts", "I still need to solve"):
+        assert not any(note in v for v in said), f"the framework's {note!r} was stored as the person's words: {said}"
+    assert not any(v.lstrip().startswith("Observation:") or "Parcelforce" in v.split("tools:")[0] for v in said), said
+    assert len([v for v in said if "4471" in v]) == 1, said  # one episode for the loop, not one a step

@@ -241,6 +241,8 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
+        if seen is not None and seen.tools and shape.errand and shape.system not in seen.systems:
+            return Decision(SideCall.SIDE, "task-instruction")  # an errand over the conversation (a plan update)
         if main is not None and main.tools and \
                 (shape.system != main.system or (shape.model and shape.model != main.model)):
             return Decision(SideCall.SIDE, "tool-less-unlike-session")  # (a chat's model switch is no check)
