@@ -15,12 +15,12 @@ pyproject's `test` extra, pinned in constraints.txt).
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
+import re
 
 import pytest
 
-from proxy.testing.fake_provider import Answer, ToolCall, View, memory_blocks
+from proxy.testing.fake_provider import Answer, Received, ToolCall, View, memory_blocks, without_memories
+from tests.cli_agents import block_memories, scaffolding_share
 from tests.test_coding_memory import add_agent, coding, memories_of, opened  # noqa: F401  (fixture)
 from tests.test_coding_side_calls import explanation
 
@@ -164,3 +164,139 @@ async def test_a_plan_then_act_framework_keeps_the_persons_task_and_not_its_own_
         assert not any(note in v for v in said), f"the framework's {note!r} was stored as the person's words: {said}"
     assert not any(v.lstrip().startswith("Observation:") or "Parcelforce" in v.split("tools:")[0] for v in said), said
     assert len([v for v in said if "4471" in v]) == 1, said  # one episode for the loop, not one a step
+
+
+# -- the frameworks themselves, through memplane against the strict fake provider --
+
+QUESTION = "What is my locker number?"
+TASK = f"{FACT} Please look up the status of order A-1001."
+# the agent's first session: its very first call (a plan, before any main call) has nothing to be
+# compared with and is read as the person's one-shot (docs: "Left alone")
+WARM_UP = "Please look up the status of order A-1001 for me."
+_LOCKER = re.compile(r"locker number is (\d+)")
+
+
+def _said(r: Received) -> list[str]:
+    """The user messages' texts of a request (memplane's block left out)."""
+    out = []
+    for m in r.body.get("messages") or ():
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            out.append(content if isinstance(content, str) else
+                       "\n".join(p.get("text", "") for p in content or () if isinstance(p, dict)))
+    return [without_memories(t) for t in out]
+
+
+def framework_model(view: View) -> Answer:
+    """The fake model a framework's agent talks to (test scaffolding, not memplane): a plan when no
+    tool is offered; with tools, look the order up once when the task names one (its result comes
+    back as a tool message or an "Observation:" user message), then the final answer — a
+    `final_answer` tool call where the framework offers one — from the memory block and the result."""
+    said = "\n".join(t for t in (_said_of(view.body)))
+    if not view.tools:
+        return Answer(text="1. Look up what the task names.\n2. Answer the person.")
+    observed = view.tool_results or [t for t in _said_of(view.body) if t.startswith("Observation:")]
+    if "A-1001" in said and not observed and "lookup_order" in view.tools:
+        return Answer(tool_calls=[ToolCall("lookup_order", {"order_id": "A-1001"})])
+    found = _LOCKER.search("\n".join(memory_blocks(view.body)))
+    text = f"Your locker number is {found.group(1)}." if found else "I do not know your locker number."
+    if observed:
+        text += " " + observed[-1].removeprefix("Observation:").strip()
+    if "final_answer" in view.tools:
+        return Answer(tool_calls=[ToolCall("final_answer", {"answer": text})])
+    return Answer(text=text)
+
+
+def _said_of(body: dict) -> list[str]:
+    return _said(Received("", {}, body))
+
+
+def smolagents_run(stack, task: str, stream: bool) -> str:
+    """A new ToolCallingAgent (a new agent object each session) with a plan before its first step and
+    after each one, run to its end."""
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look up an order's shipping status.
+
+        Args:
+            order_id: the order's id
+        """
+        return ORDER
+
+    model = OpenAIServerModel(model_id="gpt-4o", api_base=f"{stack.proxy_url}/v1", api_key=stack.tokens["smol"])
+    agent = ToolCallingAgent(tools=[lookup_order], model=model, planning_interval=1, stream_outputs=stream,
+                             max_steps=4, verbosity_level=0)
+    return str(agent.run(task))
+
+
+def story_report(stack, agent_id: str, runs: list[list[Received]], memories: list, is_side) -> tuple[dict, list[str]]:
+    """The yardsticks over a framework's two sessions: nothing refused, the fact in the second
+    session's main calls' block, no side call given a block, none of the framework's own text or a
+    tool's output stored as the person's words."""
+    problems: list[str] = []
+    calls = [r for run in runs for r in run]
+    problems += [f"{r.path} {r.status}: {r.error}" for r in calls if r.status != 200]
+    side = [r for r in calls if is_side(r)]
+    asked = [r for r in runs[-1] if not is_side(r)]
+    if not asked or "4471" not in (asked[0].memories_block or ""):
+        problems.append("the fact did not come back in the next session's block")
+    said = [m.value for m in memories if (m.metadata or {}).get("origin") == "user"]
+    person = {WARM_UP, TASK, QUESTION}
+    scaffolding = "\n".join(t for r in calls for t in (*_said(r), *_system_texts(r)) if t not in person)
+    for t in person:
+        scaffolding = scaffolding.replace(t, "")
+    worst = max((scaffolding_share(block_memories(r.memories_block), scaffolding) for r in calls if r.memories_block),
+                default=0.0)
+    stored_scaffolding = scaffolding_share(said, scaffolding)
+    if stored_scaffolding > 0.10:
+        problems.append(f"{stored_scaffolding:.0%} of the person's stored words are the framework's: {said}")
+    if any(ORDER in v for v in said):
+        problems.append(f"a tool's output was stored as the person's words: {said}")
+    if not any("4471" in v for v in said):
+        problems.append(f"the person's fact was not stored as their words: {said}")
+    rules = sorted({(e.get("scaffolding") or {}).get("rule", "") for e in stack.ledger(agent_id)} - {""})
+    return {"calls_per_session": [len(run) for run in runs], "side_calls": len(side),
+            "side_with_block": sum(1 for r in side if r.memories_block), "side_rules": rules,
+            "memories": len(memories), "persons_words": len(said),
+            "scaffolding_share_of_stored_words": round(stored_scaffolding, 3),
+            "scaffolding_share_of_blocks_max": round(worst, 3)}, problems
+
+
+def _system_texts(r: Received) -> list[str]:
+    out = []
+    for m in r.body.get("messages") or ():
+        if isinstance(m, dict) and m.get("role") == "system":
+            content = m.get("content")
+            text = content if isinstance(content, str) else "\n".join(
+                p.get("text", "") for p in content or () if isinstance(p, dict))
+            if not text.lstrip().startswith("<memories"):
+                out.append(text)
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(coding, stream):
+    pytest.importorskip("smolagents", reason="smolagents is not installed (pyproject's test extra)")
+    stack, memory_url, service, _ = coding
+    stack.provider.model = framework_model
+    add_agent(stack, "smol", memory_url)
+    runs: list[list[Received]] = []
+    answers = []
+    before: set[str] = set()
+    for task in (WARM_UP, TASK, QUESTION):  # three sessions, a new agent object each
+        first = len(stack.provider.received)
+        answers.append(await asyncio.to_thread(smolagents_run, stack, task, stream))
+        await stack.settle()
+        runs.append([r for r in stack.provider.received[first:] if r.path.startswith("/v1/")])
+        before = before or {m.id for m in await memories_of(service, "smol")}
+    assert all(r.body.get("stream") for run in runs for r in run if r.body.get("tools")) or not stream
+    memories = [m for m in await memories_of(service, "smol") if m.id not in before]
+    report, problems = story_report(stack, "smol", runs, memories, lambda r: not r.body.get("tools"))
+    report["first_session_memories"] = len(before)
+    print(f"\nsmolagents ToolCallingAgent ({'stream' if stream else 'whole'}): {report}")
+    for m in memories:
+        print("   ", (m.metadata or {}).get("origin"), repr(m.value[:160]))
+    assert "4471" in answers[-1], answers
+    assert problems == [], "\n".join(problems)

@@ -120,8 +120,10 @@ def _as_tool_results(items: list[Any], stops: tuple[str, ...]) -> list[Any]:
             said = text_of(before.get("content"), ("text", "output_text"))
             out[-1] = {**before, "content": [*([{"type": "text", "text": said}] if said else []),
                                              {"type": "tool_use", "id": call, "name": "tool", "input": {}}]}
+        said = text_of(m.get("content")).lstrip()
+        stop = next(s for s in stops if said.startswith(s))
         out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call,
-                                                 "content": text_of(m.get("content"))}]})
+                                                 "content": said[len(stop):].strip()}]})
     return out
 
 
