@@ -77,6 +77,34 @@ async def test_a_planning_call_with_its_instructions_in_the_user_message_gets_no
     assert any("Porto" in m.value for m in await memories_of(service, "chat"))
 
 
+
+async def test_a_summary_of_a_conversation_quoted_in_the_system_prompt_gets_no_block_and_leaves_nothing(answers):
+    """A framework that keeps a summary of each session asks for it in a call of its own: the
+    conversation quoted in its developer prompt, which asks to provide a summary (and extract its
+    topics) as structured output, and a user message of its own. Not the person's words."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "fw", memory_url)
+    sdk = opened(stack, stack.openai("fw"))
+    await sdk.chat.completions.create(model="gpt-4o", tools=TOOLS, messages=[
+        {"role": "developer", "content": "You are a helpful assistant."}, {"role": "user", "content": FACT}])
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[
+        {"role": "developer", "content": "Analyze the following conversation between a user and an assistant, and "
+                                         "extract the following details:\n- Summary (str): Provide a concise summary "
+                                         "of the session, focusing on important information.\n- Topics (Optional"
+                                         f"[List[str]]): List the topics discussed.\n<conversation>User: {FACT}\n"
+                                         "Assistant: Noted.\n</conversation>"},
+        {"role": "user", "content": "Provide the summary of the conversation."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "SessionSummaryResponse", "schema": {
+            "type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"],
+            "additionalProperties": False}, "strict": True}})
+    assert stack.provider.received[-1].memories_block is None
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert (doc.get("call_kind"), doc["call_rule"]) == ("side", "task-instruction"), doc
+    await stack.settle()
+    said = [m.value for m in await memories_of(service, "fw") if (m.metadata or {}).get("origin") == "user"]
+    assert said and not any("summary" in v.lower() for v in said), said
+
+
 PLAN = "1. Look up the order.\n2. Answer."
 CALLING = "Calling tools:\n[{'name': 'lookup_order', 'arguments': {'order_id': 'A-1001'}}]"
 STOPS = ["Observation:", "Calling tools:"]

@@ -65,7 +65,7 @@ _COMPACT = re2.compile(
     r"([a-z]+\s+){0,2}conversation\s+so\s+far|generate\s+the\s+<state_snapshot>)")
 # An errand: a verb of making or judging, then (within the sentence) what it makes.
 _ERRAND = re2.compile(
-    r"(?i)(\b(generat|writ|creat|produc|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
+    r"(?i)(\b(generat|writ|creat|produc|provid|extract|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
     r"determin|detect|decid|pick|choos|nam)\w*\b[^.\n]{0,80}?\b(titles?|commit\s+messages?|branch\s+names?|"
     r"summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?|plans?)\b"
     r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
