@@ -105,6 +105,32 @@ async def test_a_summary_of_a_conversation_quoted_in_the_system_prompt_gets_no_b
     assert said and not any("summary" in v.lower() for v in said), said
 
 
+
+async def test_a_second_prompt_with_tools_over_the_persons_message_keeps_one_memory_of_it(answers):
+    """A framework that keeps memories of its own (a memory manager) hands the person's message, as
+    it is, to a call with another system prompt and tools of its own, beside the agent's main call:
+    the person said it once. It reads as a subagent's call (a block, no memory); a later message of
+    the person, or the main prompt again, is theirs."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "fw", memory_url)
+    sdk = opened(stack, stack.openai("fw"))
+    main = [{"role": "developer", "content": "You are a helpful assistant."}, {"role": "user", "content": FACT}]
+    await sdk.chat.completions.create(model="gpt-4o", tools=TOOLS, messages=main)
+    memory_tools = [{"type": "function", "function": {"name": "add_note", "description": "Add a note.",
+                                                      "parameters": {"type": "object",
+                                                                     "properties": {"note": {"type": "string"}}}}}]
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", tools=memory_tools, messages=[
+        {"role": "developer", "content": "You are a Memory Manager that is responsible for managing information "
+                                         "and preferences about the user."}, main[1]])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert (doc.get("call_kind"), doc["call_rule"]) == ("subagent", "same-words-other-prompt"), doc
+    await sdk.chat.completions.create(model="gpt-4o", tools=TOOLS, messages=[
+        main[0], {"role": "user", "content": "Also, my gym is on Rua Augusta."}])
+    await stack.settle()
+    said = [m.value for m in await memories_of(service, "fw") if (m.metadata or {}).get("origin") == "user"]
+    assert len([v for v in said if "4471" in v]) == 1 and any("Rua Augusta" in v for v in said), said
+
+
 PLAN = "1. Look up the order.\n2. Answer."
 CALLING = "Calling tools:\n[{'name': 'lookup_order', 'arguments': {'order_id': 'A-1001'}}]"
 STOPS = ["Observation:", "Calling tools:"]
@@ -221,6 +247,8 @@ def framework_model(view: View) -> Answer:
     back as a tool message or an "Observation:" user message), then the final answer — a
     `final_answer` tool call where the framework offers one — from the memory block and the result."""
     said = "\n".join(t for t in (_said_of(view.body)))
+    if (view.body.get("response_format") or {}).get("type") == "json_schema":  # a structured summary
+        return Answer(text='{"summary": "The user asked about an order.", "topics": ["orders"]}')
     if not view.tools:
         return Answer(text="1. Look up what the task names.\n2. Answer the person.")
     observed = view.tool_results or [t for t in _said_of(view.body) if t.startswith("Observation:")]
@@ -327,4 +355,59 @@ async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(codin
     for m in memories:
         print("   ", (m.metadata or {}).get("origin"), repr(m.value[:160]))
     assert "4471" in answers[-1], answers
+    assert problems == [], "\n".join(problems)
+
+
+def agno_run(stack, task: str, stream: bool, db_path: str, session_id: str) -> str:
+    """A new agno Agent (a new object each session, one JSON store across them) that keeps a summary
+    of each session and its own memories of the user (`update_memory_on_run`), both by calls of its own."""
+    from agno.agent import Agent
+    from agno.db.json import JsonDb
+    from agno.models.openai import OpenAIChat
+
+    def lookup_order(order_id: str) -> str:
+        """Look up an order's shipping status.
+
+        Args:
+            order_id: the order's id
+        """
+        return ORDER
+
+    agent = Agent(model=OpenAIChat(id="gpt-4o", base_url=f"{stack.proxy_url}/v1", api_key=stack.tokens["agno"],
+                                   max_retries=0),
+                  tools=[lookup_order], db=JsonDb(db_path=db_path), user_id="ana", session_id=session_id,
+                  update_memory_on_run=True, enable_session_summaries=True, add_history_to_context=True,
+                  instructions="You are a helpful assistant.", telemetry=False)
+    if stream:
+        return "".join(str(getattr(event, "content", "") or "") for event in agent.run(task, stream=True))
+    return str(agent.run(task).content)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_agno_session_summaries_are_not_the_persons_words(coding, tmp_path, stream, monkeypatch):
+    pytest.importorskip("agno", reason="agno is not installed (pyproject's test extra)")
+    monkeypatch.setenv("AGNO_TELEMETRY", "false")
+    stack, memory_url, service, _ = coding
+    stack.provider.model = framework_model
+    add_agent(stack, "agno", memory_url)
+    runs: list[list[Received]] = []
+    answers = []
+    for n, task in enumerate((WARM_UP, TASK, QUESTION)):  # three sessions, a new agent object each
+        first = len(stack.provider.received)
+        answers.append(await asyncio.to_thread(agno_run, stack, task, stream, str(tmp_path / "agno"), f"s{n}"))
+        await stack.settle()
+        runs.append([r for r in stack.provider.received[first:] if r.path.startswith("/v1/")])
+    memories = await memories_of(service, "agno")
+
+    def is_side(r: Received) -> bool:  # its summary call, and its memory manager (tools of its own)
+        return {(t.get("function") or {}).get("name") for t in r.body.get("tools") or ()} != {"lookup_order"}
+
+    report, problems = story_report(stack, "agno", runs, memories, is_side)
+    summaries = [r for run in runs for r in run if not r.body.get("tools")]
+    report["summary_calls_with_block"] = sum(1 for r in summaries if r.memories_block)
+    print(f"\nagno Agent ({'stream' if stream else 'whole'}): {report}")
+    for m in memories:
+        print("   ", (m.metadata or {}).get("origin"), repr(m.value[:160]))
+    assert "4471" in answers[-1], answers
+    assert summaries and report["summary_calls_with_block"] == 0
     assert problems == [], "\n".join(problems)

@@ -77,6 +77,8 @@ class AgentSeen:
     # an answer's digest -> the digest of the user message it answered (text_loops.py)
     answers: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
     tools: bool = False  # a main call offered tools (an agent with a tool loop, not a chat)
+    # the first message (digest) of main calls with tools lately -> their system prompt (digest)
+    opened: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
     declared_at: float = 0.0  # when a main call last declared a project (monotonic)
     told: bool = False  # the "declares no project" notice was logged
 
@@ -119,6 +121,8 @@ class SessionBook:
         seen = self.of(agent_id)
         seen.systems[system] = True
         seen.tools = seen.tools or tools
+        if tools and first not in seen.opened:  # the prompt that first took these words stays theirs
+            seen.opened[first] = system
         if model:
             seen.models[model] = True
         if project:

@@ -35,7 +35,9 @@ A call with a conversation but without tools, in a session whose main calls offe
 another system prompt or model than theirs, is a side call too (`tool-less-unlike-session`: a
 check the client runs over the conversation). A call that offers tools, in a named session whose
 main calls have another system prompt *and* another first message, is a subagent
-(`own-conversation-in-session`). A compaction request is recognised by what it asks: a summary of
+(`own-conversation-in-session`); so is one that offers tools and opens, with no earlier answer, with
+the words a main call with tools opened with under another system prompt (`same-words-other-prompt`:
+a framework's memory manager or extractor handed the person's message as it is). A compaction request is recognised by what it asks: a summary of
 the conversation so far. Each decision names its rule (the turn's explanation, `/metrics`
 `memplane_calls_by_rule_total{kind,rule}`).
 """
@@ -239,6 +241,8 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
+        if seen is not None and not shape.history and seen.opened.get(shape.first, shape.system) != shape.system:
+            return Decision(SideCall.SUBAGENT, "same-words-other-prompt")  # a memory manager, an extractor
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
         if seen is not None and seen.tools and shape.errand and shape.system not in seen.systems:
