@@ -22,7 +22,7 @@ import pytest
 from proxy.testing.fake_provider import Answer, Received, ToolCall, View, memory_blocks, without_memories
 from tests.cli_agents import block_memories, scaffolding_share
 from tests.test_coding_memory import add_agent, coding, memories_of, opened  # noqa: F401  (fixture)
-from tests.test_coding_side_calls import explanation
+from tests.test_coding_side_calls import answers, explanation  # noqa: F401  (fixture)
 
 FACT = "By the way, my locker number is 4471."
 ORDER = "Order A-1001 shipped via Parcelforce on 2026-11-20."
@@ -41,13 +41,6 @@ def planning_prompt(task: str) -> str:
             "## 2. Plan\nDevelop a step-by-step high-level plan based on the available tools.\n"
             "- lookup_order: Look up an order.\n\n---\nNow begin! Here is your task:\n```\n"
             f"{task}\n```\nFirst in part 1, write the facts survey, then in part 2, write your plan.")
-
-
-@pytest.fixture
-def answers(coding):
-    stack, memory_url, service, model = coding
-    stack.provider.model = lambda view: Answer(text="1. Look up the order.\n2. Answer.")
-    return coding
 
 
 async def test_a_planning_call_with_its_instructions_in_the_user_message_gets_no_block_and_leaves_nothing(answers):
@@ -411,3 +404,20 @@ async def test_agno_session_summaries_are_not_the_persons_words(coding, tmp_path
     assert "4471" in answers[-1], answers
     assert summaries and report["summary_calls_with_block"] == 0
     assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("text", ["```\n" * 50_000, "Observation:" * 10_000, "x" * 100_000, "~~~" + "\n" * 100_000])
+def test_hostile_framework_loops_are_read_in_linear_time(text):
+    """100 KB of fences or stop sequences, in an assistant message and in 500 observations."""
+    import time
+
+    from proxy.coding.side_calls import own_words
+    from proxy.coding.text_loops import answer_names, inserted_answers, read_body
+    body = {"stop": ["Observation:", "\n", 5], "messages": [
+        {"role": "user", "content": text}, {"role": "assistant", "content": text},
+        *[{"role": "user", "content": "Observation:" + text[:200]} for _ in range(500)]]}
+    started = time.perf_counter()
+    read = read_body(body, {"x"})
+    answer_names(text), own_words(text), inserted_answers(body["messages"], {}.get)
+    assert time.perf_counter() - started < 2.0
+    assert len(read["messages"]) == len(body["messages"])
