@@ -242,6 +242,9 @@ def framework_model(view: View) -> Answer:
     said = "\n".join(t for t in (_said_of(view.body)))
     if (view.body.get("response_format") or {}).get("type") == "json_schema":  # a structured summary
         return Answer(text='{"summary": "The user asked about an order.", "topics": ["orders"]}')
+    stops = view.body.get("stop") or ()
+    if not view.tools and "Observation:" in stops:  # a code agent: its tools are functions in its code
+        return Answer(text=_code_step(view.body))
     if not view.tools:
         return Answer(text="1. Look up what the task names.\n2. Answer the person.")
     observed = view.tool_results or [t for t in _said_of(view.body) if t.startswith("Observation:")]
@@ -256,14 +259,26 @@ def framework_model(view: View) -> Answer:
     return Answer(text=text)
 
 
+def _code_step(body: dict) -> str:
+    said = _said_of(body)
+    observed = [t for t in said if t.startswith("Observation:")]
+    if "A-1001" in "\n".join(said) and not observed:
+        return "Thought: I look the order up.\n<code>\nprint(lookup_order(order_id='A-1001'))\n</code>"
+    found = _LOCKER.search("\n".join(memory_blocks(body)))
+    text = f"Your locker number is {found.group(1)}." if found else "I do not know your locker number."
+    if observed:
+        text += " " + ORDER
+    return f"Thought: I can answer.\n<code>\nfinal_answer({text!r})\n</code>"
+
+
 def _said_of(body: dict) -> list[str]:
     return _said(Received("", {}, body))
 
 
-def smolagents_run(stack, task: str, stream: bool) -> str:
-    """A new ToolCallingAgent (a new agent object each session) with a plan before its first step and
-    after each one, run to its end."""
-    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+def smolagents_run(stack, task: str, stream: bool, kind: str = "tools") -> str:
+    """A new ToolCallingAgent or CodeAgent (a new agent object each session) with a plan before its
+    first step and after each one, run to its end."""
+    from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
 
     @tool
     def lookup_order(order_id: str) -> str:
@@ -275,8 +290,8 @@ def smolagents_run(stack, task: str, stream: bool) -> str:
         return ORDER
 
     model = OpenAIServerModel(model_id="gpt-4o", api_base=f"{stack.proxy_url}/v1", api_key=stack.tokens["smol"])
-    agent = ToolCallingAgent(tools=[lookup_order], model=model, planning_interval=1, stream_outputs=stream,
-                             max_steps=4, verbosity_level=0)
+    agent = (ToolCallingAgent if kind == "tools" else CodeAgent)(
+        tools=[lookup_order], model=model, planning_interval=1, stream_outputs=stream, max_steps=4, verbosity_level=0)
     return str(agent.run(task))
 
 
@@ -325,8 +340,9 @@ def _system_texts(r: Received) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("kind", ["tools", "code"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(coding, stream):
+async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(coding, stream, kind):
     pytest.importorskip("smolagents", reason="smolagents is not installed (pyproject's test extra)")
     stack, memory_url, service, _ = coding
     stack.provider.model = framework_model
@@ -336,19 +352,21 @@ async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(codin
     before: set[str] = set()
     for task in (WARM_UP, TASK, QUESTION):  # three sessions, a new agent object each
         first = len(stack.provider.received)
-        answers.append(await asyncio.to_thread(smolagents_run, stack, task, stream))
+        answers.append(await asyncio.to_thread(smolagents_run, stack, task, stream, kind))
         await stack.settle()
         runs.append([r for r in stack.provider.received[first:] if r.path.startswith("/v1/")])
         before = before or {m.id for m in await memories_of(service, "smol")}
-    assert all(r.body.get("stream") for run in runs for r in run if r.body.get("tools")) or not stream
+    assert all(r.body.get("stream") for run in runs for r in run if "<end_plan>" not in r.body["stop"]) or not stream
     memories = [m for m in await memories_of(service, "smol") if m.id not in before]
-    report, problems = story_report(stack, "smol", runs, memories, lambda r: not r.body.get("tools"))
+    report, problems = story_report(stack, "smol", runs, memories,  # its plans: a stop at "<end_plan>"
+                                    lambda r: "<end_plan>" in (r.body.get("stop") or ()))
     report["first_session_memories"] = len(before)
-    print(f"\nsmolagents ToolCallingAgent ({'stream' if stream else 'whole'}): {report}")
+    print(f"\nsmolagents {kind} agent ({'stream' if stream else 'whole'}): {report}")
     for m in memories:
         print("   ", (m.metadata or {}).get("origin"), repr(m.value[:160]))
     assert "4471" in answers[-1], answers
     assert problems == [], "\n".join(problems)
+    assert report["persons_words"] == 2, "a session's loop left more than one episode of the person's words"
 
 
 def agno_run(stack, task: str, stream: bool, db_path: str, session_id: str) -> str:

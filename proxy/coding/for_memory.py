@@ -200,9 +200,15 @@ def items_of(request: dict[str, Any]) -> Any:
     return request.get("messages") if isinstance(request.get("messages"), list) else request.get("input")
 
 
+def _stops(request: Any) -> bool:
+    return isinstance(request, dict) and bool(stop_sequences(request))
+
+
 def _loop_key(request: Any) -> str | None:
     """A framework loop's key from its retained copy: the conversation up to the person's message
-    (each step's newest user message was the framework's, so the key the proxy gave each step differs)."""
+    (each step's newest user message was the framework's, so the key the proxy gave each step
+    differs). A call that sets stop sequences is a step of such a loop even when it offers no tools
+    (a code agent's tools are functions in the code it writes; its results come back as observations)."""
     items = items_of(request) if isinstance(request, dict) else None
     if not isinstance(items, list):
         return None
@@ -252,8 +258,10 @@ def for_memory(entry: dict[str, Any]) -> dict[str, Any]:
     for key in ("request_original", "request_effective"):
         if key in entry:
             out[key], reread = _request_for_memory(entry[key], recurring, inserted)
-            if reread and key == "request_original" and entry.get("loop_key"):
-                out["loop_key"] = _loop_key(out[key]) or entry["loop_key"]
+            if key == "request_original" and (reread or _stops(entry[key])):
+                out["loop_key"] = _loop_key(out[key]) or entry.get("loop_key")
+                if out["loop_key"] is None:
+                    del out["loop_key"]
     return out
 
 

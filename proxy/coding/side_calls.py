@@ -108,6 +108,7 @@ class Shape:
     asks_over_quoted: bool  # the request's own words ask for an errand over the text it quotes
     compaction: bool
     asks_without_system: bool = False  # no system prompt, and the request's own words ask for an errand
+    asks: bool = False  # the request's own words (outside what it quotes) ask for an errand
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -191,10 +192,10 @@ def own_words(text: str) -> str:
     return "" if _wholly_quoted(body) else "\n".join(line for line, quoted in _lines_quoted(body) if not quoted)
 
 
-_SHAPES: TextMemo[tuple[bool, float, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+_SHAPES: TextMemo[tuple[bool, float, bool, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
 
 
-def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool]:
+def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, bool]:
     key = system[:SCAN_CHARS] + "\x00" + request[:SCAN_CHARS]
     hit = _SHAPES.get(key)
     if hit is None:
@@ -202,9 +203,10 @@ def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool]:
         own = "\n".join(line for line in request[:2000].split("\n")[:10])
         # with no system prompt, a framework's instructions are the request's own words (the person's
         # task quoted in them): read those for an errand, as a system prompt is read
+        asks = _ERRAND.search(own_words(request[:SCAN_CHARS])) is not None
         hit = (_ERRAND.search(system[:SCAN_CHARS]) is not None, share,
                share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None,
-               not system.strip() and share > 0 and _ERRAND.search(own_words(request[:SCAN_CHARS])) is not None)
+               not system.strip() and share > 0 and asks, asks)
         _SHAPES.put(key, hit)
     return hit
 
@@ -223,12 +225,13 @@ def shape_of(body: dict[str, Any]) -> Shape:
     request = _last_user_text(items)
     conversation = [m for m in items if not (isinstance(m, dict) and m.get("role") in ("system", "developer"))]
     first = text_of(conversation[0].get("content")) if conversation and isinstance(conversation[0], dict) else ""
-    errand, quoted, asks, asks_without_system = _text_signals(system, request)
+    errand, quoted, asks, asks_without_system, request_asks = _text_signals(system, request)
     model = body.get("model")
     return Shape(tools=bool(body.get("tools") or body.get("functions")), history=_has_history(body, items),
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
                  max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
-                 asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system)
+                 asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
+                 asks=request_asks)
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
@@ -245,8 +248,11 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             return Decision(SideCall.SUBAGENT, "same-words-other-prompt")  # a memory manager, an extractor
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
-        if seen is not None and seen.tools and shape.errand and shape.system not in seen.systems:
-            return Decision(SideCall.SIDE, "task-instruction")  # an errand over the conversation (a plan update)
+        # an errand over the conversation (a plan's update): its system prompt asks for one, unlike the
+        # agent's main calls, which offered tools or whose newest words (the framework's) ask for it too
+        if seen is not None and seen.has_mains and shape.errand and shape.system not in seen.systems \
+                and (seen.tools or shape.asks):
+            return Decision(SideCall.SIDE, "task-instruction")
         if main is not None and main.tools and \
                 (shape.system != main.system or (shape.model and shape.model != main.model)):
             return Decision(SideCall.SIDE, "tool-less-unlike-session")  # (a chat's model switch is no check)
