@@ -1,11 +1,16 @@
 """Agent frameworks memplane was never written for, through memplane (docs/coding-agents-by-shape.md,
 "Agent frameworks never seen").
 
-* smolagents (`ToolCallingAgent` with `OpenAIServerModel`, `planning_interval`): before its tool loop,
-  and every `planning_interval` steps, it asks the model for a plan in a call of its own — no system
-  prompt, no tools, one user message that is its planning template with the person's task quoted in a
-  fence — then opens the loop with the task ("New task:\\n…"), the plan as an assistant message, and
-  "Now proceed and carry out this plan." as the newest user message.
+* smolagents (`ToolCallingAgent` and `CodeAgent` with `OpenAIServerModel`, `planning_interval=1`):
+  before its tool loop, and after each step, it asks the model for a plan in a call of its own — first
+  with no system prompt and no tools, one user message that is its planning template with the task
+  quoted in a fence; then with a system prompt of its own over the loop so far — and opens the loop
+  with the task ("New task:\n…"), the plan as an assistant message and "Now proceed and carry out this
+  plan." as the newest user message. Tool results come back as user messages "Observation:\n…",
+  the request's stop sequence; a `CodeAgent` offers no API tools (they are functions in its code).
+* agno (`Agent` with `OpenAIChat`, `update_memory_on_run`, `enable_session_summaries`): beside its
+  main call a memory manager gets the person's message under its own prompt and tools; after the
+  run a session summary is asked for over the conversation quoted in a developer prompt.
 
 Every framework runs against the strict fake provider; memplane must tell what each call is by its
 shape. A test skips with the reason when its framework is not installed (`make test` installs them:

@@ -15,6 +15,10 @@ done, compactly:
 * a call whose newest user message is wholly the client's own note (a `<system>…</system>` nudge
   after an answer without a tool call) keeps what came after it, not the person's earlier request
   a second time;
+* a framework's text-protocol loop (`text_loops.py`): a user message that opens with the request's
+  stop sequence is a tool result; an errand's answer the client put in as an assistant message, and
+  its own words after it, are left out (ledger `scaffolding.inserted`); a call that sets stop
+  sequences keys its loop by the person's message;
 * a compaction request (`side_calls.py`) leaves one memory, the session's summary: the model's
   answer, under a fixed question. The summary a continued session resends is not stored again.
 """
