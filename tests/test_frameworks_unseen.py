@@ -372,6 +372,8 @@ async def test_smolagents_plans_and_tool_results_are_not_the_persons_words(codin
     assert "4471" in answers[-1], answers
     assert problems == [], "\n".join(problems)
     assert report["persons_words"] == 2, "a session's loop left more than one episode of the person's words"
+    steps = [m.value for m in memories if (m.metadata or {}).get("origin") == "tool"]
+    assert all(v.startswith("tools: lookup_order(") for v in steps) or kind == "code", steps  # named by the text
 
 
 def agno_run(stack, task: str, stream: bool, db_path: str, session_id: str) -> str:

@@ -35,7 +35,7 @@ from memplane_core.turn_text import latest_user_index
 
 from .scaffolding import digest, is_compaction_summary, sift_messages, system_text
 from .side_calls import SideCall, classify
-from .text_loops import read_loop, stop_sequences
+from .text_loops import read_loop, stop_sequences, tool_names
 
 HEAD_CHARS = 160
 LONG_ARG_CHARS = 200
@@ -195,7 +195,7 @@ def _request_for_memory(request: Any, recurring: set[str], inserted: set[str]) -
         return request, False
     is_recurring = (lambda t: digest(t) in recurring) if recurring else None
     system = system_text(request)
-    read = read_loop(items, stop_sequences(request), inserted)
+    read = read_loop(items, stop_sequences(request), inserted, tool_names(request))
     sifted, _ = sift_messages(_from_the_clients_note(read, is_recurring, system), is_recurring, system)
     return {**request, key: compact_tools(_without_summaries(sifted))}, read is not items
 

@@ -31,7 +31,9 @@ from .scaffolding import digest
 
 MAX_STOPS = 8  # stop sequences looked at (OpenAI allows 4; Anthropic more)
 MIN_ANSWER_CHARS = 20  # a shorter answer ("Done.", "OK") is no errand's product worth telling
-MIN_STOP_CHARS = 4  # a shorter stop ("\n", "User") could open a person's own message
+MIN_STOP_CHARS = 4
+MAX_TOOL_NAMES = 64  # offered tools looked for in an assistant's text that calls one
+NAME_SCAN_CHARS = 8000  # a shorter stop ("\n", "User") could open a person's own message
 
 
 def stop_sequences(body: dict[str, Any]) -> tuple[str, ...]:
@@ -108,7 +110,24 @@ def _without_inserted(items: list[Any], inserted: set[str]) -> list[Any]:
     return out
 
 
-def _as_tool_results(items: list[Any], stops: tuple[str, ...]) -> list[Any]:
+def tool_names(body: dict[str, Any]) -> tuple[str, ...]:
+    """The names of the tools a request offers (chat, Responses or Messages shape)."""
+    names = []
+    for tool in body.get("tools") if isinstance(body.get("tools"), list) else ():
+        spec = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            names.append(spec["name"])
+    return tuple(names)
+
+
+def _named(text: str, names: tuple[str, ...]) -> str:
+    """The offered tool the assistant's text calls (the first named in it), else "tool"."""
+    text = text[:NAME_SCAN_CHARS]
+    found = [(text.find(n), n) for n in names[:MAX_TOOL_NAMES] if n and n in text]
+    return min(found)[1] if found else "tool"
+
+
+def _as_tool_results(items: list[Any], stops: tuple[str, ...], names: tuple[str, ...]) -> list[Any]:
     out: list[Any] = []
     for n, m in enumerate(items):
         if not _is_observation(m, stops):
@@ -119,7 +138,8 @@ def _as_tool_results(items: list[Any], stops: tuple[str, ...]) -> list[Any]:
         if isinstance(before, dict) and before.get("role") == "assistant" and not before.get("tool_calls"):
             said = text_of(before.get("content"), ("text", "output_text"))
             out[-1] = {**before, "content": [*([{"type": "text", "text": said}] if said else []),
-                                             {"type": "tool_use", "id": call, "name": "tool", "input": {}}]}
+                                             {"type": "tool_use", "id": call, "name": _named(said, names),
+                                              "input": {}}]}
         said = text_of(m.get("content")).lstrip()
         stop = next(s for s in stops if said.startswith(s))
         out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call,
@@ -127,14 +147,14 @@ def _as_tool_results(items: list[Any], stops: tuple[str, ...]) -> list[Any]:
     return out
 
 
-def read_loop(items: list[Any], stops: tuple[str, ...], inserted: set[str]) -> list[Any]:
+def read_loop(items: list[Any], stops: tuple[str, ...], inserted: set[str], names: tuple[str, ...] = ()) -> list[Any]:
     """The conversation as memplane reads it: the client's errand answers and its words after them
     left out, its observations read as tool results (see the module docstring). The same list when
     neither applies."""
     if inserted:
         items = _without_inserted(items, inserted)
     if stops and any(_is_observation(m, stops) for m in items):
-        items = _as_tool_results(items, stops)
+        items = _as_tool_results(items, stops, names)
     return items
 
 
@@ -143,5 +163,5 @@ def read_body(body: dict[str, Any], inserted: set[str]) -> dict[str, Any]:
     items = body.get("messages")
     if not isinstance(items, list):
         return body
-    read = read_loop(items, stop_sequences(body), inserted)
+    read = read_loop(items, stop_sequences(body), inserted, tool_names(body))
     return body if read is items else {**body, "messages": read}
