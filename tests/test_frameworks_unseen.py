@@ -420,6 +420,8 @@ async def test_agno_session_summaries_are_not_the_persons_words(coding, tmp_path
     def is_side(r: Received) -> bool:  # its summary call, and its memory manager (tools of its own)
         return {(t.get("function") or {}).get("name") for t in r.body.get("tools") or ()} != {"lookup_order"}
 
+    mains = [r for run in runs for r in run if not is_side(r)]
+    assert all(bool(r.body.get("stream")) == stream for r in mains), [r.body.get("stream") for r in mains]
     report, problems = story_report(stack, "agno", runs, memories, is_side)
     summaries = [r for run in runs for r in run if not r.body.get("tools")]
     report["summary_calls_with_block"] = sum(1 for r in summaries if r.memories_block)
