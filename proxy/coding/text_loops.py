@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memplane_core.memo import TextMemo
 from memplane_core.turn_text import answers_tools, text_of
 
 from .scaffolding import digest
@@ -59,11 +60,19 @@ def _fenced(text: str) -> list[str]:
     return [t for t in out if t]
 
 
+_NAMES: TextMemo[list[str]] = TextMemo(chars=8_000_000, key_chars=200_000)
+
+
 def answer_names(text: str) -> list[str]:
     """The digests an assistant message is matched by: its whole text, and each fenced block's (at
-    least `MIN_ANSWER_CHARS`: "Done." recurs by chance)."""
-    text = text.strip()
-    return [digest(t) for t in (text, *_fenced(text)) if len(t) >= MIN_ANSWER_CHARS]
+    least `MIN_ANSWER_CHARS`: "Done." recurs by chance). Remembered: an agent resends its earlier
+    answers on every call (reading them again cost ~1 ms a call on a 150 KB conversation)."""
+    hit = _NAMES.get(text)
+    if hit is None:
+        stripped = text.strip()
+        hit = [digest(t) for t in (stripped, *_fenced(stripped)) if len(t) >= MIN_ANSWER_CHARS]
+        _NAMES.put(text, hit)
+    return hit
 
 
 def _is_observation(message: Any, stops: tuple[str, ...]) -> bool:
