@@ -448,3 +448,19 @@ def test_hostile_framework_loops_are_read_in_linear_time(text):
     answer_names(text), own_words(text), inserted_answers(body["messages"], {}.get)
     assert time.perf_counter() - started < 2.0
     assert len(read["messages"]) == len(body["messages"])
+
+
+def test_an_answer_that_calls_a_tool_is_never_read_as_put_in():
+    """A loop's step whose text matches an errand's answer still carries its tool call: kept."""
+    from proxy.coding.scaffolding import digest
+    from proxy.coding.text_loops import inserted_answers, read_body
+    said = "I will read the file now, then fix it."
+    steps = [{"role": "user", "content": "Please fix the date test."},
+             {"role": "assistant", "content": [{"type": "text", "text": said},
+                                               {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+    answered = {digest(said): digest("Generate a title for: Please fix the date test.")}
+    assert inserted_answers(steps, answered.get) == []
+    plain = [steps[0], {"role": "assistant", "content": said}, {"role": "user", "content": "Go on."}]
+    found = inserted_answers(plain, answered.get)
+    assert found and read_body({"messages": plain}, set(found))["messages"] == [steps[0]]

@@ -84,6 +84,15 @@ def _is_observation(message: Any, stops: tuple[str, ...]) -> bool:
     return text_of(content).lstrip().startswith(stops)
 
 
+def _plain_answer(m: Any) -> bool:
+    """An assistant message that calls no tool (in any wire format): only such a one can be put in."""
+    if not isinstance(m, dict) or m.get("role") != "assistant" or m.get("tool_calls") or m.get("function_call"):
+        return False
+    content = m.get("content")
+    return not (isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in ("tool_use", "server_tool_use")
+                                                  for p in content))
+
+
 def inserted_answers(items: list[Any], answered: Any) -> list[str]:
     """Digests of the assistant messages the client put in from an errand's answer (see the module
     docstring). `answered(name)` is the digest of the request the answer named `name` answered, or
@@ -93,7 +102,7 @@ def inserted_answers(items: list[Any], answered: Any) -> list[str]:
              if isinstance(m, dict) and m.get("role") == "user" and not answers_tools(m.get("content"))}
     found: list[str] = []
     for m in items:
-        if not isinstance(m, dict) or m.get("role") != "assistant" or m.get("tool_calls"):
+        if not _plain_answer(m):
             continue
         text = text_of(m.get("content"), ("text", "output_text"))
         for name in answer_names(text):
@@ -108,8 +117,7 @@ def _without_inserted(items: list[Any], inserted: set[str]) -> list[Any]:
     out: list[Any] = []
     dropping = False
     for m in items:
-        if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls") and \
-                digest(text_of(m.get("content"), ("text", "output_text"))) in inserted:
+        if _plain_answer(m) and digest(text_of(m.get("content"), ("text", "output_text"))) in inserted:
             dropping = True  # the client's errand answer, and its own words after it
             continue
         if dropping and isinstance(m, dict) and m.get("role") == "user" and not answers_tools(m.get("content")):
