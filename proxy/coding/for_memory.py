@@ -15,12 +15,17 @@ done, compactly:
 * a call whose newest user message is wholly the client's own note (a `<system>…</system>` nudge
   after an answer without a tool call) keeps what came after it, not the person's earlier request
   a second time;
+* a framework's text-protocol loop (`text_loops.py`): a user message that opens with the request's
+  stop sequence is a tool result; an errand's answer the client put in as an assistant message, and
+  its own words after it, are left out (ledger `scaffolding.inserted`); a call that sets stop
+  sequences keys its loop by the person's message;
 * a compaction request (`side_calls.py`) leaves one memory, the session's summary: the model's
   answer, under a fixed question. The summary a continued session resends is not stored again.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -30,6 +35,7 @@ from memplane_core.turn_text import latest_user_index
 
 from .scaffolding import digest, is_compaction_summary, sift_messages, system_text
 from .side_calls import SideCall, classify
+from .text_loops import read_loop, stop_sequences, tool_names
 
 HEAD_CHARS = 160
 LONG_ARG_CHARS = 200
@@ -177,20 +183,41 @@ def _without_summaries(messages: list[Any]) -> list[Any]:
     return out
 
 
-def _request_for_memory(request: Any, recurring: set[str]) -> Any:
+def _request_for_memory(request: Any, recurring: set[str], inserted: set[str]) -> tuple[Any, bool]:
+    """The request's retained copy, and whether the framework's loop was read anew (text_loops.py)."""
     if not isinstance(request, dict):
-        return request
+        return request, False
     key = "messages" if isinstance(request.get("messages"), list) else "input"
     items = request.get(key)
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
-        return request
+        return request, False
     is_recurring = (lambda t: digest(t) in recurring) if recurring else None
     system = system_text(request)
-    items = _from_the_clients_note(items, is_recurring, system)
-    sifted, _ = sift_messages(items, is_recurring, system)
-    return {**request, key: compact_tools(_without_summaries(sifted))}
+    read = read_loop(items, stop_sequences(request), inserted, tool_names(request))
+    sifted, _ = sift_messages(_from_the_clients_note(read, is_recurring, system), is_recurring, system)
+    return {**request, key: compact_tools(_without_summaries(sifted))}, read is not items
+
+
+def items_of(request: dict[str, Any]) -> Any:
+    return request.get("messages") if isinstance(request.get("messages"), list) else request.get("input")
+
+
+def _stops(request: Any) -> bool:
+    return isinstance(request, dict) and bool(stop_sequences(request))
+
+
+def _loop_key(request: Any) -> str | None:
+    """A framework loop's key from its retained copy: the conversation up to the person's message
+    (each step's newest user message was the framework's, so the key the proxy gave each step
+    differs). A call that sets stop sequences is a step of such a loop even when it offers no tools
+    (a code agent's tools are functions in the code it writes; its results come back as observations)."""
+    items = items_of(request) if isinstance(request, dict) else None
+    if not isinstance(items, list):
+        return None
+    i = latest_user_index(items, skip_tool_results=True)
+    return None if i is None else hashlib.sha256(orjson.dumps(items[: i + 1])).hexdigest()
 
 
 def _from_the_clients_note(items: list[Any], recurring: Any, system: str) -> list[Any]:
@@ -230,10 +257,15 @@ def for_memory(entry: dict[str, Any]) -> dict[str, Any]:
     if marks.get("side_call") == SideCall.COMPACTION:
         return _summary_entry(entry)
     recurring = set(marks.get("recurring") or ())
+    inserted = set(marks.get("inserted") or ())
     out = dict(entry)
     for key in ("request_original", "request_effective"):
         if key in entry:
-            out[key] = _request_for_memory(entry[key], recurring)
+            out[key], reread = _request_for_memory(entry[key], recurring, inserted)
+            if key == "request_original" and (reread or _stops(entry[key])):
+                out["loop_key"] = _loop_key(out[key]) or entry.get("loop_key")
+                if out["loop_key"] is None:
+                    del out["loop_key"]
     return out
 
 

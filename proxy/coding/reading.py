@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from memplane_core.turn_text import text_of
+from memplane_core.turn_text import assistant_text, latest_user_index, text_of
 
 from .already_said import request_shingles
 from .handed import handed_texts
@@ -23,6 +23,7 @@ from .project import project_of
 from .scaffolding import RECUR_MIN_CHARS, SetAside, digest, named_session, session_of_request, sift_body, user_texts
 from .sessions import SessionBook
 from .side_calls import Decision, Shape, SideCall, decide, shape_of
+from .text_loops import MIN_ANSWER_CHARS, inserted_answers, read_body
 
 LARGE_CHARS = 200_000  # a request this large is read in a worker thread
 NO_PROJECT = ("this agent's client declares no working directory or repository, so its work memories are "
@@ -45,6 +46,9 @@ class CodingTurn:
     note: str = ""  # NO_PROJECT or UNSCOPED, for the explanation
     unscoped: bool = False  # leaves no memory (UNSCOPED)
     first: str = ""  # digest of the conversation's first message (side_calls.Shape.first)
+    asked: str = ""  # digest of the newest user message, what a call without tools answers (text_loops.py)
+    tools: bool = False  # the call offers tools
+    inserted: list[str] = field(default_factory=list)  # the client's errand answers it carries (text_loops.py)
 
     @property
     def recalls(self) -> bool:
@@ -63,6 +67,8 @@ class CodingTurn:
             marks["rule"] = self.rule
         if self.unscoped:
             marks["unscoped"] = True
+        if self.inserted:
+            marks["inserted"] = sorted(set(self.inserted))
         return marks
 
     def explain(self, detail: Any) -> Any:
@@ -133,12 +139,32 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
 
 def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> None:
     """The texts the answer hands to its tools (handed.py), unless they are the conversation's own
-    opening words (a model that passes the person's message on verbatim hands on the person's words)."""
+    opening words (a model that passes the person's message on verbatim hands on the person's words);
+    a call without tools: its answer, with what it answered (text_loops.py)."""
+    book: SessionBook = state.coding_sessions
+    if not turn.tools and turn.asked and isinstance(response, dict) and turn.kind is not SideCall.COMPACTION:
+        text = assistant_text({"response": response}).strip()
+        if len(text) >= MIN_ANSWER_CHARS:
+            book.answered(agent_id, digest(text), turn.asked)
     if turn.kind not in (SideCall.TURN, SideCall.SUBAGENT):
         return
     digests = [d for d in map(digest, handed_texts(response)) if d != turn.first]
     if digests:
-        state.coding_sessions.handed(agent_id, digests)
+        book.handed(agent_id, digests)
+
+
+def _read_loop(state: Any, agent_id: str, turn: CodingTurn, body: dict[str, Any], shape: Shape) -> None:
+    """What the call asked (for its answer's note), and the person's words without the client's
+    errand answers and observations (text_loops.py): the recall query reads `turn.body`."""
+    items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
+    items = items if isinstance(items, list) else [{"role": "user", "content": items}] if isinstance(items, str) else []
+    turn.tools = shape.tools
+    newest = latest_user_index(items, skip_tool_results=True)
+    turn.asked = digest(text_of(items[newest].get("content"))) if newest is not None else ""
+    answers = state.coding_sessions.of(agent_id).answers
+    if shape.history and len(answers):
+        turn.inserted = inserted_answers(items, answers.get)
+    turn.body = read_body(turn.body, set(turn.inserted))
 
 
 async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],
@@ -161,6 +187,7 @@ async def read_turn(state: Any, ctx: Any, headers: Any, body: dict[str, Any],
     decision = decide(shape, state.coding_sessions.of(ctx.agent_id), session)
     turn = CodingTurn(decision.kind, project, sifted, aside, carried)
     place(state, ctx, turn, decision, shape, session, scope)
+    _read_loop(state, ctx.agent_id, turn, body, shape)
     metrics = state.metrics
     for rule, n in turn.set_aside.by_rule.items():
         metrics.scaffolding_parts.labels(rule).inc(n)

@@ -23,6 +23,7 @@ MAX_SESSIONS = 50_000  # (agent, session) pairs across agents, ~20 MB at most
 MAX_SESSIONS_PER_AGENT = 1_000  # one agent's share: its flood of new session ids evicts only its own
 MAX_MAINS = 16  # system prompts / models per agent
 MAX_HANDED = 256  # texts an agent's model handed to its tools lately (handed.py), per agent
+MAX_ANSWERS = 256  # answers of an agent's calls without tools lately, with what each answered (text_loops.py)
 RECENT_S = 3600.0  # an agent's latest declared project stays its "recent" one this long
 
 
@@ -73,6 +74,11 @@ class AgentSeen:
     systems: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
     models: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_MAINS))
     handed: LRUCache[str, bool] = field(default_factory=lambda: LRUCache(MAX_HANDED))  # digests (handed.py)
+    # an answer's digest -> the digest of the user message it answered (text_loops.py)
+    answers: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
+    tools: bool = False  # a main call offered tools (an agent with a tool loop, not a chat)
+    # the first message (digest) of main calls with tools lately -> their system prompt (digest)
+    opened: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
     declared_at: float = 0.0  # when a main call last declared a project (monotonic)
     told: bool = False  # the "declares no project" notice was logged
 
@@ -105,11 +111,18 @@ class SessionBook:
         for d in digests:
             handed[d] = True
 
+    def answered(self, agent_id: str, answer: str, request: str) -> None:
+        """The answer (digest) a call without tools got, and the user message (digest) it answered."""
+        self.of(agent_id).answers[answer] = request
+
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
                   project: str | None, tools: bool = False) -> None:
         """Record a main call: its system prompt and model become the agent's (and its session's)."""
         seen = self.of(agent_id)
         seen.systems[system] = True
+        seen.tools = seen.tools or tools
+        if tools and first not in seen.opened:  # the prompt that first took these words stays theirs
+            seen.opened[first] = system
         if model:
             seen.models[model] = True
         if project:

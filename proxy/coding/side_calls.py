@@ -25,7 +25,9 @@ agent's main calls (`sessions.py`):
 * `system-unlike-agent` / `model-unlike-agent`: the agent's main calls used other system prompts
   or other models; `quoted-material`: the request is mostly text it quotes (a fenced block, a
   diff, a transcript, a quoted string) or asks for such an errand over it; `tiny-max-tokens`
-  (at most `TINY_MAX_TOKENS` tokens of answer) — two of these together decide, one of them a
+  (at most `TINY_MAX_TOKENS` tokens of answer); `instructions-in-request`: no system prompt, and the
+  request's own words (outside what it quotes) ask for an errand — a framework's planning call puts
+  its instructions in the user message with the person's task quoted in them — two of these together decide, one of them a
   difference from the agent's main calls. None of them alone: a person's first message may have
   any of them (a pasted diff, a terse client setting, a new system prompt).
 
@@ -33,7 +35,9 @@ A call with a conversation but without tools, in a session whose main calls offe
 another system prompt or model than theirs, is a side call too (`tool-less-unlike-session`: a
 check the client runs over the conversation). A call that offers tools, in a named session whose
 main calls have another system prompt *and* another first message, is a subagent
-(`own-conversation-in-session`). A compaction request is recognised by what it asks: a summary of
+(`own-conversation-in-session`); so is one that offers tools and opens, with no earlier answer, with
+the words a main call with tools opened with under another system prompt (`same-words-other-prompt`:
+a framework's memory manager or extractor handed the person's message as it is). A compaction request is recognised by what it asks: a summary of
 the conversation so far. Each decision names its rule (the turn's explanation, `/metrics`
 `memplane_calls_by_rule_total{kind,rule}`).
 """
@@ -63,9 +67,9 @@ _COMPACT = re2.compile(
     r"([a-z]+\s+){0,2}conversation\s+so\s+far|generate\s+the\s+<state_snapshot>)")
 # An errand: a verb of making or judging, then (within the sentence) what it makes.
 _ERRAND = re2.compile(
-    r"(?i)(\b(generat|writ|creat|produc|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
+    r"(?i)(\b(generat|writ|creat|produc|provid|extract|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
     r"determin|detect|decid|pick|choos|nam)\w*\b[^.\n]{0,80}?\b(titles?|commit\s+messages?|branch\s+names?|"
-    r"summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?)\b"
+    r"summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?|plans?)\b"
     r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
     r"(generator|writer|maker|classifier)\b"
     r"|\bsummari[sz]e\s+(this|the|following|these)\b)")
@@ -103,6 +107,8 @@ class Shape:
     quoted: float  # share of the request's characters that quote material
     asks_over_quoted: bool  # the request's own words ask for an errand over the text it quotes
     compaction: bool
+    asks_without_system: bool = False  # no system prompt, and the request's own words ask for an errand
+    asks: bool = False  # the request's own words (outside what it quotes) ask for an errand
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -144,44 +150,63 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
-def quoted_share(text: str) -> float:
-    """How much of `text` (by characters) is material it quotes: fenced blocks, a diff, a
-    transcript (`USER:` / `assistant:` / `[User]:` lines and what follows them), `>` lines, or the
-    whole text in quotation marks."""
-    body = text.strip()
-    if not body:
-        return 0.0
-    if len(body) >= 2 and body[0] == body[-1] and body[0] in "\"'`" or body[:1] + body[-1:] in ("“”", "«»"):
-        return 1.0
-    quoted = total = 0
+def _lines_quoted(body: str) -> list[tuple[str, bool]]:
+    """Each line of `body`, and whether it is material the text quotes: a fenced block (its fences
+    too), a diff or a transcript (`USER:` / `assistant:` / `[User]:` lines and what follows them),
+    a `>` line."""
+    out: list[tuple[str, bool]] = []
     fenced = diff = transcript = False
     for line in body.split("\n"):
-        n = len(line) + 1
-        total += n
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
-            quoted += n
+            out.append((line, True))
             continue
         if not fenced and not diff and _DIFF.search(line):
             diff = True
         if not fenced and not transcript and _TRANSCRIPT.search(line):
             transcript = True
-        if fenced or diff or transcript or line.startswith(">"):
-            quoted += n
-    return quoted / total if total else 0.0
+        out.append((line, fenced or diff or transcript or line.startswith(">")))
+    return out
 
 
-_SHAPES: TextMemo[tuple[bool, float, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+def _wholly_quoted(body: str) -> bool:
+    return len(body) >= 2 and body[0] == body[-1] and body[0] in "\"'`" or body[:1] + body[-1:] in ("“”", "«»")
 
 
-def _text_signals(system: str, request: str) -> tuple[bool, float, bool]:
+def quoted_share(text: str) -> float:
+    """How much of `text` (by characters) is material it quotes (`_lines_quoted`), or 1.0 for a
+    text wholly in quotation marks."""
+    body = text.strip()
+    if not body:
+        return 0.0
+    if _wholly_quoted(body):
+        return 1.0
+    lines = _lines_quoted(body)
+    total = sum(len(line) + 1 for line, _ in lines)
+    return sum(len(line) + 1 for line, quoted in lines if quoted) / total if total else 0.0
+
+
+def own_words(text: str) -> str:
+    """The lines of `text` that are not material it quotes: the request's own words."""
+    body = text.strip()
+    return "" if _wholly_quoted(body) else "\n".join(line for line, quoted in _lines_quoted(body) if not quoted)
+
+
+_SHAPES: TextMemo[tuple[bool, float, bool, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+
+
+def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, bool]:
     key = system[:SCAN_CHARS] + "\x00" + request[:SCAN_CHARS]
     hit = _SHAPES.get(key)
     if hit is None:
         share = quoted_share(request[:SCAN_CHARS])
         own = "\n".join(line for line in request[:2000].split("\n")[:10])
+        # with no system prompt, a framework's instructions are the request's own words (the person's
+        # task quoted in them): read those for an errand, as a system prompt is read
+        asks = _ERRAND.search(own_words(request[:SCAN_CHARS])) is not None
         hit = (_ERRAND.search(system[:SCAN_CHARS]) is not None, share,
-               share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None)
+               share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None,
+               not system.strip() and share > 0 and asks, asks)
         _SHAPES.put(key, hit)
     return hit
 
@@ -200,12 +225,13 @@ def shape_of(body: dict[str, Any]) -> Shape:
     request = _last_user_text(items)
     conversation = [m for m in items if not (isinstance(m, dict) and m.get("role") in ("system", "developer"))]
     first = text_of(conversation[0].get("content")) if conversation and isinstance(conversation[0], dict) else ""
-    errand, quoted, asks = _text_signals(system, request)
+    errand, quoted, asks, asks_without_system, request_asks = _text_signals(system, request)
     model = body.get("model")
     return Shape(tools=bool(body.get("tools") or body.get("functions")), history=_has_history(body, items),
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
                  max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
-                 asks_over_quoted=asks, compaction=is_compaction(request))
+                 asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
+                 asks=request_asks)
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
@@ -218,8 +244,15 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
+        if seen is not None and not shape.history and seen.opened.get(shape.first, shape.system) != shape.system:
+            return Decision(SideCall.SUBAGENT, "same-words-other-prompt")  # a memory manager, an extractor
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
+        # an errand over the conversation (a plan's update): its system prompt asks for one, unlike the
+        # agent's main calls, which offered tools or whose newest words (the framework's) ask for it too
+        if seen is not None and seen.has_mains and shape.errand and shape.system not in seen.systems \
+                and (seen.tools or shape.asks):
+            return Decision(SideCall.SIDE, "task-instruction")
         if main is not None and main.tools and \
                 (shape.system != main.system or (shape.model and shape.model != main.model)):
             return Decision(SideCall.SIDE, "tool-less-unlike-session")  # (a chat's model switch is no check)
@@ -242,6 +275,8 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
             signals.append("model-unlike-agent")
     if quoted:
         signals.append("quoted-material")
+    if shape.asks_without_system:
+        signals.append("instructions-in-request")
     if tiny:
         signals.append("tiny-max-tokens")
     if len(signals) >= 2 and signals[0].endswith("-unlike-agent"):
