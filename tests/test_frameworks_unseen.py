@@ -464,3 +464,24 @@ def test_an_answer_that_calls_a_tool_is_never_read_as_put_in():
     plain = [steps[0], {"role": "assistant", "content": said}, {"role": "user", "content": "Go on."}]
     found = inserted_answers(plain, answered.get)
     assert found and read_body({"messages": plain}, set(found))["messages"] == [steps[0]]
+
+
+async def test_a_chat_whose_window_cut_a_question_from_its_answer_keeps_the_persons_newest_words(coding):
+    """A plain chat app that sends only its last few messages: the window may begin with an answer
+    whose question it cut. That answer is the chat's own, not an errand's put in by a framework, so
+    the person's newest message after it is still remembered as theirs."""
+    stack, memory_url, service, _ = coding
+    stack.provider.model = lambda view: Answer(text="That sounds like a lovely plan for the weekend ahead.")
+    add_agent(stack, "chat", memory_url)
+    sdk = opened(stack, stack.openai("chat"))
+    history: list[dict] = []
+    for said in ("We are driving to the coast on Saturday morning.", "The car is a small blue hatchback.",
+                 "My locker number at the gym is 4471, by the way."):
+        history.append({"role": "user", "content": said})
+        window = history[-2:]  # the app keeps its last two messages: an answer, then the newest words
+        answer = await sdk.chat.completions.create(model="gpt-4o", messages=window)
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+    await stack.settle()
+    said = [m.value for m in await memories_of(service, "chat") if (m.metadata or {}).get("origin") == "user"]
+    assert any("4471" in v for v in said), said
+    assert any("hatchback" in v for v in said), said

@@ -140,9 +140,11 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
 def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> None:
     """The texts the answer hands to its tools (handed.py), unless they are the conversation's own
     opening words (a model that passes the person's message on verbatim hands on the person's words);
-    a call without tools: its answer, with what it answered (text_loops.py)."""
+    a side call without tools: its answer, with what it answered (text_loops.py)."""
     book: SessionBook = state.coding_sessions
-    if not turn.tools and turn.asked and isinstance(response, dict) and turn.kind is not SideCall.COMPACTION:
+    # only an errand's answer (a side call's: a plan, a summary) is one a framework puts in; a chat turn's
+    # answer is the chat's own, even where the app's window cut the question it answered
+    if not turn.tools and turn.asked and isinstance(response, dict) and turn.kind is SideCall.SIDE:
         text = assistant_text({"response": response}).strip()
         if len(text) >= MIN_ANSWER_CHARS:
             book.answered(agent_id, digest(text), turn.asked)

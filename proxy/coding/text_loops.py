@@ -11,7 +11,8 @@ messages, and its own errand's answer put in as an assistant message (docs/codin
 * **An errand's answer put in.** A framework that plans (or reflects) first asks the model in a
   call of its own, then opens its loop with the person's task, that answer as an assistant message,
   and a user message of its own ("Now proceed and carry out this plan."). memplane notes, per agent,
-  the answers of calls that offer no tools with the request each answered (`sessions.py`); an
+  the answers of side calls that offer no tools (errands: a plan, a summary; never a chat turn's,
+  whose question an app's window may have cut) with the request each answered (`sessions.py`); an
   assistant message that is — or quotes in a fence — such an answer, to a request the conversation
   does not carry, was put in by the client: it and the user messages right after it are
   the client's, and the person's words are before it. A chat resends each answer after the message
