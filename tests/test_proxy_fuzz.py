@@ -31,7 +31,6 @@ import asyncio
 import gzip
 import io
 import json
-import os
 import stat
 import typing
 import zlib
@@ -43,7 +42,7 @@ import httpx
 import orjson
 import pytest
 from anthropic.types import message_create_params, message_param
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import (
     chat_completion_assistant_message_param,
@@ -69,6 +68,8 @@ ANTHROPIC_KEY = "sk-ant-operator-key-fuzz"
 OPERATOR_KEYS = (OPENAI_KEY, ANTHROPIC_KEY)
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
+FUZZ_MCP = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
 # statuses the real APIs answer a caller's mistake with (OpenAI's and Anthropic's error-code pages)
 CALLER_STATUSES = {400, 401, 403, 404, 408, 413, 415, 422, 429}
 
@@ -135,10 +136,109 @@ PLACEMENTS = {"a": "trailing", "latest": "latest", "system": "system", "search":
 ODD_STREAM = st.sampled_from([True, False, "true", "false", 1, 0, None, [], {}, "yes"])
 
 
+WORDS = st.one_of(st.text(min_size=1, max_size=30).filter(str.strip), HOSTILE_TEXT.filter(str.strip))
+CALL_ID = st.text("abcdef0123456789", min_size=1, max_size=8).map(lambda s: f"call_{s}")
+
+
+@st.composite
+def chat_conversation(draw) -> list[dict[str, Any]]:
+    """A Chat Completions history the real API takes: system/developer first, user turns, assistant
+    turns that may call tools, each call answered by a `tool` message before anything else."""
+    out: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        out.append({"role": draw(st.sampled_from(["system", "developer"])), "content": draw(WORDS)})
+    for _ in range(draw(st.integers(0, 3))):
+        out.append({"role": "user", "content": draw(st.one_of(
+            WORDS, st.lists(WORDS.map(lambda t: {"type": "text", "text": t}), min_size=1, max_size=2)))})
+        ids = draw(st.lists(CALL_ID, max_size=2, unique=True))
+        if ids:
+            out.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": "lookup", "arguments": "{}"}} for i in ids]})
+            out += [{"role": "tool", "tool_call_id": i, "content": draw(WORDS)} for i in ids]
+            if draw(st.booleans()):
+                continue  # the loop's next step: the conversation may end on tool results
+        out.append({"role": "assistant", "content": draw(WORDS)})
+    if not out or out[-1]["role"] != "tool":
+        out.append({"role": "user", "content": draw(WORDS)})
+    return out
+
+
+@st.composite
+def responses_input(draw) -> list[dict[str, Any]]:
+    """A Responses input the real API takes: messages and function calls, each call's output after it."""
+    out: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        out.append({"role": "developer", "content": draw(WORDS)})
+    for _ in range(draw(st.integers(0, 3))):
+        out.append({"type": "message", "role": "user", "content": draw(st.one_of(
+            WORDS, st.lists(WORDS.map(lambda t: {"type": "input_text", "text": t}), min_size=1, max_size=2)))})
+        for call in draw(st.lists(CALL_ID, max_size=2, unique=True)):
+            out.append({"type": "function_call", "call_id": call, "name": "lookup", "arguments": "{}"})
+            out.append({"type": "function_call_output", "call_id": call, "output": draw(WORDS)})
+        out.append({"role": "assistant", "content": draw(WORDS)})
+    if draw(st.booleans()) or not out:
+        out.append({"role": "user", "content": draw(WORDS)})
+    return out
+
+
+@st.composite
+def anthropic_conversation(draw) -> dict[str, Any]:
+    """A Messages request the real API takes: alternating turns, tool_use answered by tool_result
+    blocks first in the next user turn, at most four cache breakpoints."""
+    breakpoints = draw(st.integers(0, 4))
+
+    def block(text: str) -> dict[str, Any]:
+        nonlocal breakpoints
+        out: dict[str, Any] = {"type": "text", "text": text}
+        if breakpoints and draw(st.booleans()):
+            breakpoints -= 1
+            out["cache_control"] = {"type": "ephemeral"}
+        return out
+
+    messages: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(0, 3))):
+        user = messages[-1]["content"] if messages and messages[-1]["role"] == "user" else None
+        if user is None:
+            messages.append({"role": "user", "content": [block(draw(WORDS))]})
+        else:
+            user.append(block(draw(WORDS)))
+        ids = draw(st.lists(CALL_ID.map(lambda c: "toolu_" + c), max_size=2, unique=True))
+        messages.append({"role": "assistant", "content": [block(draw(WORDS))] + [
+            {"type": "tool_use", "id": i, "name": "lookup", "input": {}} for i in ids]})
+        if ids:
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": i, "content": draw(WORDS)} for i in ids]})
+    if not messages or messages[-1]["role"] == "assistant" or draw(st.booleans()):
+        if messages and messages[-1]["role"] == "user":
+            messages[-1]["content"].append(block(draw(WORDS)))
+        else:
+            messages.append({"role": "user", "content": draw(st.one_of(WORDS, WORDS.map(lambda t: [block(t)])))})
+    body: dict[str, Any] = {"model": "claude-fuzz", "max_tokens": 2048, "messages": messages}
+    if draw(st.booleans()):
+        body["system"] = draw(st.one_of(WORDS, st.lists(WORDS.map(block), min_size=1, max_size=2)))
+    if breakpoints and draw(st.booleans()):
+        body["cache_control"] = {"type": "ephemeral"}  # automatic caching: the API picks the last block
+    return body
+
+
+def rich_body(endpoint: Endpoint) -> st.SearchStrategy[dict[str, Any]]:
+    """A longer request the real API takes: histories, tool loops, content parts, cache breakpoints."""
+    if endpoint.path == "/v1/messages":
+        return anthropic_conversation()
+    if endpoint.path == "/v1/responses":
+        return st.builds(lambda items, instructions: {"model": "gpt-fuzz", "input": items,
+                                                      **({"instructions": instructions} if instructions else {})},
+                         responses_input(), st.none() | WORDS)
+    return chat_conversation().map(lambda messages: {"model": "gpt-fuzz", "messages": messages})
+
+
 @st.composite
 def turn_bodies(draw, endpoint: Endpoint) -> tuple[bytes, dict[str, Any] | None]:
     """(the bytes sent, the body they parse to when they are a JSON object)."""
-    body = endpoint.base(draw(TEXT), draw(st.sampled_from([None, False, True])))
+    stream = draw(st.sampled_from([None, False, True]))
+    body = endpoint.base(draw(TEXT), stream) if draw(st.booleans()) else draw(rich_body(endpoint))
+    if stream is not None:
+        body["stream"] = stream
     kind = draw(st.sampled_from(["valid", "field", "drop", "extra", "message", "message_field", "stream",
                                  "deep", "raw"]))
     if kind == "field":
@@ -288,6 +388,12 @@ def strict_verdict(provider: FakeProvider, path: str, body: dict[str, Any]) -> s
     return problem.message if problem else None
 
 
+def note(what: str) -> None:
+    """What a run covered (`--hypothesis-show-statistics`); the explicit cases run outside hypothesis."""
+    if currently_in_test_context():
+        event(what)
+
+
 def assert_error_shape(anthropic: bool, status: int, doc: Any) -> None:
     """The provider's own error shape: what its SDK reads to raise its normal exception."""
     assert isinstance(doc, dict) and isinstance(doc.get("error"), dict), doc
@@ -324,12 +430,14 @@ async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[s
         if r.status_code >= 400:
             assert r.status_code in CALLER_STATUSES, (r.status_code, body[:500])
             assert_error_shape(endpoint.anthropic, r.status_code, r.json())
+        note(f"status {r.status_code}")
         calls = proxy.provider.received[seen:]
         answered = [c for c in calls if 200 <= c.status < 300]
         if parsed is not None and calls:
             # memplane forwarded it: if the provider takes the body as the client sent it, it takes
             # what memplane made of it (the injected block breaks nothing)
             if strict_verdict(proxy.provider, endpoint.path, parsed) is None:
+                note("a body the provider takes, forwarded")
                 assert all(c.status < 400 for c in calls), [(c.status, c.error) for c in calls]
         # every answered call ledgered exactly once, as the turn the agent was told
         after = proxy.ledger_lines()
@@ -358,6 +466,186 @@ async def test_fuzzed_turns_keep_every_property(proxy, path, data):
     await send_turn(proxy, endpoint, raw, parsed, headers, who, encoding)
 
 
+# -- /mcp: JSON-RPC as an attacker and a sloppy client send it --
+
+NOT_JSON = object()  # a body cut short
+B_SECRET = "zq-bob-private-7731"  # the other agent's memory: never read, changed or forgotten by anyone else
+MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
+               "resources/list", "prompts/list", "logging/setLevel", "completion/complete"]
+JSONRPC_CODES = {-32700, -32600, -32601, -32602, -32000, -32001}  # parse, request, method, params; memplane's auth / limit
+MCP_STATUSES = {200, 202, 400, 401, 403, 404, 405, 406, 413, 415}
+ACCEPT_BOTH = "application/json, text/event-stream"
+
+
+async def mcp_call(proxy: Proxy, token: str, message: Any, **headers: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as client:
+        return await client.post("/mcp", content=orjson.dumps(message), headers={
+            "Authorization": f"Bearer {token}", "Accept": ACCEPT_BOTH, "Content-Type": "application/json", **headers})
+
+
+async def b_memories(proxy: Proxy) -> list[dict[str, Any]]:
+    """Agent b's memories, read from the engine itself (not through anything under test)."""
+    async with httpx.AsyncClient(base_url=proxy.memory_url, timeout=30) as client:
+        r = await client.get("/api/memories", params={"agent_id": "b"})
+        assert r.status_code == 200, r.text
+        return r.json()["memories"]
+
+
+@pytest.fixture
+async def mcp_proxy(proxy):
+    """The proxy, with agent b holding one memory (stored over /mcp with b's own token)."""
+    stored = await mcp_call(proxy, proxy.tokens["b"], {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "store_memory", "arguments": {"key": "private", "value": f"Bob's locker code is {B_SECRET}"}}})
+    assert stored.status_code == 200 and not stored.json()["result"]["isError"], stored.text
+    [memory] = await b_memories(proxy)
+    return proxy, memory
+
+
+def _secret_of(token: str) -> str:
+    return token.split(":", 1)[1]
+
+
+@st.composite
+def mcp_arguments(draw, b_id: str) -> Any:
+    name = draw(st.sampled_from(["search_memory", "store_memory", "forget_memory"]))
+    args = {
+        "search_memory": {"query": draw(st.one_of(TEXT, st.just(B_SECRET), st.just("locker code"), JSON_VALUE)),
+                          "limit": draw(st.one_of(st.integers(-5, 50), JSON_VALUE))},
+        "store_memory": {"key": draw(st.one_of(st.just("private"), TEXT, JSON_VALUE)), "value": draw(TEXT | JSON_VALUE),
+                         "scope": draw(st.sampled_from(["agent", "session", "global", "b", "*"]) | JSON_VALUE),
+                         "metadata": draw(st.one_of(JSON_VALUE, st.just({"agent_id": "b"})))},
+        "forget_memory": {"id": draw(st.one_of(st.just(b_id), st.just(b_id.upper()), st.just(f" {b_id}"), TEXT)),
+                          "reason": draw(TEXT | JSON_VALUE)},
+    }[name]
+    drop = draw(st.sampled_from([None, *sorted(args)]))
+    args.pop(drop, None)
+    if draw(st.booleans()):
+        args["agent_id"] = "b"  # a second agent named in the arguments: the token decides
+    odd = draw(st.sampled_from([None] * 8 + ["name", "arguments"]))
+    return {"name": draw(st.one_of(TEXT, JSON_VALUE)) if odd == "name" else name,
+            "arguments": draw(JSON_VALUE) if odd == "arguments" else args}
+
+
+@st.composite
+def jsonrpc_messages(draw, b_id: str) -> Any:
+    """One JSON-RPC message, broken (one time in four) or not; or a batch; or not JSON-RPC at all."""
+    method = draw(st.sampled_from(["tools/call"] * 6 + ["tools/list", "ping", "initialize"]))
+    ident = draw(st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=12)))
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+    if method == "tools/call":
+        message["params"] = draw(mcp_arguments(b_id))
+    if draw(st.sampled_from([True, True, True, False])):  # (whole, usually)
+        return message
+    broken = draw(st.sampled_from(["method", "id", "no id", "params", "jsonrpc", "no jsonrpc", "no method",
+                                   "batch", "empty batch", "scalar", "result", "error"]))
+    if broken == "method":
+        message["method"] = draw(st.one_of(st.sampled_from(MCP_METHODS), TEXT, JSON_VALUE))
+    elif broken == "id":
+        message["id"] = draw(st.one_of(st.sampled_from([None, 1.5, True, [], {}, 2**70, -2**64]), JSON_VALUE))
+    elif broken == "params":
+        message["params"] = draw(JSON_VALUE)
+    elif broken == "jsonrpc":
+        message["jsonrpc"] = draw(st.one_of(st.sampled_from(["1.0", 2, 2.0, None, "2.0 "]), JSON_VALUE))
+    elif broken.startswith("no "):
+        message.pop(broken.removeprefix("no "))
+    elif broken == "batch":
+        return [message, *draw(st.lists(st.just(message), max_size=2))]
+    elif broken == "empty batch":
+        return []
+    elif broken == "scalar":
+        return draw(LEAF)
+    else:  # a response sent to the server, well formed or not
+        return {"jsonrpc": "2.0", "id": ident, broken: draw(st.one_of(
+            JSON_VALUE, st.just({}), st.just({"code": -32000, "message": "client-side failure"})))}
+    return message
+
+
+@st.composite
+def mcp_headers(draw, proxy: Proxy, port: int) -> tuple[dict[str, str], bool]:
+    """(headers, whether they authenticate agent a)."""
+    a, b = proxy.tokens["a"], proxy.tokens["b"]
+    token = draw(st.sampled_from([a] * 12 + [f"b:{_secret_of(a)}", f"a:{_secret_of(b)}", "", "b", "a:", OPENAI_KEY]))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    optional = {
+        "Accept": st.sampled_from([ACCEPT_BOTH, "application/json", "text/event-stream", "*/*", "text/html"]),
+        "Content-Type": st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain",
+                                         "application/x-www-form-urlencoded"]),
+        "MCP-Protocol-Version": st.sampled_from(["2025-06-18", "2025-03-26", "2024-11-05", "garbage", ""]),
+        "Mcp-Session-Id": st.sampled_from(["abc", "00000000-0000-0000-0000-000000000000", "../../b"]),
+        "X-Session-Id": st.sampled_from(["s1", "../../etc/passwd", "b"]),
+        "Origin": st.sampled_from([f"http://127.0.0.1:{port}", "http://evil.example", "null", f"http://localhost:{port}"]),
+        "Host": st.sampled_from(["evil.example", f"localhost:{port}", f"127.0.0.1:{port}"]),
+        "Sec-Fetch-Site": st.sampled_from(["cross-site", "same-origin", "none"]),
+    }
+    odd = draw(st.sampled_from([False, False, True]))
+    for name in draw(st.sets(st.sampled_from(sorted(optional)), min_size=1, max_size=2)) if odd else ():
+        headers[name] = draw(optional[name])
+    headers.setdefault("Accept", ACCEPT_BOTH)
+    headers.setdefault("Content-Type", "application/json")
+    return headers, token == a
+
+
+def envelope_problem(message: Any) -> bool:
+    """The message is no JSON-RPC 2.0 request, notification or response an MCP server takes: JSON-RPC
+    2.0 section 4/5 and MCP's base protocol (an id is a string or an integer, never null; params an
+    object; no batches since 2025-06-18). (`params` of another type is either's -32600 or -32602.)"""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return True
+    if "method" in message:
+        ident = message.get("id")
+        return not isinstance(message["method"], str) \
+            or ("id" in message and (isinstance(ident, bool) or not isinstance(ident, (str, int))))
+    return "id" not in message or not ({"result", "error"} & set(message))
+
+
+@FUZZ_MCP
+@given(data=st.data())
+async def test_fuzzed_mcp_messages_keep_every_property(mcp_proxy, data):
+    proxy, b_memory = mcp_proxy
+    message = data.draw(jsonrpc_messages(b_memory["id"]), label="message")
+    headers, as_a = data.draw(mcp_headers(proxy, int(proxy.url.rsplit(":", 1)[1])), label="headers")
+    if data.draw(st.sampled_from([False] * 5 + [True]), label="cut short"):
+        await check_mcp(proxy, b_memory, NOT_JSON, b"{" + json.dumps(message).encode(), headers, as_a)
+    else:
+        await check_mcp(proxy, b_memory, message, json.dumps(message).encode(), headers, as_a)
+
+
+async def check_mcp(proxy: Proxy, b_memory: dict[str, Any], message: Any, raw: bytes, headers: dict[str, str],
+                    as_a: bool) -> None:
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as client:
+        r = await client.post("/mcp", content=raw, headers=headers)
+    case = (message, headers, r.status_code, r.text[:400])
+    note(f"status {r.status_code}")
+    if r.status_code == 200:
+        doc = r.json()
+        note(f"JSON-RPC error {doc['error']['code']}" if "error" in doc else
+             "tool error" if doc["result"].get("isError") else "answered")
+    assert r.status_code < 500 and "Traceback" not in r.text, case
+    assert r.status_code in MCP_STATUSES, case
+    assert B_SECRET not in r.text, case  # agent b's memory is read by nobody else
+    assert_no_operator_key(r.text)
+    if r.status_code == 202:
+        # accepted with no answer: only for a notification or a response, never a request (its
+        # client would wait for ever)
+        assert r.text == "" and isinstance(message, dict) and ("id" not in message or "method" not in message), case
+    else:
+        doc = r.json()
+        assert isinstance(doc, dict) and doc.get("jsonrpc") == "2.0" and ("error" in doc) != ("result" in doc), case
+        if "error" in doc:
+            assert doc["error"]["code"] in JSONRPC_CODES and isinstance(doc["error"]["message"], str), case
+        ready = as_a and r.status_code not in (401, 403, 406, 415) and headers.get("MCP-Protocol-Version") in (
+            None, "2025-06-18", "2025-03-26")
+        if ready and message is NOT_JSON:
+            assert doc["error"]["code"] == -32700, case  # not JSON: a parse error
+        elif ready and envelope_problem(message):
+            assert doc["error"]["code"] == -32600 and doc["id"] is None, case  # not a JSON-RPC request: Invalid Request
+        elif ready and isinstance(message, dict) and "method" in message:
+            assert doc["id"] == message.get("id"), case  # the answer names the request it answers
+    [still] = await b_memories(proxy)  # nothing of b's changed or gone, nothing new in b's name
+    assert still["id"] == b_memory["id"] and B_SECRET in still["value"], still
+    assert "unhandled_error" not in proxy.log.getvalue()
+
+
 # -- what the fuzzing found: hypothesis's minimal examples, kept as explicit cases --
 
 FOUND = [
@@ -371,3 +659,20 @@ async def test_what_the_fuzzing_found(proxy, path, body):
     for agent in PLACEMENTS:
         headers = [("Authorization", f"Bearer {proxy.tokens[agent]}"), ("Content-Type", "application/json")]
         await send_turn(proxy, ENDPOINTS[path], json.dumps(body).encode(), body, headers, agent, "")
+
+
+MCP_FOUND = [
+    # a body that is JSON but no message, and a batch: -32602 from the package, not -32600
+    None, [{"jsonrpc": "2.0", "method": "initialize", "id": 0}],
+    # params not an object: the error named no request (`id: null`) though its id was 0
+    {"jsonrpc": "2.0", "method": "initialize", "id": 0, "params": []},
+    # a response whose result is not an object: -32602 and pydantic's dump
+    {"jsonrpc": "2.0", "id": 0, "result": None},
+]
+
+
+@pytest.mark.parametrize("message", MCP_FOUND, ids=[f"mcp-{n}" for n in range(len(MCP_FOUND))])
+async def test_what_the_mcp_fuzzing_found(mcp_proxy, message):
+    proxy, b_memory = mcp_proxy
+    headers = {"Authorization": f"Bearer {proxy.tokens['a']}", "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+    await check_mcp(proxy, b_memory, message, json.dumps(message).encode(), headers, True)

@@ -15,12 +15,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ..context_store import AgentContext
 from ..state import ProxyState
+from .envelope import MAX_BODY_BYTES
 from .scope import AGENT_KEY, SESSION_KEY
 from .tools import MemoryTools, tools_for
 
 INSTRUCTIONS = ("memplane memory for this agent: search_memory before answering from what you remember, "
                 "store_memory for facts worth keeping, forget_memory (with a reason) for what is wrong or unwanted.")
-MAX_BODY_BYTES = 1024 * 1024
 
 
 def _agent(ctx: ServerRequestContext[Any, Any]) -> tuple[AgentContext, str | None]:
