@@ -666,8 +666,9 @@ MCP_FOUND = [
     None, [{"jsonrpc": "2.0", "method": "initialize", "id": 0}],
     # params not an object: the error named no request (`id: null`) though its id was 0
     {"jsonrpc": "2.0", "method": "initialize", "id": 0, "params": []},
-    # a response whose result is not an object: -32602 and pydantic's dump
-    {"jsonrpc": "2.0", "id": 0, "result": None},
+    # a request whose id MCP does not allow was taken for a notification: 202, no answer, its client waits
+    {"jsonrpc": "2.0", "id": None, "method": "tools/list"}, {"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 1.5, "method": "ping"},
 ]
 
 
