@@ -38,18 +38,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import pytest
 from anthropic.types import message_create_params, message_param
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 from openai.types.chat import (
     chat_completion_assistant_message_param,
     chat_completion_user_message_param,
     completion_create_params,
 )
 from openai.types.responses import easy_input_message_param, response_create_params
+from yarl import URL
 
 from manifests.agents import memory_manifest, write_agent
 from memory_adapters.embedded.app import build_embedded_app
@@ -265,6 +268,7 @@ def turn_bodies(draw, endpoint: Endpoint) -> tuple[bytes, dict[str, Any] | None]
             st.just(json.dumps(body).encode().replace(b'"user"', b'"us\xffer"')),  # invalid UTF-8
             st.just(json.dumps(body)[:-3].encode()),  # cut short
             st.just(b"NaN"), st.just(b"[" * 100_000 + b"]" * 100_000),
+            st.just(json.dumps(body).encode().replace(b'"hi"', b'"' + b"x" * (11 << 20) + b'"', 1)),  # over 10 MiB
         ))
         try:
             parsed = orjson.loads(raw)
@@ -281,9 +285,41 @@ def turn_bodies(draw, endpoint: Endpoint) -> tuple[bytes, dict[str, Any] | None]
     return raw, parsed
 
 
+# Where the call goes: the route as the SDK writes it, or a trick on it. (True: still the turn endpoint
+# and answered in its dialect; a trick that is refused may answer in the caller's.) Sent unnormalised.
+PATH_TRICKS = [("{p}", True), ("{p}?beta=true", True), ("{p}?stream=true&x=%00", True), ("{p}/", False),
+               ("/{p}", False), ("{p}#frag", True), ("{v}/./{r}", False), ("/v1/../{p}", False),
+               ("{v}/{r}%00", False), ("{v}/{r};x", False), ("{P}", False), ("{v}/{r}/x", False),
+               ("{v}//{r}", False), ("{e}", True), ("{v}%2F{r}", False), ("{v}/{r}%2f..%2f", False)]
+
+
+@dataclass(frozen=True)
+class Call:
+    path: str
+    headers: list[tuple[str, str]]
+    who: str | None  # the agent the proxy should take the caller for (None: nobody)
+    encoding: str  # how the body is encoded
+    same_route: bool
+
+
+ODD_HEADERS = {
+    "X-Session-Id": ["../../etc/passwd", "s" * 7000, "$where", "nul%00", "é"],
+    "X-Memplane-Project": ["../../x", "p" * 5000, "a/b", ""],
+    "traceparent": ["00-" + "0" * 32 + "-" + "0" * 16 + "-00", "garbage", "ff-" + "a" * 32 + "-" + "b" * 16 + "-01"],
+    "anthropic-beta": ["context-management-2025-06-27", "x" * 3000, ","],
+    "OpenAI-Organization": ["org-not-the-operators"],
+    "OpenAI-Project": ["proj_not_the_operators"],
+    "X-Memplane-Agent": ["b:wrong", "nobody:x", ""],
+    "User-Agent": ["u" * 6000, "openai-python/1.0"],
+    "Transfer-Encoding": ["chunked"],
+    "Accept-Encoding": ["br", "gzip", "identity;q=0"],
+    "Cookie": ["session=stolen"],
+    "Proxy-Authorization": ["Basic eDp5"],
+}
+
+
 @st.composite
-def turn_headers(draw, tokens: dict[str, str]) -> tuple[list[tuple[str, str]], str | None, str]:
-    """(headers, the agent the proxy should take the caller for or None, how the body is encoded)."""
+def turn_calls(draw, endpoint: Endpoint, tokens: dict[str, str]) -> Call:
     me = draw(st.sampled_from(sorted(PLACEMENTS)))  # whose turn: each agent's block goes elsewhere
     a, b = tokens[me], tokens["b"]
     auth = draw(st.sampled_from(["bearer", "x-api-key", "both", "twice", "other-first", "garbage-first",
@@ -312,7 +348,13 @@ def turn_headers(draw, tokens: dict[str, str]) -> tuple[list[tuple[str, str]], s
         headers.append(("anthropic-version", draw(st.sampled_from(["2023-06-01", "", "1999"]))))
     if draw(st.booleans()):
         headers.append(("Accept", draw(st.sampled_from(["text/event-stream", "*/*", "application/xml"]))))
-    return headers, who, encoding
+    for name in draw(st.sets(st.sampled_from(sorted(ODD_HEADERS)), max_size=2)):
+        headers.append((name, draw(st.sampled_from(ODD_HEADERS[name]))))
+    trick, same_route = draw(st.sampled_from([PATH_TRICKS[0]] * 8 + PATH_TRICKS))
+    v, r = "/v1", endpoint.path.removeprefix("/v1/")
+    path = trick.format(p=endpoint.path, P=endpoint.path.upper(), v=v, r=r,
+                        e=endpoint.path.replace("e", "%65", 1))
+    return Call(path, headers, who, encoding, same_route)
 
 
 def encoded(raw: bytes, encoding: str) -> bytes:
@@ -415,22 +457,30 @@ async def ordinary_turn(client: httpx.AsyncClient, proxy: Proxy) -> None:
     assert r.status_code == 200, r.text
 
 
-async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[str, Any] | None,
-                    headers: list[tuple[str, str]], who: str | None, encoding: str) -> None:
+async def post_raw(url: str, call: Call, body: bytes) -> tuple[int, Any, str]:
+    """(status, headers, text) of a POST sent as written: the path not normalised (httpx would
+    remove dot segments), every header as given, none added but the connection's own."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+        async with session.post(URL(url + call.path, encoded=True), data=body, headers=CIMultiDict(call.headers),
+                                skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding")) as r:
+            return r.status, r.headers, (await r.read()).decode("utf-8", "replace")
+
+
+async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[str, Any] | None, call: Call) -> None:
     """One fuzzed call and every property it must keep."""
     before = {agent: len(lines) for agent, lines in proxy.ledger_lines().items()}
     seen = len(proxy.provider.received)
     async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as client:
-        r = await client.post(endpoint.path, content=encoded(raw, encoding), headers=headers)
+        status, headers, body = await post_raw(proxy.url, call, encoded(raw, call.encoding))
         await proxy.idle()
-        body = r.text
-        assert r.status_code < 500, (r.status_code, body[:500])
+        assert status < 500, (status, body[:500])
         assert "Traceback" not in body
-        assert_no_operator_key(body, str(r.headers))
-        if r.status_code >= 400:
-            assert r.status_code in CALLER_STATUSES, (r.status_code, body[:500])
-            assert_error_shape(endpoint.anthropic, r.status_code, r.json())
-        note(f"status {r.status_code}")
+        assert_no_operator_key(body, str(headers))
+        if status >= 400:
+            assert status in CALLER_STATUSES, (status, body[:500])
+            assert_error_shape(endpoint.anthropic and call.same_route, status, orjson.loads(body))
+        note(f"status {status}")
         calls = proxy.provider.received[seen:]
         answered = [c for c in calls if 200 <= c.status < 300]
         if parsed is not None and calls:
@@ -443,13 +493,13 @@ async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[s
         after = proxy.ledger_lines()
         added = {agent: lines[before.get(agent, 0):] for agent, lines in after.items()}
         new = [e for lines in added.values() for e in lines]
-        if 200 <= r.status_code < 300:
-            assert len(answered) == 1, (r.status_code, len(answered))
+        if 200 <= status < 300:
+            assert len(answered) == 1, (status, len(answered))
             assert len(new) == 1, new
-            assert new[0]["turn_id"] == r.headers["X-Memplane-Turn-Id"]
-            assert who is not None and added.get(who) == new, (who, list(added))
+            assert new[0]["turn_id"] == headers["X-Memplane-Turn-Id"]
+            assert call.who is not None and added.get(call.who) == new, (call.who, list(added))
         else:
-            assert not answered and not new, (r.status_code, body[:300], new)
+            assert not answered and not new, (status, body[:300], new)
         assert_no_operator_key(proxy.log.getvalue(), *(orjson.dumps(lines).decode() for lines in after.values()))
         await ordinary_turn(client, proxy)  # one bad call never stops the next
         await proxy.idle()
@@ -462,8 +512,7 @@ async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[s
 async def test_fuzzed_turns_keep_every_property(proxy, path, data):
     endpoint = ENDPOINTS[path]
     raw, parsed = data.draw(turn_bodies(endpoint), label="body")
-    headers, who, encoding = data.draw(turn_headers(proxy.tokens), label="headers")
-    await send_turn(proxy, endpoint, raw, parsed, headers, who, encoding)
+    await send_turn(proxy, endpoint, raw, parsed, data.draw(turn_calls(endpoint, proxy.tokens), label="call"))
 
 
 # -- /mcp: JSON-RPC as an attacker and a sloppy client send it --
@@ -657,8 +706,9 @@ FOUND = [
 @pytest.mark.parametrize(("path", "body"), FOUND, ids=[f"{p}-{n}" for n, (p, _) in enumerate(FOUND)])
 async def test_what_the_fuzzing_found(proxy, path, body):
     for agent in PLACEMENTS:
-        headers = [("Authorization", f"Bearer {proxy.tokens[agent]}"), ("Content-Type", "application/json")]
-        await send_turn(proxy, ENDPOINTS[path], json.dumps(body).encode(), body, headers, agent, "")
+        call = Call(path, [("Authorization", f"Bearer {proxy.tokens[agent]}"), ("Content-Type", "application/json")],
+                    agent, "", True)
+        await send_turn(proxy, ENDPOINTS[path], json.dumps(body).encode(), body, call)
 
 
 MCP_FOUND = [
