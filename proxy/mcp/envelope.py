@@ -11,7 +11,8 @@ the code to know whose mistake it was:
 * not a request, notification or response (a scalar, a batch — MCP dropped batching in 2025-06-18 —
   `jsonrpc` other than "2.0", a method that is not a string, an id that is neither a string nor an
   integer): `-32600 Invalid Request`, `id: null` (the id could not be read);
-* `params` that is not an object: `-32602 Invalid params`, with the request's id.
+* `params` that is not an object: `-32602 Invalid params`, with the request's id;
+* over MAX_BODY_BYTES: 413 with `-32600` (the package answered its own 413 as bare text).
 
 Everything that passes goes to the package as sent.
 """
@@ -23,14 +24,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-MAX_BODY_BYTES = 1024 * 1024  # the session manager's limit too (server.py): past it, it answers 413
+MAX_BODY_BYTES = 1024 * 1024  # one message; the session manager is given it too (server.py)
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 
 
-def _answer(code: int, message: str, ident: Any = None) -> web.Response:
+def _answer(code: int, message: str, ident: Any = None, status: int = 400) -> web.Response:
     return web.json_response({"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}},
-                             status=400)
+                             status=status)
 
 
 def _valid_id(ident: Any) -> bool:
@@ -46,8 +47,8 @@ def _error_object(error: Any) -> bool:
 
 def envelope_refusal(body: bytes) -> web.Response | None:
     """The JSON-RPC error for a body that is no message MCP takes, or None to hand it on."""
-    if len(body) > MAX_BODY_BYTES:
-        return None  # the session manager's own 413
+    if len(body) > MAX_BODY_BYTES:  # the package's own 413 is a bare "Request body too large", no JSON
+        return _answer(INVALID_REQUEST, f"Invalid Request: the message is over {MAX_BODY_BYTES} bytes.", status=413)
     try:
         message = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -20,11 +20,22 @@ from ..memory_service import MemoryService, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 MAX_METADATA_BYTES = 4096
+
 # How many memories one turn (one call to memplane, with its follow-up calls) may write: a model
 # steered by a hostile page cannot flood the store from one answer (docs/DESIGN.md, "Memory poisoning").
 MAX_WRITES_PER_TURN = 5
 _TURNS_KEPT = 4096
 _writes: dict[str, int] = {}  # turn id → writes so far (the newest turns only)
+
+
+def _metadata_fits(metadata: dict[str, Any]) -> bool:
+    """Whether the model's metadata goes to the memory service: JSON of at most MAX_METADATA_BYTES.
+    An integer past 64 bits or nesting past 255 levels (an MCP client's arguments are read by
+    pydantic, which takes both) cannot be sent as JSON at all."""
+    try:
+        return len(orjson.dumps(metadata, default=str)) <= MAX_METADATA_BYTES
+    except orjson.JSONEncodeError:
+        return False
 
 
 def _count_write(turn_id: str) -> bool:
@@ -84,7 +95,7 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
         return said(False, f"store_memory was not saved: one turn may store at most {MAX_WRITES_PER_TURN} memories")
     # the store's bookkeeping (a pin, the curator's marks, the author, the origin) is never the model's to set
     metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str) and k not in RESERVED_METADATA}
-    if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
+    if not _metadata_fits(metadata):
         metadata = {}
     # secrets never leave for a memory service, whoever writes: the model's words are scrubbed too
     redact = state.redactor
