@@ -454,6 +454,19 @@ def assert_no_operator_key(*texts: str) -> None:
             assert key not in text, f"the operator's key leaked: {text[:300]!r}"
 
 
+def assert_operator_credentials_only(sent: dict[str, str], tokens: dict[str, str], *, anthropic: bool) -> None:
+    """What the provider got: the operator's key where the API reads it, no agent token anywhere,
+    none of the caller's cookies or proxy credentials."""
+    lower = {k.lower(): v for k, v in sent.items()}
+    if anthropic:
+        assert lower.get("x-api-key") == ANTHROPIC_KEY and "authorization" not in lower, lower.keys()
+    else:
+        assert lower.get("authorization") == f"Bearer {OPENAI_KEY}" and "x-api-key" not in lower, lower.keys()
+    assert not {"cookie", "proxy-authorization", "x-memplane-agent"} & set(lower), lower.keys()
+    everything = " ".join(lower.values())
+    assert not any(token in everything or token.split(":", 1)[1] in everything for token in tokens.values())
+
+
 async def ordinary_turn(client: httpx.AsyncClient, proxy: Proxy) -> None:
     r = await client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {proxy.tokens['a']}"},
                           json={"model": "gpt-fuzz", "messages": [{"role": "user", "content": "still there?"}]})
@@ -486,6 +499,11 @@ async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[s
         note(f"status {status}")
         calls = proxy.provider.received[seen:]
         answered = [c for c in calls if 200 <= c.status < 300]
+        for c in calls:  # upstream the operator's key, and nothing of the caller's credentials
+            assert_operator_credentials_only(c.headers, proxy.tokens, anthropic=endpoint.anthropic)
+        if 200 <= status < 300 and isinstance(parsed, dict) and parsed.get("stream") is True:
+            assert headers.get("Content-Type", "").startswith("text/event-stream"), headers
+            note("streamed")
         if parsed is not None and calls:
             # memplane forwarded it: if the provider takes the body as the client sent it, it takes
             # what memplane made of it (the injected block breaks nothing)
