@@ -518,6 +518,9 @@ async def send_turn(proxy: Proxy, endpoint: Endpoint, raw: bytes, parsed: dict[s
             assert len(answered) == 1, (status, len(answered))
             assert len(new) == 1, new
             assert new[0]["turn_id"] == headers["X-Memplane-Turn-Id"]
+            told = await client.get(f"/memplane/turns/{headers['X-Memplane-Turn-Id']}")  # what `memplane explain` reads
+            assert told.status_code == 200 and told.json()["agent_id"] == call.who, told.text[:300]
+            assert_no_operator_key(told.text)
             assert call.who is not None and added.get(call.who) == new, (call.who, list(added))
         else:
             assert not answered and not new, (status, body[:300], new)
