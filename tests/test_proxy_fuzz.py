@@ -14,7 +14,8 @@ on (docs/operating.md, "Fuzzing the proxy"):
   given; the ledger stays 0600 and every line parses;
 * a body the strict provider takes as the client sent it is still one it takes after memplane's
   injection (memplane never breaks a valid request);
-* the operator's key is in no response, log line or ledger;
+* the operator's key is in no response, log line, explanation or ledger; the provider gets the
+  operator's key and nothing of the caller's credentials;
 * the agent's next ordinary turn works (one bad call never stops the next).
 
 `/mcp` is fuzzed the same way with JSON-RPC: batches, odd ids, unknown methods, wrong parameter
@@ -22,7 +23,9 @@ types, huge arguments, notifications, protocol-version and session headers, anot
 Origin/Host tricks. Answers are JSON-RPC errors with the right codes, never a 5xx, and agent A never
 reads, changes or forgets agent B's memory.
 
-Every hypothesis test is bounded and derandomised, so CI runs the same examples each time.
+Every hypothesis test is bounded and derandomised, so CI runs the same examples each time
+(MEMPLANE_FUZZ_EXAMPLES=2000 for a longer hunt with fresh ones). What the fuzzing found is kept at
+the end as explicit cases: hypothesis's minimal examples.
 """
 
 from __future__ import annotations
@@ -361,6 +364,7 @@ def turn_calls(draw, endpoint: Endpoint, tokens: dict[str, str]) -> Call:
 
 
 def encoded(raw: bytes, encoding: str) -> bytes:
+    """The body as its Content-Encoding says (a lying `gzip` and `br`, which aiohttp cannot decode, as they are)."""
     if encoding == "gzip":
         return gzip.compress(raw)
     if encoding == "deflate":
@@ -385,6 +389,7 @@ class Proxy:
         out: dict[str, list[dict[str, Any]]] = {}
         if not self.history.exists():
             return out
+        assert stat.S_IMODE(self.history.stat().st_mode) == 0o700, self.history
         for agent_dir in sorted(p for p in self.history.iterdir() if p.is_dir()):
             assert stat.S_IMODE(agent_dir.stat().st_mode) == 0o700, agent_dir
             path = agent_dir / "history.jsonl"
