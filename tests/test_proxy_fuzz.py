@@ -235,9 +235,11 @@ def rich_body(endpoint: Endpoint) -> st.SearchStrategy[dict[str, Any]]:
     if endpoint.path == "/v1/messages":
         return anthropic_conversation()
     if endpoint.path == "/v1/responses":
-        return st.builds(lambda items, instructions: {"model": "gpt-fuzz", "input": items,
-                                                      **({"instructions": instructions} if instructions else {})},
-                         responses_input(), st.none() | WORDS)
+        # `store: false` (as Codex sends): the input is not kept, so `latest` places the block among it
+        return st.builds(lambda items, instructions, store: {
+            "model": "gpt-fuzz", "input": items, **({"instructions": instructions} if instructions else {}),
+            **({"store": store} if store is not None else {})}, responses_input(), st.none() | WORDS,
+            st.sampled_from([None, False, True]))
     return chat_conversation().map(lambda messages: {"model": "gpt-fuzz", "messages": messages})
 
 
@@ -768,3 +770,4 @@ async def test_what_the_mcp_fuzzing_found(mcp_proxy, message):
     proxy, b_memory = mcp_proxy
     headers = {"Authorization": f"Bearer {proxy.tokens['a']}", "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
     await check_mcp(proxy, b_memory, message, json.dumps(message).encode(), headers, True)
+
