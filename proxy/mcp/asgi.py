@@ -2,8 +2,9 @@
 
 Why not a second server on another port: MCP clients are told one URL (the proxy's), and the
 proxy's limits, Origin checks and agent authentication run before anything reaches the ASGI side.
-The body is read by aiohttp first (bounded by the proxy's `client_max_size`: the caller reads it
-with `read_request_body`), so the ASGI app gets it whole in one `http.request` message; what the app sends is streamed back as it comes.
+The body is read by aiohttp first (bounded by the proxy's `client_max_size`; the endpoint reads it
+with `read_request_body`), so the ASGI app gets it whole in one `http.request` message; what the
+app sends is streamed back as it comes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
-
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]

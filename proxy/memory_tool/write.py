@@ -20,7 +20,6 @@ from ..memory_service import MemoryService, MemoryServiceError
 
 TIMEOUT = aiohttp.ClientTimeout(total=5)
 MAX_METADATA_BYTES = 4096
-
 # How many memories one turn (one call to memplane, with its follow-up calls) may write: a model
 # steered by a hostile page cannot flood the store from one answer (docs/DESIGN.md, "Memory poisoning").
 MAX_WRITES_PER_TURN = 5
