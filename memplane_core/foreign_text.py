@@ -42,8 +42,9 @@ def foreign_item(item: Any) -> bool:
     its results, or a message holding a foreign part."""
     if not isinstance(item, dict):
         return False
-    kind = item.get("type")
-    if item.get("role") in TOOL_ROLES or (isinstance(kind, str) and (kind.endswith("_output") or kind in HOSTED_CALLS)):
+    kind, role = item.get("type"), item.get("role")
+    # a role or type of another JSON type (a list, an object) is no such item, and cannot be hashed
+    if (isinstance(role, str) and role in TOOL_ROLES) or (isinstance(kind, str) and (kind.endswith("_output") or kind in HOSTED_CALLS)):
         return True
     content = item.get("content")
     return isinstance(content, list) and any(foreign_part(p) for p in content)

@@ -2,8 +2,9 @@
 
 Why not a second server on another port: MCP clients are told one URL (the proxy's), and the
 proxy's limits, Origin checks and agent authentication run before anything reaches the ASGI side.
-The body is read by aiohttp first (bounded by the proxy's `client_max_size`), so the ASGI app
-gets it whole in one `http.request` message; what the app sends is streamed back as it comes.
+The body is read by aiohttp first (bounded by the proxy's `client_max_size`; the endpoint reads it
+with `read_request_body`), so the ASGI app gets it whole in one `http.request` message; what the
+app sends is streamed back as it comes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
-
-from ..transport_errors import read_request_body
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
@@ -35,9 +34,10 @@ def _scope(request: web.Request, extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def serve_asgi(app: ASGIApp, request: web.Request, extra_scope: dict[str, Any]) -> web.StreamResponse:
-    """Run `app` for `request`; `extra_scope` carries what the aiohttp side already established."""
-    body = await read_request_body(request)  # gzip that is not, a body cut short: 400
+async def serve_asgi(app: ASGIApp, request: web.Request, extra_scope: dict[str, Any],
+                     body: bytes) -> web.StreamResponse:
+    """Run `app` for `request`, whose `body` aiohttp has read; `extra_scope` carries what the aiohttp
+    side already established."""
     delivered = False
     gone = asyncio.Event()  # set when the answer is complete: a waiting `receive` then hears disconnect
 

@@ -9,7 +9,9 @@ era work). aiohttp does what the proxy does for every route before the ASGI side
    and `Host` is loopback): the DNS-rebinding defence the MCP spec asks for (403);
 2. the agent's token `<agent-id>:<secret>` as a bearer, checked like the proxy's (401 with
    `WWW-Authenticate: Bearer`), then the agent's rate limit (429);
-3. POST only (405: nothing to stream on a GET, no session to DELETE), its body `application/json` (415).
+3. POST only (405: nothing to stream on a GET, no session to DELETE), its body `application/json` (415);
+4. the body one JSON-RPC message (`envelope.py`: a parse error, an invalid request or invalid params
+   answered with JSON-RPC's own code, never handed to the package).
 
 The authenticated agent travels in the ASGI scope; the tools read it from there, never from the body.
 The `mcp` side (`server.py`) is imported on the first call that gets this far.
@@ -27,8 +29,10 @@ from memplane_core.local_trust import cross_site, is_json_content_type, is_loopb
 
 from ..rate_limit import retry_after_header
 from ..state import ProxyState
+from ..transport_errors import read_request_body
 from ..upstream import agent_token
 from .asgi import serve_asgi
+from .envelope import envelope_refusal
 from .scope import AGENT_KEY, SESSION_KEY
 
 PATH = "/mcp"
@@ -112,9 +116,13 @@ class McpEndpoint:
             return _refusal(405, "/mcp takes POST only (stateless Streamable HTTP).", headers={"Allow": "POST"})
         if not is_json_content_type(headers.get("Content-Type")):
             return _refusal(415, "A POST to /mcp carries a JSON-RPC message as application/json.")
+        body = await read_request_body(request)  # gzip that is not, a body cut short: 400
+        refusal = envelope_refusal(body)  # no JSON-RPC message: its own error code, not the package's -32602
+        if refusal is not None:
+            return refusal
         manager = await self._started()
         return await serve_asgi(manager.handle_request, request,
-                                {AGENT_KEY: ctx, SESSION_KEY: headers.get("X-Session-Id") or None})
+                                {AGENT_KEY: ctx, SESSION_KEY: headers.get("X-Session-Id") or None}, body)
 
 
 MCP_ENDPOINT = web.AppKey("memplane_mcp", McpEndpoint)

@@ -5,6 +5,7 @@ models) take longer to import than the rest of the proxy, and most proxies never
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import mcp_types as types
@@ -15,12 +16,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ..context_store import AgentContext
 from ..state import ProxyState
+from .envelope import MAX_BODY_BYTES
 from .scope import AGENT_KEY, SESSION_KEY
 from .tools import MemoryTools, tools_for
 
 INSTRUCTIONS = ("memplane memory for this agent: search_memory before answering from what you remember, "
                 "store_memory for facts worth keeping, forget_memory (with a reason) for what is wrong or unwanted.")
-MAX_BODY_BYTES = 1024 * 1024
 
 
 def _agent(ctx: ServerRequestContext[Any, Any]) -> tuple[AgentContext, str | None]:
@@ -40,7 +41,16 @@ def build_server(state: ProxyState) -> Server[Any]:
     async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         agent, session_id = _agent(ctx)
-        return await MemoryTools(state, agent, session_id).call(params.name, params.arguments)
+        try:
+            return await MemoryTools(state, agent, session_id).call(params.name, params.arguments)
+        except Exception as exc:
+            # the package would answer a protocol error with code 0 and the exception's words; a tool
+            # that fails is the model's to read (MCP: tool errors belong in the result), and logged
+            # as the proxy logs any failure no handler caught
+            state.telemetry.error("unhandled_error", path="/mcp", error=type(exc).__name__,
+                                  where=traceback.format_exc(limit=3).splitlines()[-1])
+            return types.CallToolResult(content=[types.TextContent(
+                text=f"{params.name} failed: an internal error of the proxy (logged).")], is_error=True)
 
     return Server("memplane-memory", version="1", instructions=INSTRUCTIONS,
                   on_list_tools=list_tools, on_call_tool=call_tool)

@@ -27,6 +27,16 @@ _TURNS_KEPT = 4096
 _writes: dict[str, int] = {}  # turn id → writes so far (the newest turns only)
 
 
+def _metadata_fits(metadata: dict[str, Any]) -> bool:
+    """Whether the model's metadata goes to the memory service: JSON of at most MAX_METADATA_BYTES.
+    An integer past 64 bits or nesting past 255 levels (an MCP client's arguments are read by
+    pydantic, which takes both) cannot be sent as JSON at all."""
+    try:
+        return len(orjson.dumps(metadata, default=str)) <= MAX_METADATA_BYTES
+    except orjson.JSONEncodeError:
+        return False
+
+
 def _count_write(turn_id: str) -> bool:
     """Whether this turn may write once more (and count it if so)."""
     done = _writes.pop(turn_id, 0)
@@ -84,7 +94,7 @@ async def store(state: Any, ctx: Any, session_id: str | None, turn_id: str, argu
         return said(False, f"store_memory was not saved: one turn may store at most {MAX_WRITES_PER_TURN} memories")
     # the store's bookkeeping (a pin, the curator's marks, the author, the origin) is never the model's to set
     metadata = {k: v for k, v in args.metadata.items() if isinstance(k, str) and k not in RESERVED_METADATA}
-    if len(orjson.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
+    if not _metadata_fits(metadata):
         metadata = {}
     # secrets never leave for a memory service, whoever writes: the model's words are scrubbed too
     redact = state.redactor
