@@ -98,8 +98,11 @@ def up(home: Path, host: str, port: int, adapter_port: int, agent_id: str, admin
     if (workers or auto_workers()) > 1:
         # one proxy process (its file ledger has one writer per agent, docs/DESIGN.md, "Workers"); the
         # engine on the other cores, its processes in step through the store's change log
+        from memory_adapters.embedded.sqlite_store import prepare_store
+
         from .workers import Listener, serve_processes
 
+        prepare_store(data_dir)  # made once here: engine processes that made it at once could not all start
         listeners = [Listener(lambda: build_app(settings), host, port, "proxy"),
                      Listener(engine, "127.0.0.1", adapter_port, "embedded")]
         raise SystemExit(serve_processes([[listeners[0]]] + [[listeners[1]]] * (engines if shared else 1),

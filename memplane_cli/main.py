@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import click
@@ -299,7 +300,14 @@ def adapter_embedded(host: str, port: int, data_dir: Path, token: str | None, ag
     click.echo(f"embedded memory adapter on http://{host}:{port} (data {data_dir}"
                f"{f', {workers} workers' if workers > 1 else ''})", err=True)
     if workers > 1:
+        from memory_adapters.embedded.sqlite_store import prepare_store
+
         from .workers import Listener, first_worker, serve_processes
+
+        try:
+            prepare_store(data_dir)  # made once here, not by the workers at once
+        except (OSError, sqlite3.Error) as exc:
+            raise click.ClickException(f"cannot open the memory store in {data_dir}: {exc}") from None
 
         def build():  # in each worker: the first embeds what it finds unembedded and runs the curator
             first = first_worker()

@@ -92,6 +92,40 @@ class Changes:
     items: list[tuple[str, str, str, StoredMemory | None, bytes | None]]
 
 
+def open_store(data_dir: Path) -> sqlite3.Connection:
+    """The store's file opened (made 0600 in a 0700 directory, never through a symlink), in WAL mode,
+    its schema current."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(data_dir, 0o700)
+    path = data_dir / DB_FILE
+    if path.is_symlink():
+        raise OSError(f"refusing to open {path}: it is a symlink")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+    old = os.umask(0o077)  # the -wal and -shm files SQLite creates next to it
+    try:
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            with db:
+                db.execute("BEGIN")
+                db.execute(_BACKFILL_SOURCES)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    finally:
+        os.umask(old)
+    return db
+
+
+def prepare_store(data_dir: Path) -> None:
+    """Make the store once, before several processes open it. Why: two processes that made a new
+    file at once both asked SQLite to turn it to WAL, which takes the file alone and does not wait
+    for a lock: one worker failed with "database is locked" and `--workers 2` did not start."""
+    open_store(Path(data_dir)).close()
+
+
 class SQLiteStore:
     """Memories, retained entry ids and tombstones of every agent, in one file.
 
@@ -121,28 +155,7 @@ class SQLiteStore:
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.data_dir, 0o700)
-            path = self.data_dir / DB_FILE
-            if path.is_symlink():
-                raise OSError(f"refusing to open {path}: it is a symlink")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            os.close(fd)
-            os.chmod(path, 0o600)
-            old = os.umask(0o077)  # the -wal and -shm files SQLite creates next to it
-            try:
-                db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.executescript(_SCHEMA)
-                if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                    with db:
-                        db.execute("BEGIN")
-                        db.execute(_BACKFILL_SOURCES)
-                        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            finally:
-                os.umask(old)
-            self._db = db
+            self._db = open_store(self.data_dir)
         return self._db
 
     def _run(self, fn, *args):
