@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from memplane_core.body_codings import refusal_text, stacked_coding
 from memplane_core.slow_clients import BodyTimedOut, read_in_time
 
 from .errors import ProxyError
@@ -84,6 +85,8 @@ UNREADABLE_BODY = (ContentEncodingError, RequestPayloadError, ConnectionResetErr
 async def read_request_body(request: web.Request) -> bytes:
     """The caller's body, decoded; one it cannot be read as sent is the caller's 400 in its format,
     not an internal error (nor an `unhandled_error` log line for a client that went away)."""
+    if (stacked := stacked_coding(request.headers)) is not None:
+        raise ProxyError(415, refusal_text(stacked), code="unsupported_content_encoding")
     try:
         return await read_in_time(request)
     except UNREADABLE_BODY as exc:
@@ -94,6 +97,8 @@ async def read_request_body(request: web.Request) -> bytes:
 
 async def read_request_form(request: web.Request) -> Any:
     """The caller's form (the inspector's posts), read like `read_request_body`."""
+    if (stacked := stacked_coding(request.headers)) is not None:
+        raise ProxyError(415, refusal_text(stacked), code="unsupported_content_encoding")
     try:
         return await read_in_time(request, request.post)
     except UNREADABLE_BODY as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 
 import httpx
 import pytest
@@ -112,6 +113,36 @@ async def test_a_body_that_is_not_what_its_content_encoding_says_is_400_on_the_m
                     continue  # the reference adapter has no REST API
                 assert r.status_code == 400, (base, method, path, r.status_code, r.text)
                 assert r.json()["error"]["message"]
+
+
+TWICE_GZIP = {"Content-Encoding": "gzip, gzip", "Content-Type": "application/json"}
+
+
+async def test_a_body_in_stacked_content_codings_is_415_in_the_callers_format(stack, engine, reference):
+    """`Content-Encoding: gzip, gzip` (RFC 9110: codings applied in order) was decoded once and then
+    refused as JSON that is "not valid UTF-8": a misleading 400. memplane takes one coding: more is
+    the caller's 415, named as such, on a turn (the provider's error shape), /mcp and every service."""
+    import gzip
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    twice = gzip.compress(gzip.compress(json.dumps(body).encode()))
+    token = stack.add_agent("a", reference[0])
+    async with httpx.AsyncClient(base_url=stack.proxy_url, timeout=30) as client:
+        turn = await client.post("/v1/chat/completions", content=twice,
+                                 headers={**TWICE_GZIP, "Authorization": f"Bearer {token}"})
+        mcp = await client.post("/mcp", content=twice, headers={
+            **TWICE_GZIP, "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+        once = await client.post("/v1/chat/completions", content=gzip.compress(json.dumps(body).encode()),
+                                 headers={**NOT_GZIP, "Authorization": f"Bearer {token}"})
+    assert turn.status_code == 415, turn.text
+    assert turn.json()["error"]["code"] == "unsupported_content_encoding"
+    assert "gzip, gzip" in turn.json()["error"]["message"]
+    assert mcp.status_code == 415, mcp.text
+    assert once.status_code == 200, once.text  # one coding is read as before
+    for base in (engine, reference[0]):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            r = await client.post("/recall", content=twice, headers=TWICE_GZIP)
+        assert r.status_code == 415, (base, r.status_code, r.text)
+        assert r.json()["error"]["field"] == "Content-Encoding"
 
 
 async def test_a_caller_that_hangs_up_mid_body_is_no_internal_error(provider_server, tmp_path):

@@ -11,6 +11,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 from pydantic import BaseModel, ValidationError
 
+from memplane_core.body_codings import refusal_text, stacked_coding
 from memplane_core.slow_clients import BodyTimedOut, read_in_time
 
 from .auth import CALLER_AGENT
@@ -32,6 +33,8 @@ async def read_body(request: web.Request) -> bytes:
     """The body, decoded. One that cannot be read as sent — a `Content-Encoding` it does not match
     (gzip that is not gzip), or cut short by a caller that hung up — is the caller's 400, not a 500;
     one that does not arrive in time (MEMPLANE_BODY_TIMEOUT_S) its 408, and the connection closed."""
+    if (stacked := stacked_coding(request.headers)) is not None:
+        raise refusal(web.HTTPUnsupportedMediaType, refusal_text(stacked), "Content-Encoding")
     try:
         return await read_in_time(request)
     except (ContentEncodingError, RequestPayloadError, ConnectionResetError):
