@@ -127,9 +127,16 @@ def mongo(tmp: Path) -> Iterator[str | None]:
 def write_results(name: str, doc: dict) -> Path:
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{name}-{stamp}.json"
-    path.write_bytes(orjson.dumps({"name": name, "at": stamp, "quick": QUICK, **doc}, option=orjson.OPT_INDENT_2))
-    return path
+    data = orjson.dumps({"name": name, "at": stamp, "quick": QUICK, **doc}, option=orjson.OPT_INDENT_2)
+    for n in range(1000):  # two runs that finish in the same second each keep their file (`-2`, `-3`, …)
+        path = RESULTS / f"{name}-{stamp}{f'-{n + 1}' if n else ''}.json"
+        try:
+            with path.open("xb") as f:
+                f.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{RESULTS}: no free name for {name}-{stamp}")
 
 
 def fmt(v, digits: int = 2) -> str:
