@@ -55,6 +55,7 @@ from memplane_core.turn_text import text_of
 
 from .scaffolding import digest, system_text
 from .sessions import AgentSeen
+from .text_loops import stop_sequences
 
 TINY_MAX_TOKENS = 32
 QUOTED_SHARE = 0.6  # share of the request's characters that are quoted for `quoted-material`
@@ -109,6 +110,7 @@ class Shape:
     compaction: bool
     asks_without_system: bool = False  # no system prompt, and the request's own words ask for an errand
     asks: bool = False  # the request's own words (outside what it quotes) ask for an errand
+    stops: bool = False  # the request sets stop sequences (a text-protocol framework's call: text_loops.py)
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -231,7 +233,7 @@ def shape_of(body: dict[str, Any]) -> Shape:
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
                  max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
                  asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
-                 asks=request_asks)
+                 asks=request_asks, stops=bool(stop_sequences(body)))
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
@@ -249,9 +251,11 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
         # an errand over the conversation (a plan's update): its system prompt asks for one, unlike the
-        # agent's main calls, which offered tools or whose newest words (the framework's) ask for it too
+        # agent's main calls, which offered tools or whose newest words (the framework's, in a call that
+        # sets stop sequences as a text-protocol loop does) ask for it too: a chat whose system prompt
+        # names the time differs on every call, and the person's own newest words may ask for a plan
         if seen is not None and seen.has_mains and shape.errand and shape.system not in seen.systems \
-                and (seen.tools or shape.asks):
+                and (seen.tools or (shape.asks and shape.stops)):
             return Decision(SideCall.SIDE, "task-instruction")
         if main is not None and main.tools and \
                 (shape.system != main.system or (shape.model and shape.model != main.model)):
