@@ -499,3 +499,43 @@ async def test_a_chat_whose_system_prompt_names_the_time_keeps_a_persons_request
     assert doc.get("call_kind") is None, doc.get("call_rule")
     await stack.settle()
     assert any("Porto marathon" in m.value for m in await memories_of(service, "coach"))
+
+
+async def test_a_chat_with_a_sliding_window_whose_model_searched_the_persons_words_keeps_their_newest(answers):
+    """A plain SDK chat app with a search tool whose model passes the person's question on verbatim
+    as the query, and a history cut to its last messages (starting on a user message): when that
+    question becomes the window's first message, the call is still the person's turn, not a subagent
+    handed its task by a tool call, and what they say next is remembered."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "chat", memory_url)
+    sdk = opened(stack, stack.openai("chat"))
+    search = [{"type": "function", "function": {"name": "search", "description": "Search the web.",
+                                                "parameters": {"type": "object",
+                                                               "properties": {"query": {"type": "string"}}}}}]
+    question = "Look up the best ramen places near Shinjuku station for tonight."
+
+    def model(view):
+        last = (view.body.get("messages") or [{}])[-1]
+        if view.tools and last.get("role") == "user" and str(last.get("content")).startswith("Look up"):
+            return Answer(tool_calls=[ToolCall("search", {"query": last["content"]})])
+        return Answer(text="Done.")
+    stack.provider.model = model
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    history = [{"role": "user", "content": "Hi, I'm in Tokyo this week."}, {"role": "assistant", "content": "Done."},
+               {"role": "user", "content": question}]
+    answer = (await sdk.chat.completions.create(model="gpt-4o", tools=search, messages=[system, *history])).choices[0]
+    call = answer.message.tool_calls[0]
+    history += [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call.id, "type": "function", "function": {"name": "search",
+                                                                     "arguments": call.function.arguments}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": "Fuunji, Menya Musashi."}]
+    await sdk.chat.completions.create(model="gpt-4o", tools=search, messages=[system, *history])
+    history += [{"role": "assistant", "content": "Done."},
+                {"role": "user", "content": "Remember that I am allergic to sesame."}]
+    window = history[2:]  # the app keeps its last messages, starting on a user message
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", tools=search,
+                                                              messages=[system, *window])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("sesame" in m.value for m in await memories_of(service, "chat"))
