@@ -539,3 +539,26 @@ async def test_a_chat_with_a_sliding_window_whose_model_searched_the_persons_wor
     assert doc.get("call_kind") is None, doc.get("call_rule")
     await stack.settle()
     assert any("sesame" in m.value for m in await memories_of(service, "chat"))
+
+
+async def test_a_first_message_sent_again_after_a_failed_call_under_a_fresh_time_stamp_is_the_persons(answers):
+    """A chat app with tools whose system prompt carries the current time: the person's first message
+    fails (the provider's 500) and the app sends it again, its system prompt stamped anew. The second
+    try is the person's turn and leaves their memory, not a memory manager's call handed their words
+    (same-words-other-prompt: that one offers tools of its own)."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app")).with_options(max_retries=0)
+    said = {"role": "user", "content": "Remember that my passport expires in March 2027."}
+
+    def system(minute: int) -> dict:
+        return {"role": "system", "content": f"You are a helpful assistant. Current time: 2026-11-29 07:{minute:02d}."}
+
+    stack.provider.fail_with = [500]
+    with pytest.raises(Exception):
+        await sdk.chat.completions.create(model="gpt-4o", tools=TOOLS, messages=[system(1), said])
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", tools=TOOLS, messages=[system(2), said])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("March 2027" in m.value for m in await memories_of(service, "app"))

@@ -135,7 +135,8 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
                 state.telemetry.info("coding_no_project", agent_id=ctx.agent_id, fix=NO_PROJECT)
     if turn.kind is SideCall.TURN and (shape.tools or shape.history):
         book.main_call(ctx.agent_id, session, shape.system, shape.model, shape.first,
-                       turn.project if turn.project_from in ("declared", "agent-default") else None, shape.tools)
+                       turn.project if turn.project_from in ("declared", "agent-default") else None, shape.tools,
+                       shape.toolset)
 
 
 def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> None:

@@ -36,7 +36,7 @@ another system prompt or model than theirs, is a side call too (`tool-less-unlik
 check the client runs over the conversation). A call that offers tools, in a named session whose
 main calls have another system prompt *and* another first message, is a subagent
 (`own-conversation-in-session`); so is one that offers tools and opens, with no earlier answer, with
-the words a main call with tools opened with under another system prompt (`same-words-other-prompt`:
+the words a main call with tools opened with under another system prompt and other tools (`same-words-other-prompt`:
 a framework's memory manager or extractor handed the person's message as it is). A compaction request is recognised by what it asks: a summary of
 the conversation so far. Each decision names its rule (the turn's explanation, `/metrics`
 `memplane_calls_by_rule_total{kind,rule}`).
@@ -55,7 +55,7 @@ from memplane_core.turn_text import text_of
 
 from .scaffolding import digest, system_text
 from .sessions import AgentSeen
-from .text_loops import stop_sequences
+from .text_loops import stop_sequences, tool_names
 
 TINY_MAX_TOKENS = 32
 QUOTED_SHARE = 0.6  # share of the request's characters that are quoted for `quoted-material`
@@ -111,6 +111,7 @@ class Shape:
     asks_without_system: bool = False  # no system prompt, and the request's own words ask for an errand
     asks: bool = False  # the request's own words (outside what it quotes) ask for an errand
     stops: bool = False  # the request sets stop sequences (a text-protocol framework's call: text_loops.py)
+    toolset: str = ""  # digest of the names of the tools it offers
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -233,7 +234,8 @@ def shape_of(body: dict[str, Any]) -> Shape:
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
                  max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
                  asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
-                 asks=request_asks, stops=bool(stop_sequences(body)))
+                 asks=request_asks, stops=bool(stop_sequences(body)),
+                 toolset=digest("\n".join(sorted(tool_names(body)))))
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
@@ -246,7 +248,10 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
-        if seen is not None and not shape.history and seen.opened.get(shape.first, shape.system) != shape.system:
+        # (its tools its own too: a chat app that sends the person's first message again, its system
+        # prompt stamped with a new time, offers the same tools)
+        opened = seen.opened.get(shape.first) if seen is not None and not shape.history else None
+        if opened is not None and opened[0] != shape.system and opened[1] != shape.toolset:
             return Decision(SideCall.SUBAGENT, "same-words-other-prompt")  # a memory manager, an extractor
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
