@@ -562,3 +562,27 @@ async def test_a_first_message_sent_again_after_a_failed_call_under_a_fresh_time
     assert doc.get("call_kind") is None, doc.get("call_rule")
     await stack.settle()
     assert any("March 2027" in m.value for m in await memories_of(service, "app"))
+
+
+async def test_a_new_chat_of_an_app_that_makes_plans_with_a_time_stamped_system_prompt_is_the_persons(answers):
+    """The same app as above: after a first conversation, the person opens a new one. Its first
+    message is their one-shot, though the persona speaks of making plans and the system prompt's
+    time is none the agent's main calls had."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "coach", memory_url)
+    sdk = opened(stack, stack.openai("coach"))
+
+    def system(minute: int) -> dict:
+        return {"role": "system", "content": "You are Coach, who creates training plans for runners. "
+                                             f"Current time: 2026-11-29 07:{minute:02d} UTC."}
+
+    messages = [{"role": "user", "content": "Hi, I'm training for a marathon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[system(1), *messages])
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "I live in Lisbon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[system(2), *messages])
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[system(9), {
+        "role": "user", "content": "Remember that my race is the Porto marathon in April."}])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("Porto marathon" in m.value for m in await memories_of(service, "coach"))
