@@ -475,26 +475,33 @@ async def test_a_person_switching_models_mid_conversation_keeps_their_memory(ans
     assert any("dentist" in m.value for m in await memories_of(service, "chat"))
 
 
+def coach_system(minute: int) -> dict:
+    """A plain chat app's system prompt: a persona that makes plans, and the current time."""
+    return {"role": "system", "content": "You are Coach, who creates training plans for runners. "
+                                         f"Current time: 2026-11-29 07:{minute:02d} UTC."}
+
+
+async def coach_chat(answers) -> tuple:
+    """The app's first two turns (main calls, each under its own time); its SDK client and messages."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "coach", memory_url)
+    sdk = opened(stack, stack.openai("coach"))
+    messages = [{"role": "user", "content": "Hi, I'm training for a marathon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[coach_system(1), *messages])
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "I live in Lisbon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[coach_system(2), *messages])
+    return stack, service, sdk, messages
+
+
 async def test_a_chat_whose_system_prompt_names_the_time_keeps_a_persons_request_for_a_plan(answers):
     """A plain chat app (no tools, no session) whose persona makes plans and whose system prompt
     carries the current time, so it differs on every call: the person asking for a plan mid-chat
     is their turn, not a framework's plan update (task-instruction)."""
-    stack, memory_url, service, _ = answers
-    add_agent(stack, "coach", memory_url)
-    sdk = opened(stack, stack.openai("coach"))
-
-    def system(minute: int) -> dict:
-        return {"role": "system", "content": "You are Coach, who creates training plans for runners. "
-                                             f"Current time: 2026-11-29 07:{minute:02d} UTC."}
-
-    messages = [{"role": "user", "content": "Hi, I'm training for a marathon."}]
-    await sdk.chat.completions.create(model="gpt-4o", messages=[system(1), *messages])
-    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "I live in Lisbon."}]
-    await sdk.chat.completions.create(model="gpt-4o", messages=[system(2), *messages])
+    stack, service, sdk, messages = await coach_chat(answers)
     messages += [{"role": "assistant", "content": "Done."},
                  {"role": "user", "content": "Please create a training plan for me: I run 30 km a week "
                                              "and my race is the Porto marathon in April."}]
-    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[system(3), *messages])
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[coach_system(3), *messages])
     doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
     assert doc.get("call_kind") is None, doc.get("call_rule")
     await stack.settle()
@@ -568,19 +575,8 @@ async def test_a_new_chat_of_an_app_that_makes_plans_with_a_time_stamped_system_
     """The same app as above: after a first conversation, the person opens a new one. Its first
     message is their one-shot, though the persona speaks of making plans and the system prompt's
     time is none the agent's main calls had."""
-    stack, memory_url, service, _ = answers
-    add_agent(stack, "coach", memory_url)
-    sdk = opened(stack, stack.openai("coach"))
-
-    def system(minute: int) -> dict:
-        return {"role": "system", "content": "You are Coach, who creates training plans for runners. "
-                                             f"Current time: 2026-11-29 07:{minute:02d} UTC."}
-
-    messages = [{"role": "user", "content": "Hi, I'm training for a marathon."}]
-    await sdk.chat.completions.create(model="gpt-4o", messages=[system(1), *messages])
-    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "I live in Lisbon."}]
-    await sdk.chat.completions.create(model="gpt-4o", messages=[system(2), *messages])
-    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[system(9), {
+    stack, service, sdk, messages = await coach_chat(answers)
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[coach_system(9), {
         "role": "user", "content": "Remember that my race is the Porto marathon in April."}])
     doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
     assert doc.get("call_kind") is None, doc.get("call_rule")
