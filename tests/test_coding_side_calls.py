@@ -473,3 +473,112 @@ async def test_a_person_switching_models_mid_conversation_keeps_their_memory(ans
     doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
     assert doc.get("call_kind") is None, doc.get("call_rule")
     assert any("dentist" in m.value for m in await memories_of(service, "chat"))
+
+
+def coach_system(minute: int) -> dict:
+    """A plain chat app's system prompt: a persona that makes plans, and the current time."""
+    return {"role": "system", "content": "You are Coach, who creates training plans for runners. "
+                                         f"Current time: 2026-11-29 07:{minute:02d} UTC."}
+
+
+async def coach_chat(answers) -> tuple:
+    """The app's first two turns (main calls, each under its own time); its SDK client and messages."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "coach", memory_url)
+    sdk = opened(stack, stack.openai("coach"))
+    messages = [{"role": "user", "content": "Hi, I'm training for a marathon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[coach_system(1), *messages])
+    messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "I live in Lisbon."}]
+    await sdk.chat.completions.create(model="gpt-4o", messages=[coach_system(2), *messages])
+    return stack, service, sdk, messages
+
+
+async def test_a_chat_whose_system_prompt_names_the_time_keeps_a_persons_request_for_a_plan(answers):
+    """A plain chat app (no tools, no session) whose persona makes plans and whose system prompt
+    carries the current time, so it differs on every call: the person asking for a plan mid-chat
+    is their turn, not a framework's plan update (task-instruction)."""
+    stack, service, sdk, messages = await coach_chat(answers)
+    messages += [{"role": "assistant", "content": "Done."},
+                 {"role": "user", "content": "Please create a training plan for me: I run 30 km a week "
+                                             "and my race is the Porto marathon in April."}]
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[coach_system(3), *messages])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("Porto marathon" in m.value for m in await memories_of(service, "coach"))
+
+
+async def test_a_chat_with_a_sliding_window_whose_model_searched_the_persons_words_keeps_their_newest(answers):
+    """A plain SDK chat app with a search tool whose model passes the person's question on verbatim
+    as the query, and a history cut to its last messages (starting on a user message): when that
+    question becomes the window's first message, the call is still the person's turn, not a subagent
+    handed its task by a tool call, and what they say next is remembered."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "chat", memory_url)
+    sdk = opened(stack, stack.openai("chat"))
+    search = [{"type": "function", "function": {"name": "search", "description": "Search the web.",
+                                                "parameters": {"type": "object",
+                                                               "properties": {"query": {"type": "string"}}}}}]
+    question = "Look up the best ramen places near Shinjuku station for tonight."
+
+    def model(view):
+        last = (view.body.get("messages") or [{}])[-1]
+        if view.tools and last.get("role") == "user" and str(last.get("content")).startswith("Look up"):
+            return Answer(tool_calls=[ToolCall("search", {"query": last["content"]})])
+        return Answer(text="Done.")
+    stack.provider.model = model
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    history = [{"role": "user", "content": "Hi, I'm in Tokyo this week."}, {"role": "assistant", "content": "Done."},
+               {"role": "user", "content": question}]
+    answer = (await sdk.chat.completions.create(model="gpt-4o", tools=search, messages=[system, *history])).choices[0]
+    call = answer.message.tool_calls[0]
+    history += [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call.id, "type": "function", "function": {"name": "search",
+                                                                     "arguments": call.function.arguments}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": "Fuunji, Menya Musashi."}]
+    await sdk.chat.completions.create(model="gpt-4o", tools=search, messages=[system, *history])
+    history += [{"role": "assistant", "content": "Done."},
+                {"role": "user", "content": "Remember that I am allergic to sesame."}]
+    window = history[2:]  # the app keeps its last messages, starting on a user message
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", tools=search,
+                                                              messages=[system, *window])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("sesame" in m.value for m in await memories_of(service, "chat"))
+
+
+async def test_a_first_message_sent_again_after_a_failed_call_under_a_fresh_time_stamp_is_the_persons(answers):
+    """A chat app with tools whose system prompt carries the current time: the person's first message
+    fails (the provider's 500) and the app sends it again, its system prompt stamped anew. The second
+    try is the person's turn and leaves their memory, not a memory manager's call handed their words
+    (same-words-other-prompt: that one offers tools of its own)."""
+    stack, memory_url, service, _ = answers
+    add_agent(stack, "app", memory_url)
+    sdk = opened(stack, stack.openai("app")).with_options(max_retries=0)
+    said = {"role": "user", "content": "Remember that my passport expires in March 2027."}
+
+    def system(minute: int) -> dict:
+        return {"role": "system", "content": f"You are a helpful assistant. Current time: 2026-11-29 07:{minute:02d}."}
+
+    stack.provider.fail_with = [500]
+    with pytest.raises(Exception):
+        await sdk.chat.completions.create(model="gpt-4o", tools=TOOLS, messages=[system(1), said])
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", tools=TOOLS, messages=[system(2), said])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("March 2027" in m.value for m in await memories_of(service, "app"))
+
+
+async def test_a_new_chat_of_an_app_that_makes_plans_with_a_time_stamped_system_prompt_is_the_persons(answers):
+    """The same app as above: after a first conversation, the person opens a new one. Its first
+    message is their one-shot, though the persona speaks of making plans and the system prompt's
+    time is none the agent's main calls had."""
+    stack, service, sdk, messages = await coach_chat(answers)
+    raw = await sdk.chat.completions.with_raw_response.create(model="gpt-4o", messages=[coach_system(9), {
+        "role": "user", "content": "Remember that my race is the Porto marathon in April."}])
+    doc = await explanation(stack, raw.headers["x-memplane-turn-id"])
+    assert doc.get("call_kind") is None, doc.get("call_rule")
+    await stack.settle()
+    assert any("Porto marathon" in m.value for m in await memories_of(service, "coach"))

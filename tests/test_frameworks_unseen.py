@@ -485,3 +485,23 @@ async def test_a_chat_whose_window_cut_a_question_from_its_answer_keeps_the_pers
     said = [m.value for m in await memories_of(service, "chat") if (m.metadata or {}).get("origin") == "user"]
     assert any("4471" in v for v in said), said
     assert any("hatchback" in v for v in said), said
+
+
+async def test_a_chat_that_labels_the_persons_messages_with_its_stop_sequence_keeps_their_words(coding):
+    """A plain chat app in a question/answer format: each of the person's messages is sent as
+    "Question: …" and the app stops the model at "Question:" so it does not write the next one. The
+    person's messages open with the stop sequence from the first on; they are not a framework's tool
+    observations (those follow the loop's task), and the person's newest words are remembered."""
+    stack, memory_url, service, _ = coding
+    stack.provider.model = lambda view: Answer(text="Answer: noted, thank you for telling me that.")
+    add_agent(stack, "qa", memory_url)
+    sdk = opened(stack, stack.openai("qa"))
+    history: list[dict] = [{"role": "system", "content": "Answer each question in one line, as 'Answer: …'."}]
+    for said in ("Question: We are driving to the coast on Saturday morning, which road is best?",
+                 "Question: My locker number at the gym is 4471, can you remember it?"):
+        history.append({"role": "user", "content": said})
+        answer = await sdk.chat.completions.create(model="gpt-4o", stop=["Question:"], messages=history)
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+    await stack.settle()
+    said = [m.value for m in await memories_of(service, "qa") if (m.metadata or {}).get("origin") == "user"]
+    assert any("4471" in v for v in said), said

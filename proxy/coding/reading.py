@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from memplane_core.turn_text import assistant_text, latest_user_index, text_of
+from memplane_core.turn_text import answers_tools, assistant_text, latest_user_index, text_of
 
 from .already_said import request_shingles
 from .handed import handed_texts
@@ -49,6 +49,7 @@ class CodingTurn:
     asked: str = ""  # digest of the newest user message, what a call without tools answers (text_loops.py)
     tools: bool = False  # the call offers tools
     inserted: list[str] = field(default_factory=list)  # the client's errand answers it carries (text_loops.py)
+    said: set[str] = field(default_factory=set)  # digests of the conversation's user messages (note_answer)
 
     @property
     def recalls(self) -> bool:
@@ -134,12 +135,14 @@ def place(state: Any, ctx: Any, turn: CodingTurn, decision: Decision, shape: Sha
                 state.telemetry.info("coding_no_project", agent_id=ctx.agent_id, fix=NO_PROJECT)
     if turn.kind is SideCall.TURN and (shape.tools or shape.history):
         book.main_call(ctx.agent_id, session, shape.system, shape.model, shape.first,
-                       turn.project if turn.project_from in ("declared", "agent-default") else None, shape.tools)
+                       turn.project if turn.project_from in ("declared", "agent-default") else None, shape.tools,
+                       shape.toolset)
 
 
 def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> None:
-    """The texts the answer hands to its tools (handed.py), unless they are the conversation's own
-    opening words (a model that passes the person's message on verbatim hands on the person's words);
+    """The texts the answer hands to its tools (handed.py), unless they are one of the conversation's
+    user messages (a model that passes the person's message on verbatim hands on the person's words: a
+    chat whose window later opens with that message is still theirs);
     a side call without tools: its answer, with what it answered (text_loops.py)."""
     book: SessionBook = state.coding_sessions
     # only an errand's answer (a side call's: a plan, a summary) is one a framework puts in; a chat turn's
@@ -150,7 +153,7 @@ def note_answer(state: Any, agent_id: str, turn: CodingTurn, response: Any) -> N
             book.answered(agent_id, digest(text), turn.asked)
     if turn.kind not in (SideCall.TURN, SideCall.SUBAGENT):
         return
-    digests = [d for d in map(digest, handed_texts(response)) if d != turn.first]
+    digests = [d for d in map(digest, handed_texts(response)) if d != turn.first and d not in turn.said]
     if digests:
         book.handed(agent_id, digests)
 
@@ -163,6 +166,8 @@ def _read_loop(state: Any, agent_id: str, turn: CodingTurn, body: dict[str, Any]
     turn.tools = shape.tools
     newest = latest_user_index(items, skip_tool_results=True)
     turn.asked = digest(text_of(items[newest].get("content"))) if newest is not None else ""
+    turn.said = {digest(text_of(m.get("content"))) for m in items
+                 if isinstance(m, dict) and m.get("role") == "user" and not answers_tools(m.get("content"))}
     answers = state.coding_sessions.of(agent_id).answers
     if shape.history and len(answers):
         turn.inserted = inserted_answers(items, answers.get)

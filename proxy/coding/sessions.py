@@ -77,8 +77,8 @@ class AgentSeen:
     # an answer's digest -> the digest of the user message it answered (text_loops.py)
     answers: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
     tools: bool = False  # a main call offered tools (an agent with a tool loop, not a chat)
-    # the first message (digest) of main calls with tools lately -> their system prompt (digest)
-    opened: LRUCache[str, str] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
+    # the first message (digest) of main calls with tools lately -> their system prompt and tools (digests)
+    opened: LRUCache[str, tuple[str, str]] = field(default_factory=lambda: LRUCache(MAX_ANSWERS))
     declared_at: float = 0.0  # when a main call last declared a project (monotonic)
     told: bool = False  # the "declares no project" notice was logged
 
@@ -116,13 +116,13 @@ class SessionBook:
         self.of(agent_id).answers[answer] = request
 
     def main_call(self, agent_id: str, session: str | None, system: str, model: str | None, first: str,
-                  project: str | None, tools: bool = False) -> None:
+                  project: str | None, tools: bool = False, toolset: str = "") -> None:
         """Record a main call: its system prompt and model become the agent's (and its session's)."""
         seen = self.of(agent_id)
         seen.systems[system] = True
         seen.tools = seen.tools or tools
         if tools and first not in seen.opened:  # the prompt that first took these words stays theirs
-            seen.opened[first] = system
+            seen.opened[first] = (system, toolset)
         if model:
             seen.models[model] = True
         if project:

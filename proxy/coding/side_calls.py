@@ -36,7 +36,7 @@ another system prompt or model than theirs, is a side call too (`tool-less-unlik
 check the client runs over the conversation). A call that offers tools, in a named session whose
 main calls have another system prompt *and* another first message, is a subagent
 (`own-conversation-in-session`); so is one that offers tools and opens, with no earlier answer, with
-the words a main call with tools opened with under another system prompt (`same-words-other-prompt`:
+the words a main call with tools opened with under another system prompt and other tools (`same-words-other-prompt`:
 a framework's memory manager or extractor handed the person's message as it is). A compaction request is recognised by what it asks: a summary of
 the conversation so far. Each decision names its rule (the turn's explanation, `/metrics`
 `memplane_calls_by_rule_total{kind,rule}`).
@@ -55,6 +55,7 @@ from memplane_core.turn_text import text_of
 
 from .scaffolding import digest, system_text
 from .sessions import AgentSeen
+from .text_loops import stop_sequences, tool_names
 
 TINY_MAX_TOKENS = 32
 QUOTED_SHARE = 0.6  # share of the request's characters that are quoted for `quoted-material`
@@ -65,14 +66,26 @@ _COMPACT = re2.compile(
     r"(?i)((create|write|provide|produce|generate)\s+an?\s+([a-z]+\s+){0,3}summary\s+of\s+(the|this|our)\s+"
     r"([a-z]+\s+){0,2}conversation|context\s+checkpoint\s+compaction|summari[sz]e\s+(the|this|our)\s+"
     r"([a-z]+\s+){0,2}conversation\s+so\s+far|generate\s+the\s+<state_snapshot>)")
-# An errand: a verb of making or judging, then (within the sentence) what it makes.
-_ERRAND = re2.compile(
-    r"(?i)(\b(generat|writ|creat|produc|provid|extract|output|suggest|propos|summari[sz]|classif|categori[sz]|analy[sz]|"
-    r"determin|detect|decid|pick|choos|nam)\w*\b[^.\n]{0,80}?\b(titles?|commit\s+messages?|branch\s+names?|"
-    r"summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?|plans?)\b"
-    r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
-    r"(generator|writer|maker|classifier)\b"
-    r"|\bsummari[sz]e\s+(this|the|following|these)\b)")
+
+
+def _errand(verbs: str, products: str) -> Any:
+    """An errand: a verb of making or judging, then (within the sentence) what it makes."""
+    return re2.compile(
+        r"(?i)(\b(generat|writ|creat|produc|" + verbs + r"output|suggest|propos|summari[sz]|classif|categori[sz]|"
+        r"analy[sz]|determin|detect|decid|pick|choos|nam)\w*\b[^.\n]{0,80}?\b(titles?|commit\s+messages?|"
+        r"branch\s+names?|summary|summaries|labels?|topics?|categor(y|ies)|classification|tags?|headlines?"
+        + products + r")\b"
+        r"|\byou\s+are\s+an?\s+([\w-]+\s+){0,3}(title|summary|commit\s+message|branch\s+name|label|topic)\s+"
+        r"(generator|writer|maker|classifier)\b"
+        r"|\bsummari[sz]e\s+(this|the|following|these)\b)")
+
+
+# a framework's errands over a conversation or in a request's own words: a plan among them
+_ERRAND = _errand("provid|extract|", "|plans?")
+# the errand a one-shot's system prompt names, which tells it alone once the agent has main calls: not
+# a plan, which an app's own persona makes ("creates training plans") while its system prompt differs
+# call by call (the time in it)
+_ONE_SHOT_ERRAND = _errand("provid|extract|", "")
 # A transcript's speaker label: `USER:`, or in square brackets with a qualifier (`[User]:`,
 # `[Assistant tool calls]:`) as a client serialises the conversation it asks a summary of.
 _TRANSCRIPT = re2.compile(r"^\s*((USER|ASSISTANT|User|Assistant|Human|AI|user|assistant|human)|"
@@ -109,6 +122,9 @@ class Shape:
     compaction: bool
     asks_without_system: bool = False  # no system prompt, and the request's own words ask for an errand
     asks: bool = False  # the request's own words (outside what it quotes) ask for an errand
+    stops: bool = False  # the request sets stop sequences (a text-protocol framework's call: text_loops.py)
+    toolset: str = ""  # digest of the names of the tools it offers
+    one_shot_errand: bool = False  # its system prompt names an errand of `_ONE_SHOT_ERRAND`'s
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -192,10 +208,10 @@ def own_words(text: str) -> str:
     return "" if _wholly_quoted(body) else "\n".join(line for line, quoted in _lines_quoted(body) if not quoted)
 
 
-_SHAPES: TextMemo[tuple[bool, float, bool, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+_SHAPES: TextMemo[tuple[bool, float, bool, bool, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
 
 
-def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, bool]:
+def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, bool, bool]:
     key = system[:SCAN_CHARS] + "\x00" + request[:SCAN_CHARS]
     hit = _SHAPES.get(key)
     if hit is None:
@@ -206,7 +222,8 @@ def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, b
         asks = _ERRAND.search(own_words(request[:SCAN_CHARS])) is not None
         hit = (_ERRAND.search(system[:SCAN_CHARS]) is not None, share,
                share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None,
-               not system.strip() and share > 0 and asks, asks)
+               not system.strip() and share > 0 and asks, asks,
+               _ONE_SHOT_ERRAND.search(system[:SCAN_CHARS]) is not None)
         _SHAPES.put(key, hit)
     return hit
 
@@ -225,13 +242,14 @@ def shape_of(body: dict[str, Any]) -> Shape:
     request = _last_user_text(items)
     conversation = [m for m in items if not (isinstance(m, dict) and m.get("role") in ("system", "developer"))]
     first = text_of(conversation[0].get("content")) if conversation and isinstance(conversation[0], dict) else ""
-    errand, quoted, asks, asks_without_system, request_asks = _text_signals(system, request)
+    errand, quoted, asks, asks_without_system, request_asks, one_shot_errand = _text_signals(system, request)
     model = body.get("model")
     return Shape(tools=bool(body.get("tools") or body.get("functions")), history=_has_history(body, items),
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
                  max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
                  asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
-                 asks=request_asks)
+                 asks=request_asks, stops=bool(stop_sequences(body)), one_shot_errand=one_shot_errand,
+                 toolset=digest("\n".join(sorted(tool_names(body)))))
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
@@ -244,14 +262,19 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
     if shape.tools:
         if main is not None and shape.first != main.first and shape.system != main.system:
             return Decision(SideCall.SUBAGENT, "own-conversation-in-session")
-        if seen is not None and not shape.history and seen.opened.get(shape.first, shape.system) != shape.system:
+        # (its tools its own too: a chat app that sends the person's first message again, its system
+        # prompt stamped with a new time, offers the same tools)
+        opened = seen.opened.get(shape.first) if seen is not None and not shape.history else None
+        if opened is not None and opened[0] != shape.system and opened[1] != shape.toolset:
             return Decision(SideCall.SUBAGENT, "same-words-other-prompt")  # a memory manager, an extractor
         return Decision(SideCall.TURN, "offers-tools")
     if shape.history:
         # an errand over the conversation (a plan's update): its system prompt asks for one, unlike the
-        # agent's main calls, which offered tools or whose newest words (the framework's) ask for it too
+        # agent's main calls, which offered tools or whose newest words (the framework's, in a call that
+        # sets stop sequences as a text-protocol loop does) ask for it too: a chat whose system prompt
+        # names the time differs on every call, and the person's own newest words may ask for a plan
         if seen is not None and seen.has_mains and shape.errand and shape.system not in seen.systems \
-                and (seen.tools or shape.asks):
+                and (seen.tools or (shape.asks and shape.stops)):
             return Decision(SideCall.SIDE, "task-instruction")
         if main is not None and main.tools and \
                 (shape.system != main.system or (shape.model and shape.model != main.model)):
@@ -264,7 +287,7 @@ def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = No
         return Decision(SideCall.SIDE, "model-unlike-session")
     quoted = shape.quoted >= QUOTED_SHARE or shape.asks_over_quoted
     tiny = shape.max_tokens is not None and shape.max_tokens <= TINY_MAX_TOKENS
-    if shape.errand and (seen is None or shape.system not in seen.systems) and \
+    if shape.one_shot_errand and (seen is None or shape.system not in seen.systems) and \
             ((seen is not None and seen.has_mains) or quoted or tiny):  # an app's own persona is no errand
         return Decision(SideCall.SIDE, "task-instruction")
     signals: list[str] = []

@@ -5,7 +5,8 @@ messages, and its own errand's answer put in as an assistant message (docs/codin
 * **Observations.** A framework that has the model write its tool calls as text stops the model at
   a stop sequence it sets ("Observation:") and writes that sequence itself, with the tool's output,
   as the next user message. A user message that begins with one of the request's own stop sequences
-  is that: a tool result, never the person's words. It is read as one (an Anthropic `tool_result`
+  is that: a tool result, never the person's words — unless the conversation's first user message
+  opens with it too (an app that labels the person's messages so). It is read as one (an Anthropic `tool_result`
   part), paired with a `tool_use` part on the assistant message before it, so the loop's question
   stays the person's message and the output becomes a tool line.
 * **An errand's answer put in.** A framework that plans (or reflects) first asks the model in a
@@ -165,12 +166,24 @@ def _as_tool_results(items: list[Any], stops: tuple[str, ...], names: tuple[str,
     return out
 
 
+def _loop_stops(items: list[Any], stops: tuple[str, ...]) -> tuple[str, ...]:
+    """The stop sequences an observation may open with: none the conversation's first user message
+    opens with. A framework's loop opens with the person's task; an app that labels each of the
+    person's messages with its stop sequence ("Question: …", stop "Question:") labels the first too."""
+    first = next((m for m in items if isinstance(m, dict) and m.get("role") == "user"
+                  and not answers_tools(m.get("content"))), None)
+    opening = text_of(first.get("content")).lstrip() if first is not None else ""
+    return tuple(s for s in stops if not opening.startswith(s))
+
+
 def read_loop(items: list[Any], stops: tuple[str, ...], inserted: set[str], names: tuple[str, ...] = ()) -> list[Any]:
     """The conversation as memplane reads it: the client's errand answers and its words after them
     left out, its observations read as tool results (see the module docstring). The same list when
     neither applies."""
     if inserted:
         items = _without_inserted(items, inserted)
+    if stops:
+        stops = _loop_stops(items, stops)
     if stops and any(_is_observation(m, stops) for m in items):
         items = _as_tool_results(items, stops, names)
     return items
