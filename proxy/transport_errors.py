@@ -85,22 +85,21 @@ UNREADABLE_BODY = (ContentEncodingError, RequestPayloadError, ConnectionResetErr
 async def read_request_body(request: web.Request) -> bytes:
     """The caller's body, decoded; one it cannot be read as sent is the caller's 400 in its format,
     not an internal error (nor an `unhandled_error` log line for a client that went away)."""
-    if (stacked := stacked_coding(request.headers)) is not None:
-        raise ProxyError(415, refusal_text(stacked), code="unsupported_content_encoding")
-    try:
-        return await read_in_time(request)
-    except UNREADABLE_BODY as exc:
-        raise _unreadable(exc) from None
-    except BodyTimedOut as exc:
-        raise _overdue(exc) from None
+    return await _read(request, request.read)
 
 
 async def read_request_form(request: web.Request) -> Any:
     """The caller's form (the inspector's posts), read like `read_request_body`."""
+    return await _read(request, request.post)
+
+
+async def _read(request: web.Request, read: Any) -> Any:
+    """`read()` of the caller's body with its failures as the caller's own errors: a stacked coding
+    415, a body that cannot be read as sent 400, one overdue 408."""
     if (stacked := stacked_coding(request.headers)) is not None:
         raise ProxyError(415, refusal_text(stacked), code="unsupported_content_encoding")
     try:
-        return await read_in_time(request, request.post)
+        return await read_in_time(request, read)
     except UNREADABLE_BODY as exc:
         raise _unreadable(exc) from None
     except BodyTimedOut as exc:
