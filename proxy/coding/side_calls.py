@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import re2
 
@@ -208,10 +208,21 @@ def own_words(text: str) -> str:
     return "" if _wholly_quoted(body) else "\n".join(line for line, quoted in _lines_quoted(body) if not quoted)
 
 
-_SHAPES: TextMemo[tuple[bool, float, bool, bool, bool, bool]] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+class _TextSignals(NamedTuple):
+    """What the system prompt and the newest user text say (`Shape`'s fields of the same names)."""
+
+    errand: bool
+    quoted: float
+    asks_over_quoted: bool
+    asks_without_system: bool
+    asks: bool
+    one_shot_errand: bool
 
 
-def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, bool, bool]:
+_SHAPES: TextMemo[_TextSignals] = TextMemo(entries=2048, key_chars=SCAN_CHARS * 2 + 1)
+
+
+def _text_signals(system: str, request: str) -> _TextSignals:
     key = system[:SCAN_CHARS] + "\x00" + request[:SCAN_CHARS]
     hit = _SHAPES.get(key)
     if hit is None:
@@ -220,10 +231,10 @@ def _text_signals(system: str, request: str) -> tuple[bool, float, bool, bool, b
         # with no system prompt, a framework's instructions are the request's own words (the person's
         # task quoted in them): read those for an errand, as a system prompt is read
         asks = _ERRAND.search(own_words(request[:SCAN_CHARS])) is not None
-        hit = (_ERRAND.search(system[:SCAN_CHARS]) is not None, share,
-               share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None,
-               not system.strip() and share > 0 and asks, asks,
-               _ONE_SHOT_ERRAND.search(system[:SCAN_CHARS]) is not None)
+        hit = _TextSignals(errand=_ERRAND.search(system[:SCAN_CHARS]) is not None, quoted=share,
+                           asks_over_quoted=share >= ASK_QUOTED_SHARE and _ERRAND.search(own) is not None,
+                           asks_without_system=not system.strip() and share > 0 and asks, asks=asks,
+                           one_shot_errand=_ONE_SHOT_ERRAND.search(system[:SCAN_CHARS]) is not None)
         _SHAPES.put(key, hit)
     return hit
 
@@ -242,14 +253,12 @@ def shape_of(body: dict[str, Any]) -> Shape:
     request = _last_user_text(items)
     conversation = [m for m in items if not (isinstance(m, dict) and m.get("role") in ("system", "developer"))]
     first = text_of(conversation[0].get("content")) if conversation and isinstance(conversation[0], dict) else ""
-    errand, quoted, asks, asks_without_system, request_asks, one_shot_errand = _text_signals(system, request)
     model = body.get("model")
     return Shape(tools=bool(body.get("tools") or body.get("functions")), history=_has_history(body, items),
                  system=digest(system) if system else "", model=model if isinstance(model, str) else None,
-                 max_tokens=_max_tokens(body), first=digest(first), errand=errand, quoted=quoted,
-                 asks_over_quoted=asks, compaction=is_compaction(request), asks_without_system=asks_without_system,
-                 asks=request_asks, stops=bool(stop_sequences(body)), one_shot_errand=one_shot_errand,
-                 toolset=digest("\n".join(sorted(tool_names(body)))))
+                 max_tokens=_max_tokens(body), first=digest(first), compaction=is_compaction(request),
+                 stops=bool(stop_sequences(body)), toolset=digest("\n".join(sorted(tool_names(body)))),
+                 **_text_signals(system, request)._asdict())
 
 
 def decide(shape: Shape, seen: AgentSeen | None = None, session: str | None = None) -> Decision:
