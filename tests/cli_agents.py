@@ -20,6 +20,9 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
+
+from tests.clients import install
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5-codex"
@@ -322,3 +325,21 @@ async def replay(sent: list[Sent], provider_url: str) -> None:
         for call in sent:
             async with http.post(provider_url + call.path_qs, headers=call.headers, data=call.body) as r:
                 await r.read()
+
+
+def npm_clis() -> dict[str, Path]:
+    """The pinned npm coding-agent CLIs (tests/clients), installed once; without npm the test is
+    skipped, saying so."""
+    try:
+        return install.ensure()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def pypi_cli(name: str) -> Path:
+    """A PyPI client pinned in tests/clients (aider, gptme), in its own venv; skipped, saying why,
+    where this machine cannot have it."""
+    try:
+        return install.ensure_pypi(name)[name]
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(str(exc))

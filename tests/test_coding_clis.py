@@ -26,12 +26,12 @@ from memory_adapters.embedded.app import build_embedded_app
 from memplane_core.redact import Redactor
 from memplane_core.telemetry import Telemetry, make_logger
 from proxy.testing.fake_provider import CodingModel, FakeProvider, Received, own_words, without_memories, wrapped_context
-from tests.clients import install
 from tests.cli_agents import (
     ClientRecorder,
     CodingCli,
     block_memories,
     make_repo,
+    npm_clis,
     replay,
     repeated_share,
     scaffolding_share,
@@ -47,10 +47,7 @@ SECRET = "ghp_R8x2Vb7NqL4tY9wK3mZ6pD1sF5hJ0cE2aG8u"
 
 @pytest.fixture(scope="session")
 def clis() -> dict[str, Path]:
-    try:
-        return install.ensure()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    return npm_clis()
 
 
 @pytest.fixture

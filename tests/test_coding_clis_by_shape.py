@@ -27,8 +27,8 @@ import pytest
 
 from proxy.coding.reading import NO_PROJECT
 from proxy.testing.fake_provider import Received
-from tests.cli_agents import CodingCli, block_memories, make_repo, scaffolding_share, stored_memories
-from tests.clients import install
+from tests.cli_agents import (CodingCli, block_memories, make_repo, npm_clis, pypi_cli, scaffolding_share,
+                              stored_memories)
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, BETA_FACT, NAME_FACT, PREFERENCE, coding, refused, repos, scaffolding_of,
 )
@@ -36,18 +36,12 @@ from tests.test_coding_clis import (  # noqa: F401  (fixtures)
 
 @pytest.fixture(scope="session")
 def opencode() -> Path:
-    try:
-        return install.ensure()["opencode"]
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    return npm_clis()["opencode"]
 
 
 @pytest.fixture(scope="session")
 def aider() -> Path:
-    try:
-        return install.ensure_pypi("aider")["aider"]
-    except (FileNotFoundError, RuntimeError) as exc:
-        pytest.skip(str(exc))
+    return pypi_cli("aider")
 
 
 def _system(r: Received) -> str:

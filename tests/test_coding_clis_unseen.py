@@ -26,8 +26,7 @@ import pytest
 
 from proxy.coding.for_memory import SUMMARY_QUESTION
 from proxy.testing.fake_provider import Received
-from tests.cli_agents import CodingCli, stored_memories
-from tests.clients import install
+from tests.cli_agents import CodingCli, npm_clis, pypi_cli, stored_memories
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
 )
@@ -36,18 +35,12 @@ from tests.test_coding_clis_by_shape import check, is_title_call
 
 @pytest.fixture(scope="session")
 def continue_cli() -> Path:
-    try:
-        return install.ensure()["continue"]
-    except (FileNotFoundError, KeyError) as exc:
-        pytest.skip(str(exc))
+    return npm_clis()["continue"]
 
 
 @pytest.fixture(scope="session")
 def gptme() -> Path:
-    try:
-        return install.ensure_pypi("gptme")["gptme"]
-    except (FileNotFoundError, RuntimeError) as exc:
-        pytest.skip(str(exc))
+    return pypi_cli("gptme")
 
 
 async def run_rounds(clis: dict[Path, CodingCli], stack, rounds: list[list[dict]]) -> list[dict]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from proxy.testing.fake_provider import Received
-from tests.cli_agents import CodingCli, block_memories, scaffolding_share, stored_memories
+from tests.cli_agents import CodingCli, block_memories, npm_clis, scaffolding_share, stored_memories
 from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, coding, refused, repos, scaffolding_of,
@@ -38,10 +38,7 @@ APP_PY = "round(total * 1.2, 2)"  # what pi's `read` of alpha's src/app.py retur
 
 @pytest.fixture(scope="session")
 def pi() -> Path:
-    try:
-        return install.ensure()["pi"]
-    except (FileNotFoundError, KeyError) as exc:
-        pytest.skip(str(exc))
+    return npm_clis()["pi"]
 
 
 def is_pi_summary(r: Received) -> bool:
@@ -144,10 +141,7 @@ AGENTS_MODEL = "gpt-4.1"
 @pytest.fixture(scope="session")
 def agents_sdk() -> Path:
     """The pinned install's node_modules holding `@openai/agents`."""
-    try:
-        install.ensure()
-    except (FileNotFoundError, KeyError) as exc:
-        pytest.skip(str(exc))
+    npm_clis()
     modules = install.cache_dir() / "node_modules"
     if not (modules / "@openai" / "agents" / "package.json").exists():
         pytest.skip(f"@openai/agents is not installed under {modules}")
