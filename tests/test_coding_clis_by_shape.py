@@ -81,19 +81,27 @@ def check(results: list[dict], memories: list[dict], is_side, sessions: int) -> 
 
 async def run_rounds(clis: dict[Path, CodingCli], stack, rounds: list[list[dict]]) -> list[dict]:
     """Each round's sessions at once (one CLI per repository), then memory settles; a session's calls
-    are those that carry its words (the title call quotes them, the commit call's transcript too)."""
+    are those that carry its words (`match`, else what it said: the title call quotes them, the commit
+    call's transcript too)."""
     results: list[dict] = []
     for steps in rounds:
         first = len(stack.provider.received)
-        await asyncio.gather(*(clis[s["repo"]].run(s["say"], s["repo"], resume=s.get("resume", False), timeout=150)
+        await asyncio.gather(*(clis[s["repo"]].run(s["say"], s["repo"], resume=s.get("resume", False),
+                                                   compact=s.get("compact", False), timeout=150)
                                for s in steps))
         await stack.settle()
         calls = [r for r in stack.provider.received[first:] if r.path.startswith("/v1/")]
         assert refused(calls) == [], refused(calls)
         for s in steps:
-            mine = [r for r in calls if s["say"] in json.dumps(r.body, ensure_ascii=False)]
+            mine = [r for r in calls if s.get("match", s["say"]) in json.dumps(r.body, ensure_ascii=False)]
             results.append({**s, "n": len(results) + 1, "calls": mine})
     return results
+
+
+def side_rules(stack) -> list[str]:
+    """The rules that decided the agent's side calls, from its ledger."""
+    return sorted({e["scaffolding"]["rule"] for e in stack.ledger(AGENT)
+                   if e.get("scaffolding", {}).get("side_call") and e["scaffolding"].get("rule")})
 
 
 async def explanation(stack, turn_id: str) -> dict:
@@ -130,8 +138,7 @@ async def test_opencode_titles_leave_nothing_and_each_repository_keeps_its_work(
     text = "\n".join(m["value"] if isinstance(m.get("value"), str) else json.dumps(m) for m in memories)
     if "Generate a title" in text or "title generator" in text:
         problems.append("a title call left a memory")
-    kinds = {e.get("scaffolding", {}).get("rule") for e in stack.ledger(AGENT) if e.get("scaffolding", {}).get("side_call")}
-    report["side_rules"] = sorted(k for k in kinds if k)
+    report["side_rules"] = side_rules(stack)
     print(f"\nopencode story: {report}")
     assert problems == [], "\n".join(problems)
 

@@ -18,7 +18,6 @@ must tell them by their shape.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from proxy.coding.for_memory import SUMMARY_QUESTION
 from proxy.testing.fake_provider import Received
 from tests.cli_agents import CodingCli, npm_clis, pypi_cli, stored_memories
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
-    AGENT, ALPHA_FACT, BETA_FACT, coding, refused, repos,
+    AGENT, ALPHA_FACT, BETA_FACT, coding, repos,
 )
-from tests.test_coding_clis_by_shape import check, is_title_call
+from tests.test_coding_clis_by_shape import check, is_title_call, run_rounds, side_rules
 
 
 @pytest.fixture(scope="session")
@@ -43,24 +42,6 @@ def gptme() -> Path:
     return pypi_cli("gptme")
 
 
-async def run_rounds(clis: dict[Path, CodingCli], stack, rounds: list[list[dict]]) -> list[dict]:
-    """Each round's sessions at once (one CLI per repository), then memory settles; a session's calls
-    are those carrying its words (`match`, else what it said)."""
-    results: list[dict] = []
-    for steps in rounds:
-        first = len(stack.provider.received)
-        await asyncio.gather(*(clis[s["repo"]].run(s["say"], s["repo"], resume=s.get("resume", False),
-                                                   compact=s.get("compact", False), timeout=150)
-                               for s in steps))
-        await stack.settle()
-        calls = [r for r in stack.provider.received[first:] if r.path.startswith("/v1/")]
-        assert refused(calls) == [], refused(calls)
-        for s in steps:
-            mine = [r for r in calls if s.get("match", s["say"]) in json.dumps(r.body, ensure_ascii=False)]
-            results.append({**s, "n": len(results) + 1, "calls": mine})
-    return results
-
-
 def story(alpha: Path, beta: Path) -> list[list[dict]]:
     return [
         [dict(repo=alpha, say=f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."),
@@ -69,11 +50,6 @@ def story(alpha: Path, beta: Path) -> list[list[dict]]:
               needs=ALPHA_FACT[1], not_other=BETA_FACT[1]),
          dict(repo=beta, say="When does the beta indexer run?", needs=BETA_FACT[1], not_other=ALPHA_FACT[1])],
     ]
-
-
-def side_rules(stack) -> list[str]:
-    return sorted({e["scaffolding"]["rule"] for e in stack.ledger(AGENT)
-                   if e.get("scaffolding", {}).get("side_call") and e["scaffolding"].get("rule")})
 
 
 # -- Continue: tools, an <env> block, a compaction on request --

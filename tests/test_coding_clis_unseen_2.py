@@ -30,8 +30,8 @@ from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, coding, refused, repos, scaffolding_of,
 )
-from tests.test_coding_clis_by_shape import check
-from tests.test_coding_clis_unseen import run_rounds, side_rules, story
+from tests.test_coding_clis_by_shape import check, run_rounds, side_rules
+from tests.test_coding_clis_unseen import story
 
 APP_PY = "round(total * 1.2, 2)"  # what pi's `read` of alpha's src/app.py returns, never the person's words
 
