@@ -112,7 +112,8 @@ async def explanation(stack, turn_id: str) -> dict:
 
 # -- opencode: declares its working directory, titles every session --
 
-def opencode_story(alpha: Path, beta: Path) -> list[list[dict]]:
+def two_repositories(alpha: Path, beta: Path) -> list[list[dict]]:
+    """Two rounds, one session per repository in each: a fact told, then asked for."""
     return [
         [dict(repo=alpha, say=f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."),
          dict(repo=beta, say=f"Note that {BETA_FACT[0]}. Please run `ls {beta}/src`.")],
@@ -131,7 +132,7 @@ async def test_opencode_titles_leave_nothing_and_each_repository_keeps_its_work(
     alpha, beta = repos(tmp_path / "m")
     clis = {repo: CodingCli("opencode", opencode, tmp_path / f"home-{repo.name}", stack.proxy_url, stack.tokens[AGENT])
             for repo in (alpha, beta)}
-    rounds = opencode_story(alpha, beta)
+    rounds = two_repositories(alpha, beta)
     results = await run_rounds(clis, stack, rounds)
     memories = await stored_memories(memory_url, AGENT)
     report, problems = check(results, memories, is_title_call, sum(map(len, rounds)))

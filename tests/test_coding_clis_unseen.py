@@ -27,9 +27,9 @@ from proxy.coding.for_memory import SUMMARY_QUESTION
 from proxy.testing.fake_provider import Received
 from tests.cli_agents import CodingCli, npm_clis, pypi_cli, stored_memories
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
-    AGENT, ALPHA_FACT, BETA_FACT, coding, repos,
+    AGENT, coding, repos,
 )
-from tests.test_coding_clis_by_shape import check, is_title_call, run_rounds, side_rules
+from tests.test_coding_clis_by_shape import check, is_title_call, run_rounds, side_rules, two_repositories
 
 
 @pytest.fixture(scope="session")
@@ -40,16 +40,6 @@ def continue_cli() -> Path:
 @pytest.fixture(scope="session")
 def gptme() -> Path:
     return pypi_cli("gptme")
-
-
-def story(alpha: Path, beta: Path) -> list[list[dict]]:
-    return [
-        [dict(repo=alpha, say=f"By the way, {ALPHA_FACT[0]}. Please read {alpha}/src/app.py."),
-         dict(repo=beta, say=f"Note that {BETA_FACT[0]}. Please run `ls {beta}/src`.")],
-        [dict(repo=alpha, say="Which port does alpha's staging database listen on?",
-              needs=ALPHA_FACT[1], not_other=BETA_FACT[1]),
-         dict(repo=beta, say="When does the beta indexer run?", needs=BETA_FACT[1], not_other=ALPHA_FACT[1])],
-    ]
 
 
 # -- Continue: tools, an <env> block, a compaction on request --
@@ -65,7 +55,7 @@ async def test_continue_compaction_keeps_one_summary_and_each_repository_keeps_i
     alpha, beta = repos(tmp_path / "m")
     clis = {repo: CodingCli("continue", continue_cli, tmp_path / f"home-{repo.name}", stack.proxy_url,
                             stack.tokens[AGENT]) for repo in (alpha, beta)}
-    first, second = story(alpha, beta)
+    first, second = two_repositories(alpha, beta)
     # between them, alpha's session is compacted (`cn -p /compact --resume`)
     compact = [dict(repo=alpha, say="/compact", compact=True, match="summary of our conversation so far")]
     results = await run_rounds(clis, stack, [first, compact, second])
@@ -86,7 +76,7 @@ async def test_gptme_titles_leave_nothing_and_each_repository_keeps_its_work(gpt
     alpha, beta = repos(tmp_path / "m")
     clis = {repo: CodingCli("gptme", gptme, tmp_path / f"home-{repo.name}", stack.proxy_url, stack.tokens[AGENT])
             for repo in (alpha, beta)}
-    rounds = story(alpha, beta)
+    rounds = two_repositories(alpha, beta)
     results = await run_rounds(clis, stack, rounds)
     memories = await stored_memories(memory_url, AGENT)
     report, problems = check(results, memories, is_title_call, sum(map(len, rounds)))

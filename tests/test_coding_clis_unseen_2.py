@@ -30,8 +30,7 @@ from tests.clients import install
 from tests.test_coding_clis import (  # noqa: F401  (fixtures)
     AGENT, ALPHA_FACT, coding, refused, repos, scaffolding_of,
 )
-from tests.test_coding_clis_by_shape import check, run_rounds, side_rules
-from tests.test_coding_clis_unseen import story
+from tests.test_coding_clis_by_shape import check, run_rounds, side_rules, two_repositories
 
 APP_PY = "round(total * 1.2, 2)"  # what pi's `read` of alpha's src/app.py returns, never the person's words
 
@@ -67,7 +66,7 @@ async def test_pi_compaction_gets_no_block_and_each_repository_keeps_its_work(pi
     # alpha's pi compacts once its context passes 1,450 tokens (a session's calls are ~1,500 here)
     clis = {repo: CodingCli("pi", pi, tmp_path / f"home-{repo.name}", stack.proxy_url, stack.tokens[AGENT],
                             pi_api=api, pi_compact_at=1450 if repo == alpha else None) for repo in (alpha, beta)}
-    first, second = story(alpha, beta)
+    first, second = two_repositories(alpha, beta)
     # alpha's session goes on (`pi -p -c`) past pi's compaction threshold: pi summarizes it first
     # (the round's calls are all alpha's: its summary call does not quote what the person says next)
     more = [dict(repo=alpha, say=f"Please read {alpha}/README.md and {alpha}/src/app.py again.", resume=True,
